@@ -1,0 +1,64 @@
+// Element dtypes and value types of the tile IR: scalars, pointers, tiles of
+// static shape, and tensor descriptors.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tilefuse {
+
+enum class DType : uint8_t {
+  I1, I8, I16, I32, I64,
+  F16, BF16, F32, F64,
+  F8E4M3, F8E5M2, E8M0, F4E2M1,
+};
+
+std::string_view dtypeName(DType d);
+std::optional<DType> dtypeFromName(std::string_view name);
+int bitWidth(DType d);
+bool isInt(DType d);
+bool isFloat(DType d);  // every non-integer dtype, the scale type e8m0 included
+// Formats too narrow for arithmetic: only casts, bitcasts and dot_scaled take them.
+bool isStorageOnly(DType d);
+
+enum class TypeKind : uint8_t { None, Scalar, Ptr, Desc };
+
+// A value type. Scalar and Ptr may carry a tile shape (a tile of numbers or of
+// pointers); Desc is a tensor descriptor whose `shape` is its block shape.
+struct Type {
+  TypeKind kind = TypeKind::None;
+  DType elem = DType::I32;
+  std::vector<int64_t> shape;
+
+  static Type scalar(DType d) { return {TypeKind::Scalar, d, {}}; }
+  static Type ptr(DType d) { return {TypeKind::Ptr, d, {}}; }
+  static Type tile(DType d, std::vector<int64_t> s) { return {TypeKind::Scalar, d, std::move(s)}; }
+  static Type ptrTile(DType d, std::vector<int64_t> s) { return {TypeKind::Ptr, d, std::move(s)}; }
+  static Type desc(DType d, std::vector<int64_t> block) { return {TypeKind::Desc, d, std::move(block)}; }
+
+  bool isNone() const { return kind == TypeKind::None; }
+  bool isTile() const { return kind != TypeKind::Desc && !shape.empty(); }
+  bool isPtr() const { return kind == TypeKind::Ptr; }
+  bool isDesc() const { return kind == TypeKind::Desc; }
+  bool isNumeric() const { return kind == TypeKind::Scalar; }
+  bool isIntLike() const { return isNumeric() && isInt(elem); }
+  bool isFloatLike() const { return isNumeric() && isFloat(elem); }
+  int rank() const { return isDesc() ? 0 : static_cast<int>(shape.size()); }
+  int64_t numel() const;
+  // The element type of a tile (or the type itself for a scalar).
+  Type elementType() const { return isDesc() ? *this : Type{kind, elem, {}}; }
+  Type withShape(std::vector<int64_t> s) const { return {kind, elem, std::move(s)}; }
+  Type withElem(DType d) const { return {kind, d, shape}; }
+
+  bool operator==(const Type& o) const = default;
+  std::string str() const;
+};
+
+// Parses the text form of a type ("f32", "ptr<bf16>", "tile<64x32xf32>",
+// "tile<64xptr<f16>>", "desc<64x64xbf16>"). Returns nullopt on malformed text.
+std::optional<Type> parseType(std::string_view text);
+
+}  // namespace tilefuse

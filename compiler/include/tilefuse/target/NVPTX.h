@@ -1,0 +1,23 @@
+// NVPTX code generation through an in-process LLVM TargetMachine.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace tilefuse::target {
+
+struct PtxOptions {
+  std::string arch = "sm_90a";  // sm_90a uses +ptx80; sm_80 / sm_89 use +ptx70 / +ptx78
+  int optLevel = 3;
+};
+
+// Compiles textual LLVM IR for nvptx64 to PTX text. Malformed IR raises
+// UserError with LLVM's diagnostic; an unknown arch raises UserError too.
+std::string compileLLVMIRToPTX(std::string_view llvmIR, const PtxOptions& opts = {});
+
+// The PTX ISA feature the arch needs ("+ptx80" for sm_90a).
+std::string ptxFeatureFor(std::string_view arch);
+
+std::string llvmVersion();
+
+}  // namespace tilefuse::target

@@ -1,0 +1,94 @@
+#include "tilefuse/ir/Types.h"
+
+#include <array>
+#include <charconv>
+
+namespace tilefuse {
+namespace {
+
+struct DTypeRow {
+  DType d;
+  std::string_view name;
+  int bits;
+};
+
+constexpr std::array<DTypeRow, 13> kDTypes = {{
+    {DType::I1, "i1", 1},       {DType::I8, "i8", 8},           {DType::I16, "i16", 16},
+    {DType::I32, "i32", 32},    {DType::I64, "i64", 64},        {DType::F16, "f16", 16},
+    {DType::BF16, "bf16", 16},  {DType::F32, "f32", 32},        {DType::F64, "f64", 64},
+    {DType::F8E4M3, "f8e4m3", 8}, {DType::F8E5M2, "f8e5m2", 8}, {DType::E8M0, "e8m0", 8},
+    {DType::F4E2M1, "f4e2m1", 4},
+}};
+
+// Parses "64x32x" dims followed by the element; returns false when malformed.
+bool parseDims(std::string_view& s, std::vector<int64_t>& dims) {
+  while (!s.empty() && s[0] >= '0' && s[0] <= '9') {
+    int64_t v = 0;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || v <= 0 || p == s.data() + s.size() || *p != 'x') return false;
+    dims.push_back(v);
+    s.remove_prefix(static_cast<size_t>(p - s.data()) + 1);
+  }
+  return true;
+}
+
+std::optional<Type> parseScalarOrPtr(std::string_view s) {
+  if (s.substr(0, 4) == "ptr<" && s.back() == '>') {
+    auto d = dtypeFromName(s.substr(4, s.size() - 5));
+    if (!d) return std::nullopt;
+    return Type::ptr(*d);
+  }
+  auto d = dtypeFromName(s);
+  if (!d) return std::nullopt;
+  return Type::scalar(*d);
+}
+
+}  // namespace
+
+std::string_view dtypeName(DType d) { return kDTypes[static_cast<size_t>(d)].name; }
+
+std::optional<DType> dtypeFromName(std::string_view name) {
+  for (const auto& r : kDTypes)
+    if (r.name == name) return r.d;
+  return std::nullopt;
+}
+
+int bitWidth(DType d) { return kDTypes[static_cast<size_t>(d)].bits; }
+bool isInt(DType d) { return d <= DType::I64; }
+bool isFloat(DType d) { return !isInt(d); }
+bool isStorageOnly(DType d) { return d >= DType::F8E4M3; }
+
+int64_t Type::numel() const {
+  int64_t n = 1;
+  for (auto s : shape) n *= s;
+  return n;
+}
+
+std::string Type::str() const {
+  if (kind == TypeKind::None) return "none";
+  std::string e = std::string(dtypeName(elem));
+  if (kind == TypeKind::Ptr) e = "ptr<" + e + ">";
+  if (kind != TypeKind::Desc && shape.empty()) return e;
+  std::string dims;
+  for (auto s : shape) dims += std::to_string(s) + "x";
+  return (kind == TypeKind::Desc ? "desc<" : "tile<") + dims + e + ">";
+}
+
+std::optional<Type> parseType(std::string_view s) {
+  bool isTile = s.substr(0, 5) == "tile<";
+  bool isDesc = s.substr(0, 5) == "desc<";
+  if (!isTile && !isDesc) return parseScalarOrPtr(s);
+  if (s.back() != '>') return std::nullopt;
+  std::string_view body = s.substr(5, s.size() - 6);
+  std::vector<int64_t> dims;
+  if (!parseDims(body, dims) || dims.empty()) return std::nullopt;
+  auto elem = parseScalarOrPtr(body);
+  if (!elem) return std::nullopt;
+  if (isDesc) {
+    if (elem->isPtr()) return std::nullopt;
+    return Type::desc(elem->elem, dims);
+  }
+  return elem->withShape(dims);
+}
+
+}  // namespace tilefuse

@@ -1,0 +1,539 @@
+// Per-op rules. Each rule names the op, the operand and the types involved.
+#include "tilefuse/ir/Verifier.h"
+
+#include <algorithm>
+#include <set>
+
+namespace tilefuse {
+namespace {
+
+std::string opName(const Op& op) { return "'" + std::string(op.mnemonic()) + "'"; }
+
+[[noreturn]] void fail(const Op& op, const std::string& msg) { throw UserError(op.loc(), opName(op) + " " + msg); }
+
+bool isPow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+std::string shapeStr(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+void requireAttr(const Op& op, const std::string& name, size_t index) {
+  const Attr* a = op.attr(name);
+  if (!a || a->index() != index) {
+    static const char* kinds[] = {"a boolean", "an integer", "a float", "a string", "an integer list", "a type list"};
+    fail(op, "needs attribute '" + name + "' (" + kinds[index] + ")");
+  }
+}
+
+int64_t axisAttr(const Op& op, int rankBound) {
+  requireAttr(op, "axis", 1);
+  int64_t axis = op.intAttr("axis");
+  if (axis < 0 || axis >= rankBound)
+    fail(op, "axis " + std::to_string(axis) + " is out of range [0, " + std::to_string(rankBound) + ")");
+  return axis;
+}
+
+void sameType(const Op& op, const Type& a, const Type& b, const std::string& what) {
+  if (a != b) fail(op, what + " must have the same type, got " + a.str() + " and " + b.str());
+}
+
+void requireNumeric(const Op& op, const Type& t, const std::string& what) {
+  if (!t.isNumeric()) fail(op, what + " must be a number or a tile of numbers, got " + t.str());
+}
+
+// Tile shapes: powers of two (rule 13), checked wherever a tile type appears.
+void checkTileShape(const Op& op, const Type& t) {
+  if (t.isNone()) fail(op, "has a value without a type");
+  for (auto d : t.shape)
+    if (!isPow2(d)) fail(op, "tile dimensions must be powers of two, got " + t.str());
+}
+
+void verifyArith(const Op& op) {
+  const Type& r = op.result()->type();
+  for (unsigned i = 0; i < op.numOperands(); ++i) {
+    sameType(op, op.operand(i)->type(), r, "operands and result");
+  }
+  requireNumeric(op, r, "operands");
+  if (isStorageOnly(r.elem)) fail(op, "does not compute on " + std::string(dtypeName(r.elem)) + "; cast to f16, bf16 or f32 first");
+  if (op.has(IntOnly) && !isInt(r.elem)) fail(op, "needs integer operands, got " + r.str());
+  if (op.has(FloatOnly) && !isFloat(r.elem)) fail(op, "needs floating-point operands, got " + r.str());
+}
+
+void verifyCmp(const Op& op) {
+  static const std::set<std::string> preds = {"eq", "ne", "lt", "le", "gt", "ge", "ult", "ule", "ugt", "uge"};
+  requireAttr(op, "predicate", 3);
+  const std::string& p = op.strAttr("predicate");
+  if (!preds.count(p)) fail(op, "has unknown predicate '" + p + "'");
+  const Type& a = op.operand(0)->type();
+  sameType(op, a, op.operand(1)->type(), "operands");
+  if (a.isDesc()) fail(op, "cannot compare tensor descriptors");
+  if (p[0] == 'u' && !a.isIntLike()) fail(op, "predicate '" + p + "' needs integer operands, got " + a.str());
+  if (op.result()->type() != Type::tile(DType::I1, a.shape))
+    fail(op, "result must be " + Type::tile(DType::I1, a.shape).str() + ", got " + op.result()->type().str());
+}
+
+void verifyCast(const Op& op) {
+  static const std::set<std::string> modes = {"rne", "rtz", "rs"};
+  requireAttr(op, "rounding", 3);
+  const std::string& mode = op.strAttr("rounding");
+  if (!modes.count(mode)) fail(op, "has unknown rounding '" + mode + "' (expected rne, rtz or rs)");
+  const Type& in = op.operand(0)->type();
+  const Type& out = op.result()->type();
+  requireNumeric(op, in, "operand");
+  requireNumeric(op, out, "result");
+  if (in.shape != out.shape) fail(op, "changes the shape from " + in.str() + " to " + out.str());
+  if (mode == "rs") {
+    if (op.numOperands() != 2) fail(op, "with rounding 'rs' needs a second operand of random bits");
+    if (op.operand(1)->type() != in.withElem(DType::I32))
+      fail(op, "random bits must be " + in.withElem(DType::I32).str() + ", got " + op.operand(1)->type().str());
+    if (!isFloat(in.elem) || !isFloat(out.elem) || bitWidth(out.elem) >= bitWidth(in.elem))
+      fail(op, "stochastic rounding needs a float narrowing cast, got " + in.str() + " to " + out.str());
+  } else if (op.numOperands() != 1) {
+    fail(op, "takes random bits only with rounding 'rs'");
+  }
+}
+
+void verifyBitcast(const Op& op) {
+  const Type& in = op.operand(0)->type();
+  const Type& out = op.result()->type();
+  if (in.shape != out.shape) fail(op, "changes the shape from " + in.str() + " to " + out.str());
+  if (in.isDesc() || out.isDesc()) fail(op, "cannot bitcast tensor descriptors");
+  if (in.isPtr() != out.isPtr()) fail(op, "cannot bitcast between pointers and numbers: " + in.str() + " to " + out.str());
+  if (!in.isPtr() && bitWidth(in.elem) != bitWidth(out.elem))
+    fail(op, "needs equal bit widths, got " + in.str() + " to " + out.str());
+}
+
+void verifyPtrAdd(const Op& op) {
+  const Type& p = op.operand(0)->type();
+  const Type& off = op.operand(1)->type();
+  if (!p.isPtr()) fail(op, "first operand must be a pointer or a tile of pointers, got " + p.str());
+  if (!off.isIntLike() || off.shape != p.shape)
+    fail(op, "offset must be an integer of the pointer's shape " + shapeStr(p.shape) + ", got " + off.str());
+  sameType(op, p, op.result()->type(), "pointer and result");
+}
+
+void verifyShapeOp(const Op& op) {
+  const Type& in = op.numOperands() ? op.operand(0)->type() : Type{};
+  const Type& out = op.result()->type();
+  switch (op.kind()) {
+    case OpKind::Arange: {
+      requireAttr(op, "start", 1);
+      requireAttr(op, "end", 1);
+      int64_t n = op.intAttr("end") - op.intAttr("start");
+      if (n <= 0 || !isPow2(n)) fail(op, "range length end - start must be a positive power of two, got " + std::to_string(n));
+      if (out != Type::tile(DType::I32, {n})) fail(op, "result must be " + Type::tile(DType::I32, {n}).str() + ", got " + out.str());
+      return;
+    }
+    case OpKind::Splat:
+      if (in.isTile() || in.isDesc()) fail(op, "operand must be a scalar, got " + in.str());
+      if (!out.isTile() || out.elementType() != in) fail(op, "result must be a tile of " + in.str() + ", got " + out.str());
+      return;
+    case OpKind::Broadcast:
+      if (!in.isTile() || !out.isTile() || in.rank() != out.rank() || in.elementType() != out.elementType())
+        fail(op, "needs tiles of equal rank and element type, got " + in.str() + " to " + out.str());
+      for (int i = 0; i < in.rank(); ++i)
+        if (in.shape[i] != out.shape[i] && in.shape[i] != 1)
+          fail(op, "cannot broadcast dimension " + std::to_string(i) + " of " + in.str() + " to " + out.str());
+      return;
+    case OpKind::ExpandDims: {
+      if (in.isDesc()) fail(op, "operand must be a tile or a scalar, got " + in.str());
+      int64_t axis = axisAttr(op, in.rank() + 1);
+      auto s = in.shape;
+      s.insert(s.begin() + axis, 1);
+      if (out != in.withShape(s)) fail(op, "result must be " + in.withShape(s).str() + ", got " + out.str());
+      return;
+    }
+    case OpKind::Reshape:
+      if (!in.isTile() || !out.isTile() || in.numel() != out.numel() || in.elementType() != out.elementType())
+        fail(op, "must keep the element type and count, got " + in.str() + " to " + out.str());
+      return;
+    case OpKind::Trans: {
+      requireAttr(op, "perm", 4);
+      auto perm = op.intsAttr("perm");
+      auto sorted = perm;
+      std::sort(sorted.begin(), sorted.end());
+      bool ok = static_cast<int>(perm.size()) == in.rank();
+      for (size_t i = 0; ok && i < sorted.size(); ++i) ok = sorted[i] == static_cast<int64_t>(i);
+      if (!ok || !in.isTile()) fail(op, "perm " + shapeStr(perm) + " is not a permutation of the dimensions of " + in.str());
+      std::vector<int64_t> s;
+      for (auto p : perm) s.push_back(in.shape[p]);
+      if (out != in.withShape(s)) fail(op, "result must be " + in.withShape(s).str() + ", got " + out.str());
+      return;
+    }
+    case OpKind::Join: {
+      sameType(op, in, op.operand(1)->type(), "operands");
+      auto s = in.shape;
+      s.push_back(2);
+      if (in.isDesc() || out != in.withShape(s)) fail(op, "result must be " + in.withShape(s).str() + ", got " + out.str());
+      return;
+    }
+    case OpKind::Split: {
+      if (!in.isTile() || in.shape.back() != 2) fail(op, "operand's last dimension must be 2, got " + in.str());
+      auto s = in.shape;
+      s.pop_back();
+      for (unsigned i = 0; i < 2; ++i)
+        if (op.result(i)->type() != in.withShape(s))
+          fail(op, "results must be " + in.withShape(s).str() + ", got " + op.result(i)->type().str());
+      return;
+    }
+    default:
+      throw InternalError("verifyShapeOp on " + opName(op));
+  }
+}
+
+void checkMask(const Op& op, unsigned idx, const Type& ptr) {
+  if (op.numOperands() <= idx) return;
+  Type want = Type::tile(DType::I1, ptr.shape);
+  if (op.operand(idx)->type() != want) fail(op, "mask must be " + want.str() + ", got " + op.operand(idx)->type().str());
+}
+
+void verifyMemory(const Op& op) {
+  const Type& p = op.operand(0)->type();
+  if (!p.isPtr()) fail(op, "first operand must be a pointer or a tile of pointers, got " + p.str());
+  Type value = Type::tile(p.elem, p.shape);
+  switch (op.kind()) {
+    case OpKind::Load:
+      if (op.result()->type() != value) fail(op, "result must be " + value.str() + ", got " + op.result()->type().str());
+      checkMask(op, 1, p);
+      if (op.numOperands() == 3 && op.operand(2)->type() != value)
+        fail(op, "'other' must be " + value.str() + ", got " + op.operand(2)->type().str());
+      return;
+    case OpKind::Store:
+      if (op.operand(1)->type() != value) fail(op, "value must be " + value.str() + ", got " + op.operand(1)->type().str());
+      checkMask(op, 2, p);
+      return;
+    default:  // atomics
+      if (op.operand(1)->type() != value) fail(op, "value must be " + value.str() + ", got " + op.operand(1)->type().str());
+      if (op.result()->type() != value) fail(op, "result must be " + value.str() + ", got " + op.result()->type().str());
+      if (isStorageOnly(p.elem) || p.elem == DType::I1 || (p.elem == DType::F64 && op.kind() == OpKind::AtomicMax))
+        fail(op, "does not support element type " + std::string(dtypeName(p.elem)));
+      checkMask(op, 2, p);
+      return;
+  }
+}
+
+void verifyDesc(const Op& op) {
+  auto requireInts = [&](unsigned from, unsigned to, const char* what) {
+    for (unsigned i = from; i < to; ++i)
+      if (!op.operand(i)->type().isIntLike() || op.operand(i)->type().isTile())
+        fail(op, std::string(what) + " must be scalar integers, got " + op.operand(i)->type().str());
+  };
+  if (op.kind() == OpKind::MakeDesc) {
+    requireAttr(op, "block_shape", 4);
+    auto block = op.intsAttr("block_shape");
+    const Type& base = op.operand(0)->type();
+    if (!base.isPtr() || base.isTile()) fail(op, "base must be a scalar pointer, got " + base.str());
+    unsigned rank = static_cast<unsigned>(block.size());
+    if (rank == 0 || op.numOperands() != 1 + 2 * rank)
+      fail(op, "needs a base, " + std::to_string(rank) + " sizes and " + std::to_string(rank) + " strides");
+    requireInts(1, op.numOperands(), "sizes and strides");
+    for (auto d : block)
+      if (!isPow2(d)) fail(op, "block dimensions must be powers of two, got " + shapeStr(block));
+    if (op.result()->type() != Type::desc(base.elem, block))
+      fail(op, "result must be " + Type::desc(base.elem, block).str() + ", got " + op.result()->type().str());
+    return;
+  }
+  const Type& d = op.operand(0)->type();
+  if (!d.isDesc()) fail(op, "first operand must be a tensor descriptor, got " + d.str());
+  Type tile = Type::tile(d.elem, d.shape);
+  unsigned firstOffset = op.kind() == OpKind::DescLoad ? 1 : 2;
+  if (op.numOperands() - firstOffset != d.shape.size())
+    fail(op, "needs " + std::to_string(d.shape.size()) + " offsets for " + d.str());
+  requireInts(firstOffset, op.numOperands(), "offsets");
+  const Type& v = op.kind() == OpKind::DescLoad ? op.result()->type() : op.operand(1)->type();
+  if (v != tile) fail(op, std::string(op.kind() == OpKind::DescLoad ? "result" : "value") + " must be " + tile.str() + ", got " + v.str());
+}
+
+void verifyReduce(const Op& op) {
+  const Type& in = op.operand(0)->type();
+  if (!in.isTile() || !in.isNumeric()) fail(op, "operand must be a tile of numbers, got " + in.str());
+  if (isStorageOnly(in.elem)) fail(op, "does not compute on " + std::string(dtypeName(in.elem)));
+  int64_t axis = axisAttr(op, in.rank());
+  auto s = in.shape;
+  s.erase(s.begin() + axis);
+  Type want = Type::tile(op.kind() == OpKind::Argmax ? DType::I32 : in.elem, s);
+  if (op.result()->type() != want) fail(op, "result must be " + want.str() + ", got " + op.result()->type().str());
+}
+
+void verifyDot(const Op& op) {
+  bool scaled = op.kind() == OpKind::DotScaled;
+  const Type& a = op.operand(0)->type();
+  const Type& b = op.operand(scaled ? 2 : 1)->type();
+  const Type& acc = op.operand(scaled ? 4 : 2)->type();
+  if (a.rank() != 2 || b.rank() != 2 || !a.isNumeric() || !b.isNumeric())
+    fail(op, "operands must be 2-D tiles, got " + a.str() + " and " + b.str());
+  int64_t m = a.shape[0], k = a.shape[1], n = b.shape[1];
+  if (b.shape[0] != k) fail(op, "inner dimensions differ: " + a.str() + " times " + b.str());
+  if (m < 16 || n < 16 || k < 16) fail(op, "needs M, N and K of at least 16, got M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
+  if (scaled) {
+    static const std::set<DType> fmts = {DType::F8E4M3, DType::F8E5M2, DType::F4E2M1};
+    if (!fmts.count(a.elem) || !fmts.count(b.elem)) fail(op, "operands must be f8e4m3, f8e5m2 or f4e2m1, got " + a.str() + " and " + b.str());
+    if (k % 32) fail(op, "needs K divisible by the 32-element scale block, got K=" + std::to_string(k));
+    Type as = Type::tile(DType::E8M0, {m, k / 32}), bs = Type::tile(DType::E8M0, {n, k / 32});
+    if (op.operand(1)->type() != as) fail(op, "a_scale must be " + as.str() + ", got " + op.operand(1)->type().str());
+    if (op.operand(3)->type() != bs) fail(op, "b_scale must be " + bs.str() + ", got " + op.operand(3)->type().str());
+  } else {
+    static const std::set<DType> ok = {DType::I8, DType::F16, DType::BF16, DType::F32, DType::F8E4M3, DType::F8E5M2};
+    if (!ok.count(a.elem) || !ok.count(b.elem)) fail(op, "operands must be i8, f16, bf16, f32, f8e4m3 or f8e5m2, got " + a.str() + " and " + b.str());
+    bool aFp8 = a.elem == DType::F8E4M3 || a.elem == DType::F8E5M2, bFp8 = b.elem == DType::F8E4M3 || b.elem == DType::F8E5M2;
+    if (a.elem != b.elem && !(aFp8 && bFp8)) fail(op, "operands must have the same element type, got " + a.str() + " and " + b.str());
+  }
+  DType accT = a.elem == DType::I8 ? DType::I32 : DType::F32;
+  Type want = Type::tile(accT, {m, n});
+  if (acc != want) fail(op, "accumulator must be " + want.str() + ", got " + acc.str());
+  if (op.result()->type() != want) fail(op, "result must be " + want.str() + ", got " + op.result()->type().str());
+}
+
+void checkTypes(const Op& op, const std::vector<Type>& want, const std::vector<Value*>& got, const std::string& what) {
+  if (want.size() != got.size())
+    fail(op, what + ": expected " + std::to_string(want.size()) + " values, got " + std::to_string(got.size()));
+  for (size_t i = 0; i < want.size(); ++i)
+    if (got[i]->type() != want[i])
+      fail(op, what + " #" + std::to_string(i) + " must be " + want[i].str() + ", got " + got[i]->type().str());
+}
+
+std::vector<Type> typesOf(const std::vector<Value*>& vs) {
+  std::vector<Type> t;
+  for (auto* v : vs) t.push_back(v->type());
+  return t;
+}
+
+const Op* terminatorOf(const Op& op, const Block& b, OpKind kind, const std::string& where) {
+  const Op* t = b.terminator();
+  if (!t || t->kind() != kind) fail(op, where + " must end with '" + std::string(opInfo(kind).mnemonic) + "'");
+  return t;
+}
+
+void verifyControlFlow(const Op& op) {
+  auto results = typesOf(op.results());
+  switch (op.kind()) {
+    case OpKind::For: {
+      const Type& iv = op.operand(0)->type();
+      if (!iv.isIntLike() || iv.isTile()) fail(op, "bounds must be scalar integers, got " + iv.str());
+      sameType(op, iv, op.operand(1)->type(), "lower and upper bounds");
+      sameType(op, iv, op.operand(2)->type(), "lower bound and step");
+      std::vector<Value*> inits(op.operands().begin() + 3, op.operands().end());
+      checkTypes(op, results, inits, "initial value");
+      const Block& body = op.region(0);
+      auto args = body.args();
+      if (args.empty() || args[0]->type() != iv) fail(op, "body's first argument must be the induction variable of type " + iv.str());
+      checkTypes(op, results, std::vector<Value*>(args.begin() + 1, args.end()), "body argument");
+      checkTypes(op, results, terminatorOf(op, body, OpKind::Yield, "body")->operands(), "yielded value");
+      return;
+    }
+    case OpKind::If: {
+      if (op.operand(0)->type() != Type::scalar(DType::I1)) fail(op, "condition must be i1, got " + op.operand(0)->type().str());
+      for (unsigned r = 0; r < 2; ++r) {
+        if (op.region(r).numArgs()) fail(op, "regions take no arguments");
+        checkTypes(op, results, terminatorOf(op, op.region(r), OpKind::Yield, r ? "else region" : "then region")->operands(),
+                   "yielded value");
+      }
+      return;
+    }
+    case OpKind::While: {
+      auto inits = typesOf(op.operands());
+      checkTypes(op, inits, op.region(0).args(), "before-region argument");
+      const Op* cond = terminatorOf(op, op.region(0), OpKind::Condition, "before region");
+      std::vector<Value*> fwd(cond->operands().begin() + 1, cond->operands().end());
+      checkTypes(op, results, fwd, "forwarded value");
+      checkTypes(op, results, op.region(1).args(), "after-region argument");
+      checkTypes(op, inits, terminatorOf(op, op.region(1), OpKind::Yield, "after region")->operands(), "yielded value");
+      return;
+    }
+    default:
+      throw InternalError("verifyControlFlow on " + opName(op));
+  }
+}
+
+const Op* enclosingFunc(const Op& op) {
+  const Op* p = op.parentOp();
+  while (p && p->kind() != OpKind::Func) p = p->parentOp();
+  return p;
+}
+
+void verifyTerminator(const Op& op) {
+  const Op* parent = op.parentOp();
+  OpKind pk = parent ? parent->kind() : OpKind::Func;
+  switch (op.kind()) {
+    case OpKind::Return:
+      if (!parent || pk != OpKind::Func) fail(op, "must be the last op of a function body");
+      checkTypes(op, funcResultTypes(*parent), op.operands(), "returned value");
+      return;
+    case OpKind::Yield:
+      if (!parent || (pk != OpKind::For && pk != OpKind::If && pk != OpKind::While))
+        fail(op, "must end the region of a 'for', 'if' or 'while'");
+      return;
+    case OpKind::Condition:
+      if (!parent || pk != OpKind::While || &parent->region(0) != op.parentBlock())
+        fail(op, "must end the before-region of a 'while'");
+      if (op.operand(0)->type() != Type::scalar(DType::I1)) fail(op, "condition must be i1, got " + op.operand(0)->type().str());
+      return;
+    default:
+      throw InternalError("verifyTerminator on " + opName(op));
+  }
+}
+
+void verifyCall(const Op& op) {
+  requireAttr(op, "callee", 3);
+  const Op* f = enclosingFunc(op);
+  const Block* top = f ? f->parentBlock() : nullptr;
+  const Op* callee = nullptr;
+  if (top)
+    for (auto& o : top->ops())
+      if (o->kind() == OpKind::Func && funcName(*o) == op.strAttr("callee")) callee = o.get();
+  if (!callee) fail(op, "calls unknown function '@" + op.strAttr("callee") + "'");
+  if (callee->hasAttr("kernel") && callee->boolAttr("kernel")) fail(op, "cannot call the kernel '@" + funcName(*callee) + "'");
+  checkTypes(op, typesOf(callee->region(0).args()), op.operands(), "argument");
+  auto res = funcResultTypes(*callee);
+  if (res != typesOf(op.results())) fail(op, "result types do not match '@" + funcName(*callee) + "'");
+}
+
+void verifyFunc(const Op& op) {
+  requireAttr(op, "sym_name", 3);
+  if (op.hasAttr("results")) requireAttr(op, "results", 5);
+  if (op.hasAttr("kernel")) requireAttr(op, "kernel", 0);
+  const Block& body = op.region(0);
+  terminatorOf(op, body, OpKind::Return, "function body");
+  bool kernel = op.hasAttr("kernel") && op.boolAttr("kernel");
+  if (kernel && !funcResultTypes(op).empty()) fail(op, "kernel '@" + funcName(op) + "' cannot return values");
+  for (Value* a : body.args())
+    if (a->type().isTile()) {
+      if (kernel) fail(op, "kernel parameters must be scalars or pointers, got " + a->type().str());
+      checkTileShape(op, a->type());
+    }
+}
+
+// Every operand must be defined earlier in its block or in an enclosing one.
+void checkDominance(const Block& b, std::vector<std::set<const Value*>>& scopes) {
+  scopes.emplace_back(b.args().begin(), b.args().end());
+  for (auto& o : b.ops()) {
+    for (unsigned i = 0; i < o->numOperands(); ++i) {
+      const Value* v = o->operand(i);
+      bool seen = std::any_of(scopes.begin(), scopes.end(), [&](auto& s) { return s.count(v) != 0; });
+      if (!seen) fail(*o, "operand #" + std::to_string(i) + " is used where its definition is not visible");
+    }
+    for (unsigned r = 0; r < o->numRegions(); ++r) checkDominance(o->region(r), scopes);
+    for (Value* v : o->results()) scopes.back().insert(v);
+  }
+  scopes.pop_back();
+}
+
+}  // namespace
+
+void verifyOp(const Op& op) {
+  const OpInfo& info = op.info();
+  int n = static_cast<int>(op.numOperands());
+  if (n < info.minOperands || (info.maxOperands >= 0 && n > info.maxOperands)) {
+    std::string want = info.minOperands == info.maxOperands ? std::to_string(info.minOperands)
+                       : info.maxOperands < 0 ? "at least " + std::to_string(info.minOperands)
+                                              : std::to_string(info.minOperands) + " to " + std::to_string(info.maxOperands);
+    fail(op, "takes " + want + " operands, got " + std::to_string(n));
+  }
+  if (info.numResults >= 0 && static_cast<int>(op.numResults()) != info.numResults)
+    fail(op, "has " + std::to_string(info.numResults) + " results, got " + std::to_string(op.numResults()));
+  if (static_cast<int>(op.numRegions()) != info.numRegions)
+    fail(op, "has " + std::to_string(info.numRegions) + " regions, got " + std::to_string(op.numRegions()));
+  for (Value* r : op.results()) checkTileShape(op, r->type());
+  if (op.has(Terminator) && op.parentBlock() && op.parentBlock()->back() != &op) fail(op, "must be the last op of its region");
+  for (unsigned r = 0; r < op.numRegions(); ++r) {
+    const Block& b = op.region(r);
+    if (op.kind() != OpKind::Func) {
+      for (Value* a : b.args()) checkTileShape(op, a->type());
+    }
+    if (b.empty() || !b.terminator()) fail(op, "region #" + std::to_string(r) + " must end with a terminator");
+  }
+
+  switch (op.kind()) {
+    case OpKind::Func: return verifyFunc(op);
+    case OpKind::Return:
+    case OpKind::Yield:
+    case OpKind::Condition: return verifyTerminator(op);
+    case OpKind::Call: return verifyCall(op);
+    case OpKind::Constant: {
+      const Type& t = op.result()->type();
+      requireNumeric(op, t, "result");
+      const Attr* v = op.attr("value");
+      if (!v) fail(op, "needs attribute 'value'");
+      bool isF = std::holds_alternative<double>(*v), isI = std::holds_alternative<int64_t>(*v);
+      if (isFloat(t.elem) ? !isF : !isI)
+        fail(op, "value " + attrToString(*v) + " does not fit type " + t.str());
+      if (t.elem == DType::I1 && isI && std::get<int64_t>(*v) != 0 && std::get<int64_t>(*v) != 1)
+        fail(op, "value of an i1 constant must be 0 or 1");
+      return;
+    }
+    case OpKind::Cmp: return verifyCmp(op);
+    case OpKind::Select: {
+      const Type& r = op.result()->type();
+      sameType(op, op.operand(1)->type(), r, "true value and result");
+      sameType(op, op.operand(2)->type(), r, "false value and result");
+      if (op.operand(0)->type() != Type::tile(DType::I1, r.shape))
+        fail(op, "condition must be " + Type::tile(DType::I1, r.shape).str() + ", got " + op.operand(0)->type().str());
+      return;
+    }
+    case OpKind::Cast: return verifyCast(op);
+    case OpKind::Bitcast: return verifyBitcast(op);
+    case OpKind::PtrAdd: return verifyPtrAdd(op);
+    case OpKind::Abs:
+      return verifyArith(op);
+    case OpKind::Arange:
+    case OpKind::Splat:
+    case OpKind::Broadcast:
+    case OpKind::ExpandDims:
+    case OpKind::Reshape:
+    case OpKind::Trans:
+    case OpKind::Join:
+    case OpKind::Split: return verifyShapeOp(op);
+    case OpKind::ProgramId:
+    case OpKind::NumPrograms:
+      axisAttr(op, 3);
+      if (op.result()->type() != Type::scalar(DType::I32)) fail(op, "result must be i32, got " + op.result()->type().str());
+      return;
+    case OpKind::Load:
+    case OpKind::Store:
+    case OpKind::AtomicAdd:
+    case OpKind::AtomicMax: return verifyMemory(op);
+    case OpKind::MakeDesc:
+    case OpKind::DescLoad:
+    case OpKind::DescStore: return verifyDesc(op);
+    case OpKind::ReduceSum:
+    case OpKind::ReduceMax:
+    case OpKind::ReduceMin:
+    case OpKind::Argmax: return verifyReduce(op);
+    case OpKind::Dot:
+    case OpKind::DotScaled: return verifyDot(op);
+    case OpKind::For:
+    case OpKind::If:
+    case OpKind::While: return verifyControlFlow(op);
+    case OpKind::Print:
+      requireAttr(op, "prefix", 3);
+      return;
+    case OpKind::Assert:
+      requireAttr(op, "message", 3);
+      if (!op.operand(0)->type().isNumeric() || op.operand(0)->type().elem != DType::I1)
+        fail(op, "condition must be i1 or a tile of i1, got " + op.operand(0)->type().str());
+      return;
+    default:
+      if (op.has(Elementwise)) return verifyArith(op);
+      throw InternalError("no verifier for " + opName(op));
+  }
+}
+
+void verifyModule(const Module& m) {
+  std::set<std::string> names;
+  for (auto& f : m.body().ops()) {
+    if (f->kind() != OpKind::Func) throw UserError(f->loc(), "only 'func' ops may appear at module level, got " + opName(*f));
+    if (f->hasAttr("sym_name") && !names.insert(funcName(*f)).second)
+      throw UserError(f->loc(), "function '@" + funcName(*f) + "' is defined twice");
+    f->walk([](Op* o) {
+      if (o->kind() == OpKind::Func && o->parentBlock() && o->parentBlock()->parentOp())
+        fail(*o, "may only appear at module level");
+      verifyOp(*o);
+    });
+    std::vector<std::set<const Value*>> scopes;
+    checkDominance(f->region(0), scopes);
+  }
+}
+
+}  // namespace tilefuse

@@ -1,0 +1,89 @@
+#include "tilefuse/target/NVPTX.h"
+
+#include <llvm/Config/llvm-config.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/IRReader/IRReader.h>
+#include <llvm/MC/TargetRegistry.h>
+#include <llvm/Support/SourceMgr.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+#include <llvm/Target/TargetOptions.h>
+#include <llvm/TargetParser/Triple.h>
+
+#include <memory>
+#include <mutex>
+
+#include "tilefuse/Error.h"
+
+namespace tilefuse::target {
+namespace {
+
+void initNVPTX() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    LLVMInitializeNVPTXTargetInfo();
+    LLVMInitializeNVPTXTarget();
+    LLVMInitializeNVPTXTargetMC();
+    LLVMInitializeNVPTXAsmPrinter();
+  });
+}
+
+[[noreturn]] void fail(const std::string& msg) { throw UserError(Location{}, msg); }
+
+}  // namespace
+
+std::string ptxFeatureFor(std::string_view arch) {
+  if (arch == "sm_90a" || arch == "sm_90") return "+ptx80";
+  if (arch == "sm_89") return "+ptx78";
+  if (arch == "sm_80" || arch == "sm_86" || arch == "sm_87") return "+ptx70";
+  fail("unsupported target arch '" + std::string(arch) + "' (expected sm_80, sm_86, sm_87, sm_89, sm_90 or sm_90a)");
+}
+
+std::string llvmVersion() { return LLVM_VERSION_STRING; }
+
+std::string compileLLVMIRToPTX(std::string_view llvmIR, const PtxOptions& opts) {
+  initNVPTX();
+  std::string feature = ptxFeatureFor(opts.arch);
+  llvm::LLVMContext ctx;
+  llvm::SMDiagnostic diag;
+  auto buf = llvm::MemoryBuffer::getMemBuffer(llvm::StringRef(llvmIR.data(), llvmIR.size()), "tilefuse", false);
+  std::unique_ptr<llvm::Module> mod = llvm::parseIR(buf->getMemBufferRef(), diag, ctx);
+  if (!mod) {
+    std::string msg;
+    llvm::raw_string_ostream os(msg);
+    diag.print("llvm-ir", os, false);
+    fail("invalid LLVM IR: " + os.str());
+  }
+  std::string verr;
+  llvm::raw_string_ostream vos(verr);
+  if (llvm::verifyModule(*mod, &vos)) fail("LLVM IR does not verify: " + vos.str());
+
+  llvm::Triple triple("nvptx64-nvidia-cuda");
+  std::string err;
+  const llvm::Target* t = llvm::TargetRegistry::lookupTarget(triple.getTriple(), err);
+  if (!t) throw InternalError("NVPTX target missing: " + err);
+  llvm::TargetOptions to;
+  to.AllowFPOpFusion = llvm::FPOpFusion::Fast;
+  auto level = opts.optLevel >= 3   ? llvm::CodeGenOptLevel::Aggressive
+               : opts.optLevel == 2 ? llvm::CodeGenOptLevel::Default
+               : opts.optLevel == 1 ? llvm::CodeGenOptLevel::Less
+                                    : llvm::CodeGenOptLevel::None;
+  std::unique_ptr<llvm::TargetMachine> tm(
+      t->createTargetMachine(triple.getTriple(), opts.arch, feature, to, std::nullopt, std::nullopt, level));
+  mod->setTargetTriple(triple.getTriple());
+  mod->setDataLayout(tm->createDataLayout());
+
+  llvm::SmallString<0> ptx;
+  llvm::raw_svector_ostream out(ptx);
+  llvm::legacy::PassManager pm;
+  if (tm->addPassesToEmitFile(pm, out, nullptr, llvm::CodeGenFileType::AssemblyFile))
+    throw InternalError("NVPTX target cannot emit assembly");
+  pm.run(*mod);
+  return std::string(ptx.str());
+}
+
+}  // namespace tilefuse::target

@@ -1,0 +1,107 @@
+// tilefuse-opt: reads tile-IR text, verifies it, runs the named passes in the
+// order given and prints the result.
+//   tilefuse-opt FILE|- [--split-input-file] [--print-locations] [--PASS ...] [--pipeline]
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tilefuse/ir/Text.h"
+#include "tilefuse/ir/Verifier.h"
+#include "tilefuse/passes/Passes.h"
+
+using namespace tilefuse;
+
+namespace {
+
+int usage() {
+  std::cerr << "usage: tilefuse-opt FILE|- [--split-input-file] [--print-locations] [--pipeline] [--PASS ...]\n"
+               "passes:\n";
+  for (const auto& p : passes::registry()) std::cerr << "  --" << p.name << "  " << p.description << "\n";
+  return 2;
+}
+
+struct Chunk {
+  std::string text;
+  int firstLine;
+};
+
+std::vector<Chunk> splitInput(const std::string& text, bool split) {
+  std::vector<Chunk> chunks{{"", 1}};
+  if (!split) return {{text, 1}};
+  std::istringstream in(text);
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.rfind("// -----", 0) == 0) {
+      chunks.push_back({"", n + 1});
+      continue;
+    }
+    chunks.back().text += line + "\n";
+  }
+  return chunks;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string file;
+  bool split = false, pipeline = false;
+  PrintOptions popts;
+  std::vector<const passes::PassInfo*> order;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--split-input-file") {
+      split = true;
+    } else if (a == "--print-locations") {
+      popts.locations = true;
+    } else if (a == "--pipeline") {
+      pipeline = true;
+    } else if (a == "--help" || a == "-h") {
+      return usage();
+    } else if (a.rfind("--", 0) == 0) {
+      const auto* p = passes::lookup(a.substr(2));
+      if (!p) {
+        std::cerr << "tilefuse-opt: unknown option '" << a << "'\n";
+        return usage();
+      }
+      order.push_back(p);
+    } else if (file.empty()) {
+      file = a;
+    } else {
+      return usage();
+    }
+  }
+  if (file.empty()) return usage();
+  std::stringstream buf;
+  if (file == "-") {
+    buf << std::cin.rdbuf();
+  } else {
+    std::ifstream in(file);
+    if (!in) {
+      std::cerr << "tilefuse-opt: cannot open '" << file << "'\n";
+      return 2;
+    }
+    buf << in.rdbuf();
+  }
+  int rc = 0;
+  bool first = true;
+  for (const Chunk& c : splitInput(buf.str(), split)) {
+    if (!first) std::cout << "// -----\n";
+    first = false;
+    try {
+      auto m = parseModule(c.text, file == "-" ? "<stdin>" : file, c.firstLine);
+      verifyModule(*m);
+      for (const auto* p : order) passes::runPass(*p, *m, "opt", true);
+      if (pipeline) passes::runPipeline(*m);
+      std::cout << printModule(*m, popts);
+    } catch (const UserError& e) {
+      std::cerr << e.what() << "\n";
+      rc = 1;
+    } catch (const InternalError& e) {
+      std::cerr << e.what() << "\n";
+      rc = 3;
+    }
+  }
+  return rc;
+}

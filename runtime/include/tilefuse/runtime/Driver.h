@@ -1,0 +1,43 @@
+// The CUDA Driver API, loaded on first use with dlopen so that importing
+// tilefuse never needs a GPU or libcuda. Every call goes through TF_CU_CHECK,
+// which throws DriverError with cuGetErrorString's text.
+#pragma once
+
+#include <cuda.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace tilefuse::runtime {
+
+class DriverError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct DriverApi {
+#define CU_FN(name, symbol) decltype(&::name) name = nullptr;
+#include "tilefuse/runtime/cuda_functions.def"
+};
+
+// The loaded API; throws DriverError naming the reason when libcuda.so.1 is
+// missing, lacks a symbol, or cuInit fails.
+const DriverApi& driver();
+// False (never throws) when no driver or no device is present.
+bool driverAvailable();
+std::string driverUnavailableReason();
+
+void check(CUresult r, const char* call, const char* file, int line);
+#define TF_CU_CHECK(call) ::tilefuse::runtime::check((call), #call, __FILE__, __LINE__)
+
+struct DeviceInfo {
+  int ordinal;
+  std::string name;
+  int major, minor;
+  int multiprocessors;
+  int maxSharedPerBlockOptin;
+};
+int deviceCount();  // 0 when no driver is present
+DeviceInfo deviceInfo(int ordinal);
+
+}  // namespace tilefuse::runtime
