@@ -58,6 +58,12 @@ void check(CUresult r, const char* call, const char* file, int line) {
   throw DriverError(std::string(call) + " failed: " + s + " (" + file + ":" + std::to_string(line) + ")");
 }
 
+int driverVersion() {
+  int v = 0;
+  TF_CU_CHECK(driver().cuDriverGetVersion(&v));
+  return v;
+}
+
 int deviceCount() {
   if (!driverAvailable()) return 0;
   int n = 0;

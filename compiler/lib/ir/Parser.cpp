@@ -22,8 +22,9 @@ class Parser {
     auto m = std::make_unique<Module>();
     skipSpace();
     while (!atEnd()) {
+      Location at = here();
       expectWord("func");
-      m->body().append(parseFunc());
+      m->body().append(parseFunc(at));
       skipSpace();
     }
     return m;
@@ -268,8 +269,8 @@ class Parser {
     scopes_.pop_back();
   }
 
-  std::unique_ptr<Op> parseFunc() {
-    Location at = here();
+  // `at` is the position of the `func` keyword, which the caller consumed.
+  std::unique_ptr<Op> parseFunc(Location at) {
     auto f = std::make_unique<Op>(OpKind::Func, at);
     expect('@', "before the function name");
     f->setAttr("sym_name", std::string(word()));

@@ -75,10 +75,10 @@ void verifyCmp(const Op& op) {
 }
 
 void verifyCast(const Op& op) {
-  static const std::set<std::string> modes = {"rne", "rtz", "rs"};
+  static const std::set<std::string> modes = {"rne", "rtz", "ru", "rs"};
   requireAttr(op, "rounding", 3);
   const std::string& mode = op.strAttr("rounding");
-  if (!modes.count(mode)) fail(op, "has unknown rounding '" + mode + "' (expected rne, rtz or rs)");
+  if (!modes.count(mode)) fail(op, "has unknown rounding '" + mode + "' (expected rne, rtz, ru or rs)");
   const Type& in = op.operand(0)->type();
   const Type& out = op.result()->type();
   requireNumeric(op, in, "operand");
@@ -101,7 +101,9 @@ void verifyBitcast(const Op& op) {
   if (in.shape != out.shape) fail(op, "changes the shape from " + in.str() + " to " + out.str());
   if (in.isDesc() || out.isDesc()) fail(op, "cannot bitcast tensor descriptors");
   if (in.isPtr() != out.isPtr()) fail(op, "cannot bitcast between pointers and numbers: " + in.str() + " to " + out.str());
-  if (!in.isPtr() && bitWidth(in.elem) != bitWidth(out.elem))
+  // f4e2m1 <-> i8 moves the 4-bit code, so packed bytes can be split and joined.
+  bool fp4Code = (in.elem == DType::F4E2M1 && out.elem == DType::I8) || (in.elem == DType::I8 && out.elem == DType::F4E2M1);
+  if (!in.isPtr() && !fp4Code && bitWidth(in.elem) != bitWidth(out.elem))
     fail(op, "needs equal bit widths, got " + in.str() + " to " + out.str());
 }
 

@@ -37,7 +37,8 @@ struct DeviceInfo {
   int multiprocessors;
   int maxSharedPerBlockOptin;
 };
-int deviceCount();  // 0 when no driver is present
+int driverVersion();  // e.g. 13000 for CUDA 13.0
+int deviceCount();    // 0 when no driver is present
 DeviceInfo deviceInfo(int ordinal);
 
 }  // namespace tilefuse::runtime

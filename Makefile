@@ -1,0 +1,64 @@
+# make run   : set up what is missing, build, run the demo
+# make test  : set up what is missing, build, run ctest + lit + pytest
+# Both are idempotent: a second run only rebuilds what changed.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+BUILD := build
+APT_PKGS := llvm-19-dev llvm-19-tools libeigen3-dev libzstd-dev libgtest-dev cmake ninja-build g++
+NPROC := $(shell nproc)
+
+.PHONY: all setup deps venv build run test test-cpp test-lit test-python lint format clean
+
+all: build
+
+deps:
+	@missing=$$(for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing apt packages: $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+$(VENV)/.stamp: requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-dev.txt
+	touch $@
+
+venv: $(VENV)/.stamp
+
+setup: deps venv
+
+$(BUILD)/build.ninja: | setup
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE=$(abspath $(PY))
+
+build: setup $(BUILD)/build.ninja
+	ninja -C $(BUILD) -j$(NPROC)
+	cp -f $(BUILD)/frontend/csrc/_C*.so $(BUILD)/compiler/libtilefuse_compiler.so frontend/tilefuse/
+
+run: build
+	PYTHONPATH=frontend:. $(PY) -m tilefuse.demo
+
+test-cpp: build
+	cd $(BUILD) && ctest --output-on-failure -j$(NPROC)
+
+test-lit: build
+	TILEFUSE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/lit -sv tests/lit
+
+test-python: build
+	PYTHONPATH=frontend:. $(PY) -m pytest -q tests/python
+
+lint: venv
+	$(VENV)/bin/ruff check frontend kernels_dsl tests bench
+	$(VENV)/bin/ruff format --check frontend kernels_dsl tests bench
+
+test: build
+	$(MAKE) --no-print-directory test-cpp test-lit test-python lint
+
+format: venv
+	$(VENV)/bin/ruff format frontend kernels_dsl tests bench
+	clang-format -i $$(git ls-files '*.cpp' '*.h')
+
+clean:
+	rm -rf $(BUILD) frontend/tilefuse/_C*.so frontend/tilefuse/libtilefuse_compiler.so

@@ -1,0 +1,35 @@
+// The CPU interpreter: executes a kernel of the (optimized) tile IR for every
+// program of the grid, tile ops vectorized with Eigen, on host memory.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tilefuse/ir/IR.h"
+
+namespace tilefuse::interp {
+
+// A memory range the kernel may touch: every pointer argument's array. Loads
+// and stores outside all of them are errors naming the kernel's source line.
+struct Buffer {
+  uint64_t base;
+  uint64_t size;  // bytes
+  std::string name;
+};
+
+struct Arg {
+  enum class Kind { Ptr, Int, Float } kind;
+  uint64_t ptr = 0;
+  int64_t i = 0;
+  double f = 0;
+};
+
+// Runs kernel `kernel` of `m` over `grid`. Throws UserError (with the op's
+// location) on out-of-bounds accesses, failed device asserts and integer
+// division by zero.
+void launch(const Module& m, const std::string& kernel, std::array<int64_t, 3> grid, const std::vector<Arg>& args,
+            const std::vector<Buffer>& buffers);
+
+}  // namespace tilefuse::interp

@@ -1,0 +1,150 @@
+// Element dtypes and value types: names, widths, classification, text form.
+#include <gtest/gtest.h>
+
+#include "tilefuse/ir/Types.h"
+
+namespace tilefuse {
+namespace {
+
+struct DTypeCase {
+  DType d;
+  const char* name;
+  int bits;
+  bool isInt;
+  bool storageOnly;
+};
+
+const DTypeCase kDTypes[] = {
+    {DType::I1, "i1", 1, true, false},          {DType::I8, "i8", 8, true, false},
+    {DType::I16, "i16", 16, true, false},       {DType::I32, "i32", 32, true, false},
+    {DType::I64, "i64", 64, true, false},       {DType::F16, "f16", 16, false, false},
+    {DType::BF16, "bf16", 16, false, false},    {DType::F32, "f32", 32, false, false},
+    {DType::F64, "f64", 64, false, false},      {DType::F8E4M3, "f8e4m3", 8, false, true},
+    {DType::F8E5M2, "f8e5m2", 8, false, true},  {DType::E8M0, "e8m0", 8, false, true},
+    {DType::F4E2M1, "f4e2m1", 4, false, true},
+};
+
+TEST(DTypes, NamesWidthsAndClasses) {
+  for (const auto& c : kDTypes) {
+    SCOPED_TRACE(c.name);
+    EXPECT_EQ(dtypeName(c.d), c.name);
+    EXPECT_EQ(dtypeFromName(c.name), c.d);
+    EXPECT_EQ(bitWidth(c.d), c.bits);
+    EXPECT_EQ(isInt(c.d), c.isInt);
+    EXPECT_EQ(isFloat(c.d), !c.isInt);
+    EXPECT_EQ(isStorageOnly(c.d), c.storageOnly);
+  }
+}
+
+TEST(DTypes, UnknownNames) {
+  for (const char* bad : {"", "f8", "i3", "F32", "float", "i32 ", "ptr", "tile", "e4m3", "bf"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_FALSE(dtypeFromName(bad).has_value());
+  }
+}
+
+TEST(Types, Factories) {
+  Type s = Type::scalar(DType::F32);
+  EXPECT_TRUE(s.isNumeric());
+  EXPECT_FALSE(s.isTile());
+  EXPECT_TRUE(s.isFloatLike());
+  EXPECT_EQ(s.rank(), 0);
+  EXPECT_EQ(s.numel(), 1);
+
+  Type t = Type::tile(DType::I32, {64, 32});
+  EXPECT_TRUE(t.isTile());
+  EXPECT_TRUE(t.isIntLike());
+  EXPECT_EQ(t.rank(), 2);
+  EXPECT_EQ(t.numel(), 64 * 32);
+  EXPECT_EQ(t.elementType(), Type::scalar(DType::I32));
+  EXPECT_EQ(t.withElem(DType::F16), Type::tile(DType::F16, {64, 32}));
+  EXPECT_EQ(t.withShape({}), Type::scalar(DType::I32));
+
+  Type p = Type::ptrTile(DType::F16, {64});
+  EXPECT_TRUE(p.isPtr());
+  EXPECT_TRUE(p.isTile());
+  EXPECT_FALSE(p.isNumeric());
+  EXPECT_FALSE(p.isIntLike());
+  EXPECT_EQ(p.elementType(), Type::ptr(DType::F16));
+
+  Type d = Type::desc(DType::BF16, {64, 64});
+  EXPECT_TRUE(d.isDesc());
+  EXPECT_FALSE(d.isTile());
+  EXPECT_EQ(d.rank(), 0);
+  EXPECT_EQ(d.elementType(), d);
+
+  EXPECT_TRUE(Type{}.isNone());
+  EXPECT_EQ(Type{}.str(), "none");
+  EXPECT_NE(Type::scalar(DType::F32), Type::ptr(DType::F32));
+  EXPECT_NE(Type::tile(DType::F32, {64}), Type::desc(DType::F32, {64}));
+}
+
+TEST(Types, StrAndParseRoundTrip) {
+  const std::pair<Type, const char*> cases[] = {
+      {Type::scalar(DType::I1), "i1"},
+      {Type::scalar(DType::F8E4M3), "f8e4m3"},
+      {Type::ptr(DType::BF16), "ptr<bf16>"},
+      {Type::tile(DType::F32, {128}), "tile<128xf32>"},
+      {Type::tile(DType::F32, {64, 32}), "tile<64x32xf32>"},
+      {Type::tile(DType::E8M0, {128, 4}), "tile<128x4xe8m0>"},
+      {Type::tile(DType::I1, {1, 2, 4}), "tile<1x2x4xi1>"},
+      {Type::ptrTile(DType::F16, {64}), "tile<64xptr<f16>>"},
+      {Type::ptrTile(DType::F4E2M1, {16, 16}), "tile<16x16xptr<f4e2m1>>"},
+      {Type::desc(DType::BF16, {64, 64}), "desc<64x64xbf16>"},
+      {Type::desc(DType::F8E5M2, {128}), "desc<128xf8e5m2>"},
+  };
+  for (const auto& [type, text] : cases) {
+    SCOPED_TRACE(text);
+    EXPECT_EQ(type.str(), text);
+    auto parsed = parseType(text);
+    ASSERT_TRUE(parsed.has_value());
+    EXPECT_EQ(*parsed, type);
+    EXPECT_EQ(parsed->str(), text);
+  }
+  // Every dtype as scalar, pointer, tile and tile of pointers.
+  for (const auto& c : kDTypes) {
+    for (Type t : {Type::scalar(c.d), Type::ptr(c.d), Type::tile(c.d, {2, 8}), Type::ptrTile(c.d, {4}),
+                   Type::desc(c.d, {16, 32})}) {
+      SCOPED_TRACE(t.str());
+      EXPECT_EQ(parseType(t.str()), t);
+    }
+  }
+}
+
+TEST(Types, MalformedText) {
+  for (const char* bad : {
+           "",
+           "f",
+           "float32",
+           "ptr<>",
+           "ptr<f32",
+           "ptr<ptr<f32>>",
+           "ptr<tile<4xf32>>",
+           "tile<>",
+           "tile<f32>",
+           "tile<64xf32",
+           "tile<64x>",
+           "tile<64x32>",
+           "tile<0xf32>",
+           "tile<-4xf32>",
+           "tile<64x0x32xf32>",
+           "tile<64*32xf32>",
+           "tile<99999999999999999999xf32>",
+           "tile<64xf33>",
+           "tile<64xtile<4xf32>>",
+           "tile<64xdesc<4xf32>>",
+           "desc<64xptr<f16>>",
+           "desc<f16>",
+           "desc<64xf16",
+           "Tile<64xf32>",
+           "tile<64xf32>>",
+           " f32",
+           "f32 ",
+       }) {
+    SCOPED_TRACE(std::string("'") + bad + "'");
+    EXPECT_FALSE(parseType(bad).has_value());
+  }
+}
+
+}  // namespace
+}  // namespace tilefuse
