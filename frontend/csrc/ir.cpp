@@ -83,6 +83,13 @@ void init_ir(py::module_& m) {
       .def_property_readonly("results", &Op::results, ref)
       .def_property_readonly("loc", &Op::loc)
       .def("region", &Op::region, ref)
+      .def("add_result", &Op::addResult, ref)
+      .def("set_func_results", [](Op& f, const std::vector<Type>& types) {
+        if (f.kind() != OpKind::Func) throw InternalError("set_func_results on a non-function op");
+        if (types.empty()) f.removeAttr("results"); else f.setAttr("results", types);
+      })
+      .def("set_int_list_attr", [](Op& o, const std::string& n, const std::vector<int64_t>& v) { o.setAttr(n, v); })
+      .def("set_bool_attr", [](Op& o, const std::string& n, bool v) { o.setAttr(n, v); })
       .def_property_readonly("num_regions", &Op::numRegions)
       .def("__str__", [](const Op& o) { return printOp(o); });
 

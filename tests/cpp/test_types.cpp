@@ -15,12 +15,12 @@ struct DTypeCase {
 };
 
 const DTypeCase kDTypes[] = {
-    {DType::I1, "i1", 1, true, false},          {DType::I8, "i8", 8, true, false},
-    {DType::I16, "i16", 16, true, false},       {DType::I32, "i32", 32, true, false},
-    {DType::I64, "i64", 64, true, false},       {DType::F16, "f16", 16, false, false},
-    {DType::BF16, "bf16", 16, false, false},    {DType::F32, "f32", 32, false, false},
-    {DType::F64, "f64", 64, false, false},      {DType::F8E4M3, "f8e4m3", 8, false, true},
-    {DType::F8E5M2, "f8e5m2", 8, false, true},  {DType::E8M0, "e8m0", 8, false, true},
+    {DType::I1, "i1", 1, true, false},         {DType::I8, "i8", 8, true, false},
+    {DType::I16, "i16", 16, true, false},      {DType::I32, "i32", 32, true, false},
+    {DType::I64, "i64", 64, true, false},      {DType::F16, "f16", 16, false, false},
+    {DType::BF16, "bf16", 16, false, false},   {DType::F32, "f32", 32, false, false},
+    {DType::F64, "f64", 64, false, false},     {DType::F8E4M3, "f8e4m3", 8, false, true},
+    {DType::F8E5M2, "f8e5m2", 8, false, true}, {DType::E8M0, "e8m0", 8, false, true},
     {DType::F4E2M1, "f4e2m1", 4, false, true},
 };
 

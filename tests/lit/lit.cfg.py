@@ -10,6 +10,7 @@ config.suffixes = [".tir"]
 config.test_source_root = os.path.dirname(__file__)
 
 build = os.environ.get("TILEFUSE_BUILD_DIR", os.path.join(config.test_source_root, "..", "..", "build"))
+config.test_exec_root = os.path.join(os.path.abspath(build), "lit")
 tools = [os.path.abspath(os.path.join(build, "compiler")), "/usr/lib/llvm-19/bin"]
 config.environment["PATH"] = os.pathsep.join(tools + [os.environ.get("PATH", "")])
 for tool in ("tilefuse-opt", "FileCheck", "not"):

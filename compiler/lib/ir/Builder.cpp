@@ -356,7 +356,8 @@ Value* Builder::atomic(OpKind kind, Value* ptr, Value* value, Value* mask) {
   std::vector<Value*> ops{ptr, value};
   if (mask) {
     std::tie(ptr, mask) = broadcastPair(ptr, mask);
-    ops = {ptr, broadcastTo(value, ptr->type().shape), mask};
+    value = broadcastTo(value, ptr->type().shape);  // the result takes the mask's shape too
+    ops = {ptr, value, mask};
   }
   return checked(create(kind, ops, {value->type()}));
 }

@@ -204,6 +204,7 @@ class Parser {
     // Caller saw '{' followed by "name =".
     expect('{', "to open attributes");
     do {
+      skipSpace();
       Location at = here();
       std::string k = word();
       if (k.empty()) throw UserError(at, "expected an attribute name");
@@ -250,6 +251,7 @@ class Parser {
       expect('(', "after '^'");
       if (!consume(')')) {
         do {
+          skipSpace();
           Location at = here();
           std::string n = valueName();
           expect(':', "after the block argument name");
@@ -280,6 +282,7 @@ class Parser {
     expect('(', "to open the parameter list");
     if (!consume(')')) {
       do {
+        skipSpace();
         Location a = here();
         std::string n = valueName();
         expect(':', "after the parameter name");

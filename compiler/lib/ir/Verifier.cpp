@@ -69,6 +69,8 @@ void verifyCmp(const Op& op) {
   const Type& a = op.operand(0)->type();
   sameType(op, a, op.operand(1)->type(), "operands");
   if (a.isDesc()) fail(op, "cannot compare tensor descriptors");
+  if (a.isNumeric() && isStorageOnly(a.elem))
+    fail(op, "does not compute on " + std::string(dtypeName(a.elem)) + "; cast to f16, bf16 or f32 first");
   if (p[0] == 'u' && !a.isIntLike()) fail(op, "predicate '" + p + "' needs integer operands, got " + a.str());
   if (op.result()->type() != Type::tile(DType::I1, a.shape))
     fail(op, "result must be " + Type::tile(DType::I1, a.shape).str() + ", got " + op.result()->type().str());
@@ -281,6 +283,9 @@ void verifyDot(const Op& op) {
     if (!ok.count(a.elem) || !ok.count(b.elem)) fail(op, "operands must be i8, f16, bf16, f32, f8e4m3 or f8e5m2, got " + a.str() + " and " + b.str());
     bool aFp8 = a.elem == DType::F8E4M3 || a.elem == DType::F8E5M2, bFp8 = b.elem == DType::F8E4M3 || b.elem == DType::F8E5M2;
     if (a.elem != b.elem && !(aFp8 && bFp8)) fail(op, "operands must have the same element type, got " + a.str() + " and " + b.str());
+    // 8-bit mma/wgmma instructions take K in steps of 32 (Triton's min_dot_size is (16, 16, 32) for them).
+    if (bitWidth(a.elem) == 8 && k < 32)
+      fail(op, "needs K of at least 32 for 8-bit operands, got K=" + std::to_string(k));
   }
   DType accT = a.elem == DType::I8 ? DType::I32 : DType::F32;
   Type want = Type::tile(accT, {m, n});
@@ -338,6 +343,7 @@ void verifyControlFlow(const Op& op) {
       auto inits = typesOf(op.operands());
       checkTypes(op, inits, op.region(0).args(), "before-region argument");
       const Op* cond = terminatorOf(op, op.region(0), OpKind::Condition, "before region");
+      verifyOp(*cond);  // its arity first: the condition operand is read below
       std::vector<Value*> fwd(cond->operands().begin() + 1, cond->operands().end());
       checkTypes(op, results, fwd, "forwarded value");
       checkTypes(op, results, op.region(1).args(), "after-region argument");
@@ -377,6 +383,13 @@ void verifyTerminator(const Op& op) {
   }
 }
 
+// The attributes of a func's header; calls check them on callees not verified yet.
+void checkFuncAttrs(const Op& func) {
+  requireAttr(func, "sym_name", 3);
+  if (func.hasAttr("results")) requireAttr(func, "results", 5);
+  if (func.hasAttr("kernel")) requireAttr(func, "kernel", 0);
+}
+
 void verifyCall(const Op& op) {
   requireAttr(op, "callee", 3);
   const Op* f = enclosingFunc(op);
@@ -386,6 +399,7 @@ void verifyCall(const Op& op) {
     for (auto& o : top->ops())
       if (o->kind() == OpKind::Func && funcName(*o) == op.strAttr("callee")) callee = o.get();
   if (!callee) fail(op, "calls unknown function '@" + op.strAttr("callee") + "'");
+  checkFuncAttrs(*callee);
   if (callee->hasAttr("kernel") && callee->boolAttr("kernel")) fail(op, "cannot call the kernel '@" + funcName(*callee) + "'");
   checkTypes(op, typesOf(callee->region(0).args()), op.operands(), "argument");
   auto res = funcResultTypes(*callee);
@@ -393,9 +407,7 @@ void verifyCall(const Op& op) {
 }
 
 void verifyFunc(const Op& op) {
-  requireAttr(op, "sym_name", 3);
-  if (op.hasAttr("results")) requireAttr(op, "results", 5);
-  if (op.hasAttr("kernel")) requireAttr(op, "kernel", 0);
+  checkFuncAttrs(op);
   const Block& body = op.region(0);
   terminatorOf(op, body, OpKind::Return, "function body");
   bool kernel = op.hasAttr("kernel") && op.boolAttr("kernel");
@@ -409,7 +421,8 @@ void verifyFunc(const Op& op) {
 
 // Every operand must be defined earlier in its block or in an enclosing one.
 void checkDominance(const Block& b, std::vector<std::set<const Value*>>& scopes) {
-  scopes.emplace_back(b.args().begin(), b.args().end());
+  auto args = b.args();  // by value: begin and end must come from the same vector
+  scopes.emplace_back(args.begin(), args.end());
   for (auto& o : b.ops()) {
     for (unsigned i = 0; i < o->numOperands(); ++i) {
       const Value* v = o->operand(i);

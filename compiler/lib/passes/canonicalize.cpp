@@ -51,11 +51,16 @@ double roundToFormat(double v, int p, int emin, int emax) {
 // `v` rounded to dtype `d`; nullopt for the storage-only formats, which do no arithmetic.
 std::optional<double> roundFloat(double v, DType d) {
   switch (d) {
-    case DType::F64: return v;
-    case DType::F32: return static_cast<double>(static_cast<float>(v));
-    case DType::F16: return roundToFormat(v, 11, -14, 15);
-    case DType::BF16: return roundToFormat(v, 8, -126, 127);
-    default: return std::nullopt;
+    case DType::F64:
+      return v;
+    case DType::F32:
+      return static_cast<double>(static_cast<float>(v));
+    case DType::F16:
+      return roundToFormat(v, 11, -14, 15);
+    case DType::BF16:
+      return roundToFormat(v, 8, -126, 127);
+    default:
+      return std::nullopt;
   }
 }
 
@@ -93,42 +98,57 @@ std::optional<int64_t> foldInt(OpKind k, int64_t a, int64_t b, DType d) {
   auto ua = static_cast<uint64_t>(a), ub = static_cast<uint64_t>(b);
   bool i1 = d == DType::I1;
   switch (k) {
-    case OpKind::Add: return wrapInt(static_cast<int64_t>(ua + ub), d);
-    case OpKind::Sub: return wrapInt(static_cast<int64_t>(ua - ub), d);
-    case OpKind::Mul: return wrapInt(static_cast<int64_t>(ua * ub), d);
+    case OpKind::Add:
+      return wrapInt(static_cast<int64_t>(ua + ub), d);
+    case OpKind::Sub:
+      return wrapInt(static_cast<int64_t>(ua - ub), d);
+    case OpKind::Mul:
+      return wrapInt(static_cast<int64_t>(ua * ub), d);
     case OpKind::Div:
     case OpKind::Rem:
       // Division by zero and MIN / -1 are undefined on the target.
       if (i1 || b == 0 || (b == -1 && a == minInt(d))) return std::nullopt;
       return k == OpKind::Div ? a / b : a % b;
-    case OpKind::And: return a & b;
-    case OpKind::Or: return a | b;
-    case OpKind::Xor: return a ^ b;
+    case OpKind::And:
+      return a & b;
+    case OpKind::Or:
+      return a | b;
+    case OpKind::Xor:
+      return a ^ b;
     case OpKind::Shl:
       if (b < 0 || b >= bitWidth(d)) return std::nullopt;
       return wrapInt(static_cast<int64_t>(ua << b), d);
     case OpKind::Shr:
       if (i1 || b < 0 || b >= bitWidth(d)) return std::nullopt;
       return a >> b;
-    case OpKind::Min: return i1 ? std::nullopt : std::optional(std::min(a, b));
-    case OpKind::Max: return i1 ? std::nullopt : std::optional(std::max(a, b));
-    default: return std::nullopt;
+    case OpKind::Min:
+      return i1 ? std::nullopt : std::optional(std::min(a, b));
+    case OpKind::Max:
+      return i1 ? std::nullopt : std::optional(std::max(a, b));
+    default:
+      return std::nullopt;
   }
 }
 
 std::optional<double> foldFloat(OpKind k, double a, double b) {
   switch (k) {
-    case OpKind::Add: return a + b;
-    case OpKind::Sub: return a - b;
-    case OpKind::Mul: return a * b;
-    case OpKind::Div: return a / b;
-    case OpKind::Rem: return std::fmod(a, b);
+    case OpKind::Add:
+      return a + b;
+    case OpKind::Sub:
+      return a - b;
+    case OpKind::Mul:
+      return a * b;
+    case OpKind::Div:
+      return a / b;
+    case OpKind::Rem:
+      return std::fmod(a, b);
     case OpKind::Min:
     case OpKind::Max:
       // NaN propagation and the order of signed zeros differ between min/max flavours.
       if (std::isnan(a) || std::isnan(b) || (a == b && std::signbit(a) != std::signbit(b))) return std::nullopt;
       return k == OpKind::Min ? std::min(a, b) : std::max(a, b);
-    default: return std::nullopt;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -146,9 +166,18 @@ std::optional<bool> compare(std::string_view pred, T a, T b) {
 
 bool isBinaryArith(OpKind k) {
   switch (k) {
-    case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div: case OpKind::Rem:
-    case OpKind::And: case OpKind::Or: case OpKind::Xor: case OpKind::Shl: case OpKind::Shr:
-    case OpKind::Min: case OpKind::Max:
+    case OpKind::Add:
+    case OpKind::Sub:
+    case OpKind::Mul:
+    case OpKind::Div:
+    case OpKind::Rem:
+    case OpKind::And:
+    case OpKind::Or:
+    case OpKind::Xor:
+    case OpKind::Shl:
+    case OpKind::Shr:
+    case OpKind::Min:
+    case OpKind::Max:
       return true;
     default:
       return false;
@@ -175,12 +204,15 @@ class Canonicalizer {
  private:
   bool simplify(Op* op) {
     switch (op->kind()) {
-      case OpKind::If: return foldIf(op);
-      case OpKind::For: return foldFor(op);
+      case OpKind::If:
+        return foldIf(op);
+      case OpKind::For:
+        return foldFor(op);
       case OpKind::Trans:
         if (composeTrans(op)) return true;
         break;
-      default: break;
+      default:
+        break;
     }
     if (op->numResults() != 1 || op->kind() == OpKind::Constant) return false;
     Value* v = fold(op);
@@ -199,16 +231,19 @@ class Canonicalizer {
     switch (op->kind()) {
       case OpKind::Neg:
         if (Op* inner = x->definingOp(); inner && inner->kind() == OpKind::Neg) return inner->operand(0);
-        if (auto c = intConst(x)) return constant(op, wrapInt(static_cast<int64_t>(0 - static_cast<uint64_t>(*c)), t.elem));
+        if (auto c = intConst(x)) return constant(op, foldInt(OpKind::Sub, 0, *c, t.elem).value());
         if (auto c = floatConst(x)) return constant(op, -*c);
         return nullptr;
-      case OpKind::Cmp: return foldCmp(op);
+      case OpKind::Cmp:
+        return foldCmp(op);
       case OpKind::Select:
         if (op->operand(1) == op->operand(2)) return op->operand(1);
         if (auto c = intConst(x)) return op->operand(*c ? 1 : 2);
         return nullptr;
-      case OpKind::Cast: return foldCast(op);
-      case OpKind::PtrAdd: return isIntConst(op->operand(1), 0) ? x : nullptr;
+      case OpKind::Cast:
+        return foldCast(op);
+      case OpKind::PtrAdd:
+        return isIntConst(op->operand(1), 0) ? x : nullptr;
       case OpKind::Broadcast:
       case OpKind::Reshape:
         if (x->type() == t) return x;
@@ -219,7 +254,8 @@ class Canonicalizer {
         // Constants of tile type are splats, so the value carries over to any shape.
         if (const Attr* a = constAttr(x)) return constant(op, *a);
         return nullptr;
-      default: return nullptr;
+      default:
+        return nullptr;
     }
   }
 
@@ -248,39 +284,34 @@ class Canonicalizer {
     auto is = [](Value* v, int64_t c) { return isIntConst(v, c); };
     switch (op->kind()) {
       case OpKind::Add:
+        if (is(y, 0)) return x;
+        return is(x, 0) ? y : nullptr;
+      case OpKind::Sub:
+        if (is(y, 0)) return x;
+        return x == y ? constant(op, int64_t{0}) : nullptr;
+      case OpKind::Mul:
+        if (is(y, 1) || is(x, 0)) return x;
+        return is(x, 1) || is(y, 0) ? y : nullptr;
+      case OpKind::Div:
+        return is(y, 1) ? x : nullptr;
+      case OpKind::And:
+        if (is(y, -1) || is(x, 0) || x == y) return x;
+        return is(x, -1) || is(y, 0) ? y : nullptr;
       case OpKind::Or:
+        if (is(y, 0) || is(x, -1) || x == y) return x;
+        return is(x, 0) || is(y, -1) ? y : nullptr;
       case OpKind::Xor:
         if (is(y, 0)) return x;
         if (is(x, 0)) return y;
-        if (op->kind() == OpKind::Or) {
-          if (x == y) return x;
-          if (is(x, -1)) return x;
-          if (is(y, -1)) return y;
-        }
-        if (op->kind() == OpKind::Xor && x == y) return constant(op, int64_t{0});
-        return nullptr;
-      case OpKind::Sub:
-        if (is(y, 0)) return x;
-        if (x == y) return constant(op, int64_t{0});
-        return nullptr;
-      case OpKind::Mul:
-        if (is(y, 1)) return x;
-        if (is(x, 1)) return y;
-        if (is(x, 0)) return x;
-        if (is(y, 0)) return y;
-        return nullptr;
-      case OpKind::And:
-        if (is(y, -1) || x == y) return x;
-        if (is(x, -1)) return y;
-        if (is(x, 0)) return x;
-        if (is(y, 0)) return y;
-        return nullptr;
-      case OpKind::Div: return is(y, 1) ? x : nullptr;
+        return x == y ? constant(op, int64_t{0}) : nullptr;
       case OpKind::Shl:
-      case OpKind::Shr: return is(y, 0) ? x : nullptr;
+      case OpKind::Shr:
+        return is(y, 0) ? x : nullptr;
       case OpKind::Min:
-      case OpKind::Max: return x == y ? x : nullptr;
-      default: return nullptr;
+      case OpKind::Max:
+        return x == y ? x : nullptr;
+      default:
+        return nullptr;
     }
   }
 
@@ -292,15 +323,19 @@ class Canonicalizer {
         if (isFloatConst(y, -0.0)) return x;
         if (isFloatConst(x, -0.0)) return y;
         return nullptr;
-      case OpKind::Sub: return isFloatConst(y, 0.0) ? x : nullptr;
+      case OpKind::Sub:
+        return isFloatConst(y, 0.0) ? x : nullptr;
       case OpKind::Mul:
         if (isFloatConst(y, 1.0)) return x;
         if (isFloatConst(x, 1.0)) return y;
         return nullptr;
-      case OpKind::Div: return isFloatConst(y, 1.0) ? x : nullptr;
+      case OpKind::Div:
+        return isFloatConst(y, 1.0) ? x : nullptr;
       case OpKind::Min:
-      case OpKind::Max: return x == y ? x : nullptr;
-      default: return nullptr;
+      case OpKind::Max:
+        return x == y ? x : nullptr;
+      default:
+        return nullptr;
     }
   }
 
@@ -308,7 +343,7 @@ class Canonicalizer {
     Value *x = op->operand(0), *y = op->operand(1);
     const std::string& pred = op->strAttr("predicate");
     DType d = x->type().elem;
-    bool ordered = pred != "eq" && pred != "ne" && pred[0] != 'u';
+    bool signedOrder = pred != "eq" && pred != "ne" && pred[0] != 'u';
     std::optional<bool> r;
     if (x == y && x->type().isIntLike()) {
       r = pred == "eq" || pred.ends_with("le") || pred.ends_with("ge");
@@ -316,7 +351,7 @@ class Canonicalizer {
       // A signed view of i1 is ambiguous (is true 1 or -1?), so only eq, ne and unsigned fold.
       if (pred[0] == 'u')
         r = compare(pred, asUnsigned(*a, d), asUnsigned(*b, d));
-      else if (!(ordered && d == DType::I1))
+      else if (!(signedOrder && d == DType::I1))
         r = compare(pred, *a, *b);
     } else if (auto fa = floatConst(x), fb = floatConst(y); fa && fb && !std::isnan(*fa) && !std::isnan(*fb)) {
       r = compare(pred, *fa, *fb);
@@ -325,8 +360,8 @@ class Canonicalizer {
   }
 
   // Casts with rounding rne between integers, and to f32 or f64. i1 converts as
-  // unsigned (true is 1, as intConst reads it). Float-to-int folds only integral values, where the
-  // rounding mode does not matter.
+  // unsigned (true is 1, as intConst reads it). Float-to-int folds only integral
+  // values, where the rounding convention does not matter.
   Value* foldCast(Op* op) {
     Value* x = op->operand(0);
     const Type& to = op->result()->type();
@@ -351,7 +386,7 @@ class Canonicalizer {
     return constant(op, static_cast<int64_t>(*f));
   }
 
-  // trans(trans(x, p), q) is trans(x, p∘q), and x itself when that is the identity.
+  // trans(trans(x, p), q) is trans(x, r) with r[i] = p[q[i]], and x itself when r is the identity.
   bool composeTrans(Op* op) {
     Op* inner = op->operand(0)->definingOp();
     const auto& outer = op->intsAttr("perm");

@@ -2,6 +2,7 @@
 //   %a = add %x, %y : f32      (unused)      =>   (gone)
 //   %r = for ... { pure body } (unused)      =>   (gone)
 // In a module with a kernel, device functions no call reaches are removed too.
+#include <iterator>
 #include <set>
 
 #include "tilefuse/passes/Passes.h"
@@ -30,10 +31,13 @@ bool allUnused(Op* op) {
 // Erases dead ops of `b`, last to first so a chain of dead ops goes in one sweep.
 bool sweep(Block& b) {
   bool changed = false;
-  for (auto it = b.ops().rbegin(); it != b.ops().rend();) {
-    Op* op = (it++)->get();
+  // A forward iterator: a reverse one refers to its element through the next
+  // position, which erasing that next op would invalidate.
+  for (auto it = b.ops().end(); it != b.ops().begin();) {
+    Op* op = (--it)->get();
     for (unsigned r = 0; r < op->numRegions(); ++r) changed |= sweep(op->region(r));
     if (!op->has(Terminator) && allUnused(op) && removable(op)) {
+      it = std::next(it);
       op->erase();
       changed = true;
     }

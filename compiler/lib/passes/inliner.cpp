@@ -1,10 +1,7 @@
 // inliner: replaces calls of device functions by a copy of the callee's body.
-//   func @sq(%a: f32) -> (f32) {           func @k(%x: f32) {kernel = true} {
-//     %s = mul %a, %a : f32                  %s = mul %x, %x : f32
-//     return %s                     =>       store %p, %s
-//   }                                        ...
-//   %r = call @sq(%x) : f32
-//   store %p, %r
+//   func @sq(%a: f32) -> (f32) { %s = mul %a, %a : f32; return %s }
+//   %r = call @sq(%x) : f32          =>   %s = mul %x, %x : f32
+//   store %p, %r                          store %p, %s
 // Kernels and functions marked {noinline = true} are never inlined; callees stay in
 // the module (dce removes the ones no call reaches). Recursion is a UserError.
 #include <algorithm>

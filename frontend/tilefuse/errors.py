@@ -1,0 +1,49 @@
+"""User-facing errors: a kernel that cannot compile or a launch that cannot run."""
+
+from __future__ import annotations
+
+import linecache
+
+
+class TilefuseError(Exception):
+    """Base class of every error tilefuse raises on purpose."""
+
+
+class CompilationError(TilefuseError):
+    """A kernel failed to compile: names file:line:col, shows the line and a caret."""
+
+    def __init__(self, message: str, file: str | None = None, line: int = 0, col: int = 0, source_line=None):
+        self.message = message
+        self.file = file
+        self.line = line
+        self.col = col
+        if source_line is None and file:
+            source_line = linecache.getline(file, line).rstrip("\n") or None
+        self.source_line = source_line
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        if not self.file:
+            return f"error: {self.message}"
+        text = f"{self.file}:{self.line}:{self.col}: error: {self.message}"
+        if self.source_line:
+            pad = "".join("\t" if c == "\t" else " " for c in self.source_line[: max(self.col - 1, 0)])
+            text += f"\n{self.source_line}\n{pad}^"
+        return text
+
+
+class KernelRuntimeError(TilefuseError):
+    """A kernel failed while running: an out-of-bounds access, a device assert."""
+
+    def __init__(self, message: str, file: str | None = None, line: int = 0, col: int = 0):
+        self.message, self.file, self.line, self.col = message, file, line, col
+        where = f"{file}:{line}:{col}: " if file else ""
+        src = linecache.getline(file, line).rstrip("\n") if file else ""
+        text = f"{where}error: {message}"
+        if src:
+            text += f"\n{src}\n{' ' * max(col - 1, 0)}^"
+        super().__init__(text)
+
+
+class LaunchError(TilefuseError):
+    """Arguments that cannot be passed to a kernel (dtype, device, count)."""

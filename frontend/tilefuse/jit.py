@@ -1,0 +1,338 @@
+"""@jit: specialization, compilation to tile IR, caching and launch."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import inspect
+import os
+import textwrap
+
+import numpy as np
+
+from . import _C
+from .codegen import CodeGenerator, FunctionSource
+from .errors import CompilationError, KernelRuntimeError, LaunchError
+from .language import core as tl
+
+_ir = _C.ir
+_D = _ir.DType
+
+try:
+    import ml_dtypes as _mld
+except ImportError:  # ml_dtypes is a dependency; without it only numpy's own dtypes work
+    _mld = None
+
+_NUMPY_DTYPES = {
+    np.dtype(np.bool_): _D.i1, np.dtype(np.int8): _D.i8, np.dtype(np.int16): _D.i16, np.dtype(np.int32): _D.i32,
+    np.dtype(np.int64): _D.i64, np.dtype(np.float16): _D.f16, np.dtype(np.float32): _D.f32,
+    np.dtype(np.float64): _D.f64,
+}
+if _mld is not None:
+    _NUMPY_DTYPES.update({
+        np.dtype(_mld.bfloat16): _D.bf16, np.dtype(_mld.float8_e4m3fn): _D.f8e4m3,
+        np.dtype(_mld.float8_e5m2): _D.f8e5m2, np.dtype(_mld.float8_e8m0fnu): _D.e8m0,
+    })
+_TORCH_DTYPES = {
+    "torch.bool": _D.i1, "torch.int8": _D.i8, "torch.int16": _D.i16, "torch.int32": _D.i32, "torch.int64": _D.i64,
+    "torch.float16": _D.f16, "torch.bfloat16": _D.bf16, "torch.float32": _D.f32, "torch.float64": _D.f64,
+    "torch.float8_e4m3fn": _D.f8e4m3, "torch.float8_e5m2": _D.f8e5m2, "torch.float8_e8m0fnu": _D.e8m0,
+}
+
+
+try:
+    from numpy.lib.array_utils import byte_bounds as _byte_bounds
+except ImportError:  # numpy < 2
+    _byte_bounds = np.byte_bounds
+
+
+def _is_torch_tensor(x) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr") and hasattr(x, "dtype")
+
+
+def _array_dtype(name, x) -> _ir.DType:
+    if isinstance(x, np.ndarray):
+        d = _NUMPY_DTYPES.get(x.dtype)
+        if d is None:
+            hint = " (tilefuse has no unsigned types: pass arr.view(np.int8) and mask)" if x.dtype.kind == "u" else ""
+            raise LaunchError(f"argument '{name}': arrays of dtype {x.dtype} are not supported{hint}")
+        return d
+    d = _TORCH_DTYPES.get(str(x.dtype))
+    if d is None:
+        raise LaunchError(f"argument '{name}': tensors of dtype {x.dtype} are not supported")
+    return d
+
+
+def _is_constexpr_param(p: inspect.Parameter) -> bool:
+    a = p.annotation
+    if a is tl.constexpr:
+        return True
+    return isinstance(a, str) and a.split(".")[-1] == "constexpr"
+
+
+class CompiledKernel:
+    """One specialization of a kernel: its module and every stage as text."""
+
+    def __init__(self, name: str, module, asm: dict, signature: list):
+        self.name = name
+        self.module = module
+        self.asm = asm
+        self.signature = signature
+
+
+class _Compiler:
+    """Compiles one kernel specialization; generates device functions on demand."""
+
+    def __init__(self, module, builder):
+        self.module = module
+        self.b = builder
+        self.funcs = {}
+
+    def call_device_function(self, gen, fn, args, kwargs, node):
+        try:
+            bound = fn.signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise gen.error(node, f"call of '{fn.__name__}': {e}") from None
+        bound.apply_defaults()
+        runtime, consts, key = [], {}, []
+        for pname, v in bound.arguments.items():
+            v = tl._unwrap(v)
+            if isinstance(v, tl.tensor):
+                runtime.append((pname, v))
+                key.append(f"{pname}:{v.type}")
+            else:
+                consts[pname] = v
+                key.append(f"{pname}={v!r}")
+        digest = hashlib.sha1("|".join(key).encode()).hexdigest()[:10]
+        mangled = f"{fn.__name__}__{digest}"
+        if mangled not in self.funcs:
+            self.funcs[mangled] = None  # marks recursion in progress
+            block = self.b.insertion_block()
+            func = self.b.create_func(mangled, [v.type for _, v in runtime], [], False)
+            if fn.noinline:
+                func.set_bool_attr("noinline", True)
+            scope = dict(consts)
+            for (pname, _), a in zip(runtime, func.region(0).args):
+                a.name = pname
+                scope[pname] = tl.tensor(a)
+            sub = CodeGenerator(fn, fn.source, self.module, self.b, scope, fn.fn.__globals__, self)
+            sub.visit_body(fn.source.tree.body)
+            returned = sub.returned or []
+            self.b.ret([v.handle for v in returned])
+            func.set_func_results([v.type for v in returned])
+            self.funcs[mangled] = [v.type for v in returned]
+            self.b.set_insertion_point_to_end(block)
+            line, col = gen.src.pos(node)
+            self.b.set_loc(gen.src.file, line, col)
+        elif self.funcs[mangled] is None:
+            raise gen.error(node, f"recursive call of '{fn.__name__}' is not supported")
+        results = [tl.tensor(r) for r in self.b.call(mangled, [v.handle for _, v in runtime])]
+        if not results:
+            return None
+        return results[0] if len(results) == 1 else tuple(results)
+
+
+class JITFunction:
+    """A kernel or device function written in the tile language."""
+
+    __tilefuse_jit__ = True
+
+    def __init__(self, fn, *, do_not_specialize=(), noinline=False):
+        self.fn = fn
+        self.__name__ = fn.__name__
+        self.__doc__ = fn.__doc__
+        self.signature = inspect.signature(fn)
+        self.params = list(self.signature.parameters.values())
+        self.constexprs = {p.name for p in self.params if _is_constexpr_param(p)}
+        self.do_not_specialize = set(do_not_specialize)
+        self.noinline = noinline
+        self.cache: dict = {}
+        self._source = None
+
+    @property
+    def source(self) -> FunctionSource:
+        if self._source is None:
+            raw = inspect.getsource(self.fn)
+            indent = len(raw) - len(raw.lstrip(" \t"))
+            text = textwrap.dedent(raw)
+            tree = ast.parse(text).body[0]
+            file = inspect.getsourcefile(self.fn) or f"<{self.__name__}>"
+            first = self.fn.__code__.co_firstlineno
+            _ir.register_source(file, text if not os.path.exists(file) else open(file).read(),
+                                first if not os.path.exists(file) else 1)
+            self._source = FunctionSource(tree, file, first, indent)
+        return self._source
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(f"launch the kernel with {self.__name__}[grid](...); "
+                           "call it directly only from inside another kernel")
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
+
+    def __repr__(self):
+        return f"JITFunction({self.fn.__module__}:{self.fn.__qualname__})"
+
+    # --- specialization ---
+
+    def _bind(self, args, kwargs) -> dict:
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise LaunchError(f"{self.__name__}: {e}") from None
+        bound.apply_defaults()
+        return dict(bound.arguments)
+
+    def _specialize(self, bound: dict):
+        """The cache key and, per parameter, ('const', value) or ('arg', ir type, flags)."""
+        spec, key = [], []
+        for name, v in bound.items():
+            if name in self.constexprs:
+                v = tl._unwrap(v)
+                spec.append((name, "const", v))
+                key.append((name, "c", repr(v)))
+            elif isinstance(v, np.ndarray) or _is_torch_tensor(v):
+                d = _array_dtype(name, v)
+                addr = v.ctypes.data if isinstance(v, np.ndarray) else v.data_ptr()
+                aligned = addr % 16 == 0
+                spec.append((name, "arg", _ir.Type.ptr(d), aligned))
+                key.append((name, "p", int(d), aligned))
+            elif isinstance(v, bool):
+                spec.append((name, "arg", _ir.Type.scalar(_D.i1), False))
+                key.append((name, "b"))
+            elif isinstance(v, int):
+                if v == 1 and name not in self.do_not_specialize:
+                    spec.append((name, "const", 1))
+                    key.append((name, "one"))
+                    continue
+                d = _D.i32 if -(2**31) <= v < 2**31 else _D.i64
+                if not -(2**63) <= v < 2**63:
+                    raise LaunchError(f"argument '{name}': integer {v} does not fit in 64 bits")
+                div16 = v % 16 == 0 and name not in self.do_not_specialize
+                spec.append((name, "arg", _ir.Type.scalar(d), div16))
+                key.append((name, "i", int(d), div16))
+            elif isinstance(v, float):
+                spec.append((name, "arg", _ir.Type.scalar(_D.f32), False))
+                key.append((name, "f"))
+            elif v is None or isinstance(v, (tl.dtype, str)):
+                spec.append((name, "const", v))
+                key.append((name, "c", repr(v)))
+            else:
+                raise LaunchError(f"argument '{name}': cannot pass a {type(v).__name__} to a kernel")
+        return tuple(key), spec
+
+    def _compile(self, spec) -> CompiledKernel:
+        module = _ir.Module()
+        b = _ir.Builder(module)
+        src = self.source
+        line, col = src.pos(src.tree)
+        b.set_loc(src.file, line, col)
+        args = [s for s in spec if s[1] == "arg"]
+        func = b.create_func(self.__name__, [s[2] for s in args], [], True)
+        hinted = [i for i, s in enumerate(args) if s[3]]
+        if hinted:
+            func.set_int_list_attr("aligned16", hinted)
+        scope = {}
+        for s in spec:
+            if s[1] == "const":
+                scope[s[0]] = tl.constexpr(s[2])
+        for s, a in zip(args, func.region(0).args):
+            a.name = s[0]
+            scope[s[0]] = tl.tensor(a)
+        gen = CodeGenerator(self, src, module, b, scope, self.fn.__globals__, _Compiler(module, b))
+        gen.is_kernel = True
+        gen.visit_body(src.tree.body)
+        b.set_insertion_point_to_end(func.region(0))
+        b.set_loc(src.file, line, col)
+        b.ret([])
+        try:
+            module.verify()
+            tile_raw = module.to_text()
+            _C.passes.run_pipeline(module)
+        except _C.UserError as e:
+            raise CompilationError(e.message, e.file, e.line, e.col) from None
+        return CompiledKernel(self.__name__, module, {"tile_raw": tile_raw, "tile": module.to_text()},
+                              [(s[0], str(s[2])) for s in args])
+
+    def compile(self, *args, **kwargs) -> CompiledKernel:
+        """Compiles (or fetches from the cache) the specialization for these arguments."""
+        kwargs.pop("num_warps", None)
+        kwargs.pop("num_stages", None)
+        key, spec = self._specialize(self._bind(args, kwargs))
+        kernel = self.cache.get(key)
+        if kernel is None:
+            kernel = self.cache[key] = self._compile(spec)
+        return kernel
+
+    # --- launch ---
+
+    def run(self, *args, grid, num_warps=4, num_stages=3, **kwargs):
+        bound = self._bind(args, kwargs)
+        key, spec = self._specialize(bound)
+        kernel = self.cache.get(key)
+        if kernel is None:
+            kernel = self.cache[key] = self._compile(spec)
+        g = grid(dict(bound, num_warps=num_warps, num_stages=num_stages)) if callable(grid) else grid
+        g = tuple(int(tl._unwrap(x)) for x in (g if isinstance(g, (tuple, list)) else (g,)))
+        if not 1 <= len(g) <= 3 or any(x < 0 for x in g):
+            raise LaunchError(f"{self.__name__}: grid must be 1 to 3 non-negative integers, got {g}")
+        g = g + (1,) * (3 - len(g))
+        backend = select_backend(bound.values())
+        if backend == "cuda":
+            raise LaunchError("the CUDA backend is not part of this build yet; run with numpy arrays "
+                              "(or TILEFUSE_BACKEND=interp) to use the CPU interpreter")
+        _launch_interp(kernel, spec, bound, g)
+        return kernel
+
+
+def select_backend(values) -> str:
+    """TILEFUSE_BACKEND=interp|cuda picks; by default cuda when a GPU is visible.
+    numpy arguments always run on the interpreter."""
+    env = os.environ.get("TILEFUSE_BACKEND", "")
+    if env not in ("", "interp", "cuda"):
+        raise LaunchError(f"TILEFUSE_BACKEND must be 'interp' or 'cuda', got {env!r}")
+    if any(isinstance(v, np.ndarray) for v in values) or env == "interp":
+        return "interp"
+    if any(_is_torch_tensor(v) and str(getattr(v, "device", "cpu")) == "cpu" for v in values):
+        return "interp"
+    if env == "cuda" or _C.runtime.device_count() > 0:
+        return "cuda"
+    return "interp"
+
+
+def _launch_interp(kernel: CompiledKernel, spec, bound, grid):
+    I = _C.interp  # noqa: E741
+    args, buffers = [], []
+    for s in spec:
+        if s[1] != "arg":
+            continue
+        name, t = s[0], s[2]
+        v = bound[name]
+        if t.is_ptr:
+            if isinstance(v, np.ndarray):
+                lo, hi = _byte_bounds(v)
+                args.append(I.Arg.ptr(v.ctypes.data))
+            else:
+                if str(v.device) != "cpu":
+                    raise LaunchError(f"argument '{name}' is on {v.device}; the interpreter needs host memory")
+                lo = v.data_ptr()
+                hi = lo + v.untyped_storage().nbytes() - v.storage_offset() * v.element_size()
+                args.append(I.Arg.ptr(lo))
+            buffers.append(I.Buffer(lo, hi - lo, name))
+        elif t.elem == _D.f32:
+            args.append(I.Arg.float(float(v)))
+        else:
+            args.append(I.Arg.int(int(v)))
+    try:
+        I.launch(kernel.module, kernel.name, grid, args, buffers)
+    except _C.UserError as e:
+        raise KernelRuntimeError(e.message, e.file, e.line, e.col) from None
+
+
+def jit(fn=None, *, do_not_specialize=(), noinline=False):
+    """Decorator: `@tilefuse.jit` or `@tilefuse.jit(do_not_specialize=("n",))`."""
+
+    def wrap(f):
+        return JITFunction(f, do_not_specialize=do_not_specialize, noinline=noinline)
+
+    return wrap(fn) if fn is not None else wrap

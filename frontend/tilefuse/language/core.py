@@ -1,0 +1,678 @@
+"""The tile language: dtypes, tensors, constexpr, and the builtins kernels call.
+
+Builtins take tensors or plain Python values and a `_builder` keyword that the
+code generator supplies; they only convert arguments and call the C++ builder,
+which owns type inference, promotion and broadcasting.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+from .. import _C
+
+_ir = _C.ir
+_D = _ir.DType
+_K = _ir.OpKind
+
+
+class dtype:
+    """A scalar element type (`tl.float32`) or a pointer type."""
+
+    def __init__(self, name: str, ir: _ir.DType):
+        self.name = name
+        self.ir = ir
+
+    def __repr__(self):
+        return f"tl.{self.name}"
+
+    def __eq__(self, other):
+        return isinstance(other, dtype) and not isinstance(other, pointer_type) and other.ir == self.ir
+
+    def __hash__(self):
+        return hash(("dtype", int(self.ir)))
+
+    @property
+    def primitive_bitwidth(self) -> int:
+        return _ir.bit_width(self.ir)
+
+    def is_floating(self) -> bool:
+        return self.ir not in (_D.i1, _D.i8, _D.i16, _D.i32, _D.i64)
+
+    def is_int(self) -> bool:
+        return not self.is_floating()
+
+    def is_bool(self) -> bool:
+        return self.ir == _D.i1
+
+    def is_ptr(self) -> bool:
+        return False
+
+    def to_ir_type(self) -> _ir.Type:
+        return _ir.Type.scalar(self.ir)
+
+
+class pointer_type(dtype):
+    """A pointer to elements of `element_ty` in global memory."""
+
+    def __init__(self, element_ty: dtype):
+        super().__init__(f"pointer_type({element_ty!r})", element_ty.ir)
+        self.element_ty = element_ty
+
+    def __eq__(self, other):
+        return isinstance(other, pointer_type) and other.element_ty == self.element_ty
+
+    def __hash__(self):
+        return hash(("ptr", int(self.ir)))
+
+    def __repr__(self):
+        return f"pointer<{self.element_ty!r}>"
+
+    def is_ptr(self) -> bool:
+        return True
+
+    def to_ir_type(self) -> _ir.Type:
+        return _ir.Type.ptr(self.ir)
+
+
+int1 = dtype("int1", _D.i1)
+int8 = dtype("int8", _D.i8)
+int16 = dtype("int16", _D.i16)
+int32 = dtype("int32", _D.i32)
+int64 = dtype("int64", _D.i64)
+float16 = dtype("float16", _D.f16)
+bfloat16 = dtype("bfloat16", _D.bf16)
+float32 = dtype("float32", _D.f32)
+float64 = dtype("float64", _D.f64)
+float8e4nv = dtype("float8e4nv", _D.f8e4m3)
+float8e5 = dtype("float8e5", _D.f8e5m2)
+float8e8m0 = dtype("float8e8m0", _D.e8m0)
+float4e2m1 = dtype("float4e2m1", _D.f4e2m1)
+
+_BY_IR = {d.ir: d for d in (int1, int8, int16, int32, int64, float16, bfloat16, float32, float64,
+                            float8e4nv, float8e5, float8e8m0, float4e2m1)}
+
+
+def dtype_of(t: _ir.Type) -> dtype:
+    base = _BY_IR[t.elem]
+    return pointer_type(base) if t.is_ptr else base
+
+
+class constexpr:
+    """Marks a kernel parameter as compile-time; also wraps compile-time values."""
+
+    def __init__(self, value):
+        self.value = value.value if isinstance(value, constexpr) else value
+
+    def __repr__(self):
+        return f"constexpr[{self.value!r}]"
+
+
+def _unwrap(v):
+    return v.value if isinstance(v, constexpr) else v
+
+
+class tensor:
+    """A value inside a kernel: a scalar or a tile of static shape."""
+
+    def __init__(self, handle: _ir.Value):
+        self.handle = handle
+
+    @property
+    def type(self) -> _ir.Type:
+        return self.handle.type
+
+    @property
+    def dtype(self) -> dtype:
+        return dtype_of(self.type)
+
+    @property
+    def shape(self) -> list[int]:
+        return list(self.type.shape)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def __repr__(self):
+        return f"tensor<{self.type}>"
+
+    def __bool__(self):
+        raise TypeError("a kernel tensor has no Python truth value; use tl.where or an if on a scalar")
+
+    # Methods (called by the code generator with _builder).
+    def to(self, dtype, fp_downcast_rounding=None, bitcast=False, rounding=None, rand_bits=None, _builder=None):
+        return cast(self, dtype, fp_downcast_rounding, bitcast, rounding, rand_bits, _builder=_builder)
+
+    def reshape(self, *shape, _builder=None):
+        return reshape(self, *shape, _builder=_builder)
+
+    def trans(self, *dims, _builder=None):
+        return trans(self, *dims, _builder=_builder)
+
+    def broadcast_to(self, *shape, _builder=None):
+        return broadcast_to(self, *shape, _builder=_builder)
+
+    def expand_dims(self, axis, _builder=None):
+        return expand_dims(self, axis, _builder=_builder)
+
+    def sum(self, axis=None, keep_dims=False, _builder=None):
+        return sum(self, axis, keep_dims, _builder=_builder)
+
+    def max(self, axis=None, keep_dims=False, _builder=None):
+        return max(self, axis, keep_dims=keep_dims, _builder=_builder)
+
+    def min(self, axis=None, keep_dims=False, _builder=None):
+        return min(self, axis, keep_dims=keep_dims, _builder=_builder)
+
+    def argmax(self, axis, keep_dims=False, _builder=None):
+        return argmax(self, axis, keep_dims, _builder=_builder)
+
+    def split(self, _builder=None):
+        return split(self, _builder=_builder)
+
+    def __getattr__(self, name):
+        if name == "T":
+            raise AttributeError("x.T is handled by the code generator")
+        raise AttributeError(f"tensor has no attribute '{name}'")
+
+
+TENSOR_METHODS = {"to", "reshape", "trans", "broadcast_to", "expand_dims", "sum", "max", "min", "argmax", "split"}
+
+
+def builtin(fn):
+    """Marks a function callable inside kernels; the code generator passes _builder."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if kwargs.get("_builder") is None:
+            raise RuntimeError(f"tl.{fn.__name__} can only be called inside a @tilefuse.jit kernel")
+        return fn(*args, **kwargs)
+
+    wrapper.__tilefuse_builtin__ = True
+    return wrapper
+
+
+# --- conversions of Python values ---
+
+
+def _int_type(v: int) -> dtype:
+    if -(2**31) <= v < 2**31:
+        return int32
+    if -(2**63) <= v < 2**63:
+        return int64
+    raise ValueError(f"integer constant {v} does not fit in 64 bits")
+
+
+def to_tensor(v, b, like: tensor | None = None) -> tensor:
+    """A tensor for `v`. A Python scalar next to a tensor `like` takes like's dtype
+    where that keeps its value (Triton's weak typing of literals)."""
+    v = _unwrap(v)
+    if isinstance(v, tensor):
+        return v
+    if isinstance(v, bool):
+        return tensor(b.const_int(int(v), int1.to_ir_type()))
+    if isinstance(v, int):
+        if like is not None and not like.type.is_ptr and not like.type.is_desc and like.dtype != int1:
+            d = like.dtype
+            if d.is_floating() or _fits(v, d):
+                return _const(v, d, b)
+        return _const(v, _int_type(v), b)
+    if isinstance(v, float):
+        d = like.dtype if like is not None and not like.type.is_ptr and like.dtype.is_floating() else float32
+        if d in (float8e4nv, float8e5, float8e8m0, float4e2m1):
+            d = float32
+        return _const(v, d, b)
+    raise TypeError(f"cannot use a value of type {type(v).__name__} in a kernel")
+
+
+def _fits(v: int, d: dtype) -> bool:
+    bits = d.primitive_bitwidth
+    return -(2 ** (bits - 1)) <= v < 2 ** (bits - 1)
+
+
+def _const(v, d: dtype, b):
+    t = d.to_ir_type()
+    return tensor(b.const_float(float(v), t) if d.is_floating() else b.const_int(int(v), t))
+
+
+def _dtype_arg(d) -> dtype:
+    d = _unwrap(d)
+    if not isinstance(d, dtype):
+        raise TypeError(f"expected a tl dtype, got {d!r}")
+    return d
+
+
+def _shape_arg(shape) -> list[int]:
+    shape = [_unwrap(s) for s in (shape[0] if len(shape) == 1 and isinstance(_unwrap(shape[0]), (list, tuple)) else shape)]
+    for s in shape:
+        if not isinstance(_unwrap(s), int):
+            raise TypeError(f"shapes must be compile-time integers, got {s!r}")
+    return [int(_unwrap(s)) for s in shape]
+
+
+# --- builtins ---
+
+
+@builtin
+def program_id(axis, _builder=None):
+    return tensor(_builder.program_id(int(_unwrap(axis))))
+
+
+@builtin
+def num_programs(axis, _builder=None):
+    return tensor(_builder.num_programs(int(_unwrap(axis))))
+
+
+@builtin
+def arange(start, end, _builder=None):
+    return tensor(_builder.arange(int(_unwrap(start)), int(_unwrap(end))))
+
+
+@builtin
+def full(shape, value, dtype, _builder=None):
+    d = _dtype_arg(dtype)
+    return tensor(_builder.full(_shape_arg([shape]), float(_unwrap(value)), d.ir))
+
+
+@builtin
+def zeros(shape, dtype, _builder=None):
+    return full(shape, 0, dtype, _builder=_builder)
+
+
+@builtin
+def zeros_like(input, _builder=None):
+    return full(input.shape, 0, input.dtype, _builder=_builder)
+
+
+@builtin
+def load(pointer, mask=None, other=None, boundary_check=None, padding_option="", cache_modifier="",
+         eviction_policy="", volatile=False, _builder=None):
+    # Cache and eviction hints do not change results; the GPU backend may use them.
+    mask, other = _unwrap(mask), _unwrap(other)
+    m = to_tensor(mask, _builder).handle if mask is not None else None
+    o = None
+    if other is not None:
+        o = to_tensor(other, _builder, like=_PointeeProxy(to_tensor(pointer, _builder))).handle
+    return tensor(_builder.load(to_tensor(pointer, _builder).handle, m, o))
+
+
+class _PointeeProxy:
+    """Stands for 'a value of the pointer's element type' in weak typing."""
+
+    def __init__(self, p: tensor):
+        self.type = _ir.Type.scalar(p.type.elem)
+
+    @property
+    def dtype(self):
+        return dtype_of(self.type)
+
+
+@builtin
+def store(pointer, value, mask=None, boundary_check=None, cache_modifier="", eviction_policy="", _builder=None):
+    p = to_tensor(pointer, _builder)
+    v = to_tensor(value, _builder, like=_PointeeProxy(p))
+    mask = _unwrap(mask)
+    m = to_tensor(mask, _builder).handle if mask is not None else None
+    _builder.store(p.handle, v.handle, m)
+
+
+def _atomic(kind, pointer, val, mask, b):
+    p = to_tensor(pointer, b)
+    v = to_tensor(val, b, like=_PointeeProxy(p))
+    mask = _unwrap(mask)
+    m = to_tensor(mask, b).handle if mask is not None else None
+    return tensor(b.atomic(kind, p.handle, v.handle, m))
+
+
+@builtin
+def atomic_add(pointer, val, mask=None, sem=None, scope=None, _builder=None):
+    return _atomic(_K.AtomicAdd, pointer, val, mask, _builder)
+
+
+@builtin
+def atomic_max(pointer, val, mask=None, sem=None, scope=None, _builder=None):
+    return _atomic(_K.AtomicMax, pointer, val, mask, _builder)
+
+
+@builtin
+def where(condition, x, y, _builder=None):
+    x, y = _unwrap(x), _unwrap(y)
+    if isinstance(x, tensor) or not isinstance(y, tensor):
+        xt = to_tensor(x, _builder)
+        yt = to_tensor(y, _builder, like=xt)
+    else:
+        yt = to_tensor(y, _builder)
+        xt = to_tensor(x, _builder, like=yt)
+    return tensor(_builder.select(to_tensor(condition, _builder).handle, xt.handle, yt.handle))
+
+
+def _binary_builtin(kind, a, b, builder):
+    a, b = _unwrap(a), _unwrap(b)
+    if not isinstance(a, tensor) and isinstance(b, tensor):
+        at, bt = to_tensor(a, builder, like=b), b
+    else:
+        at = to_tensor(a, builder)
+        bt = to_tensor(b, builder, like=at)
+    return tensor(builder.binary(kind, at.handle, bt.handle))
+
+
+@builtin
+def minimum(x, y, propagate_nan=None, _builder=None):
+    return _binary_builtin(_K.Min, x, y, _builder)
+
+
+@builtin
+def maximum(x, y, propagate_nan=None, _builder=None):
+    return _binary_builtin(_K.Max, x, y, _builder)
+
+
+@builtin
+def clamp(x, min, max, propagate_nan=None, _builder=None):
+    return _binary_builtin(_K.Min, _binary_builtin(_K.Max, x, min, _builder), max, _builder)
+
+
+def _unary(kind):
+    def fn(x, _builder=None):
+        return tensor(_builder.unary(kind, to_tensor(x, _builder).handle))
+
+    return fn
+
+
+exp = builtin(_unary(_K.Exp))
+exp2 = builtin(_unary(_K.Exp2))
+log = builtin(_unary(_K.Log))
+log2 = builtin(_unary(_K.Log2))
+sqrt = builtin(_unary(_K.Sqrt))
+rsqrt = builtin(_unary(_K.Rsqrt))
+tanh = builtin(_unary(_K.Tanh))
+erf = builtin(_unary(_K.Erf))
+floor = builtin(_unary(_K.Floor))
+ceil = builtin(_unary(_K.Ceil))
+abs = builtin(_unary(_K.Abs))
+for _name, _f in (("exp", exp), ("exp2", exp2), ("log", log), ("log2", log2), ("sqrt", sqrt), ("rsqrt", rsqrt),
+                  ("tanh", tanh), ("erf", erf), ("floor", floor), ("ceil", ceil), ("abs", abs)):
+    _f.__name__ = _f.__qualname__ = _name
+
+
+@builtin
+def sigmoid(x, _builder=None):
+    # 1 / (1 + exp(-x)), in the input's float type.
+    xt = to_tensor(x, _builder)
+    if xt.dtype.is_int():
+        xt = cast(xt, float32, _builder=_builder)
+    e = tensor(_builder.unary(_K.Exp, _builder.neg(xt.handle)))
+    one = to_tensor(1.0, _builder, like=xt)
+    return tensor(_builder.binary(_K.Div, one.handle, _builder.binary(_K.Add, one.handle, e.handle)))
+
+
+@builtin
+def fma(x, y, z, _builder=None):
+    xs = [to_tensor(v, _builder) for v in (x, y, z)]
+    return tensor(_builder.fma(*(t.handle for t in xs)))
+
+
+@builtin
+def cdiv(x, div, _builder=None):
+    x, div = _unwrap(x), _unwrap(div)
+    if not isinstance(x, tensor) and not isinstance(div, tensor):
+        return (x + div - 1) // div
+    xt = to_tensor(x, _builder)
+    dt = to_tensor(div, _builder, like=xt)
+    one = to_tensor(1, _builder, like=xt)
+    num = _builder.binary(_K.Sub, _builder.binary(_K.Add, xt.handle, dt.handle), one.handle)
+    return tensor(_builder.binary(_K.Div, num, dt.handle))
+
+
+@builtin
+def cast(input, dtype, fp_downcast_rounding=None, bitcast=False, rounding=None, rand_bits=None, _builder=None):
+    d = _dtype_arg(dtype)
+    x = to_tensor(input, _builder)
+    if _unwrap(bitcast):
+        return tensor(_builder.bitcast(x.handle, d.to_ir_type()))
+    if isinstance(d, pointer_type):
+        if not x.type.is_ptr:
+            raise TypeError(f"cannot cast {x.dtype!r} to a pointer")
+        return tensor(_builder.bitcast(x.handle, d.to_ir_type()))
+    mode = _unwrap(rounding) or _unwrap(fp_downcast_rounding) or "rne"
+    mode = {"rtne": "rne"}.get(mode, mode)
+    rb = to_tensor(rand_bits, _builder).handle if _unwrap(rand_bits) is not None else None
+    if rb is not None and mode == "rne":
+        mode = "rs"
+    return tensor(_builder.cast(x.handle, d.ir, mode, rb))
+
+
+@builtin
+def reshape(input, *shape, can_reorder=False, _builder=None):
+    return tensor(_builder.reshape(to_tensor(input, _builder).handle, _shape_arg(shape)))
+
+
+@builtin
+def view(input, *shape, _builder=None):
+    return reshape(input, *shape, _builder=_builder)
+
+
+@builtin
+def trans(input, *dims, _builder=None):
+    return tensor(_builder.trans(to_tensor(input, _builder).handle, _shape_arg(dims) if dims else []))
+
+
+@builtin
+def permute(input, *dims, _builder=None):
+    return trans(input, *dims, _builder=_builder)
+
+
+@builtin
+def broadcast_to(input, *shape, _builder=None):
+    return tensor(_builder.broadcast_to(to_tensor(input, _builder).handle, _shape_arg(shape)))
+
+
+@builtin
+def broadcast(input, other, _builder=None):
+    a, b = _builder.broadcast_pair(to_tensor(input, _builder).handle, to_tensor(other, _builder).handle)
+    return tensor(a), tensor(b)
+
+
+@builtin
+def expand_dims(input, axis, _builder=None):
+    x = to_tensor(input, _builder)
+    axes = _unwrap(axis)
+    axes = list(axes) if isinstance(axes, (list, tuple)) else [axes]
+    h = x.handle
+    for a in sorted(int(_unwrap(a)) for a in axes):
+        h = _builder.expand_dims(h, a)
+    return tensor(h)
+
+
+@builtin
+def join(a, b, _builder=None):
+    return tensor(_builder.join(to_tensor(a, _builder).handle, to_tensor(b, _builder).handle))
+
+
+@builtin
+def split(a, _builder=None):
+    lo, hi = _builder.split(to_tensor(a, _builder).handle)
+    return tensor(lo), tensor(hi)
+
+
+def _reduce(kind, input, axis, keep_dims, b):
+    x = to_tensor(input, b)
+    axis = _unwrap(axis)
+    if axis is None:
+        flat = b.reshape(x.handle, [x.numel]) if len(x.shape) > 1 else x.handle
+        r = b.reduce(kind, flat, 0)
+        if _unwrap(keep_dims):
+            for _ in x.shape:
+                r = b.expand_dims(r, 0)
+        return tensor(r)
+    axis = int(axis)
+    r = b.reduce(kind, x.handle, axis)
+    if _unwrap(keep_dims):
+        r = b.expand_dims(r, axis % len(x.shape))
+    return tensor(r)
+
+
+@builtin
+def sum(input, axis=None, keep_dims=False, dtype=None, _builder=None):
+    x = to_tensor(input, _builder)
+    d = _unwrap(dtype)
+    if d is not None:
+        x = cast(x, d, _builder=_builder)
+    elif x.dtype in (float16, bfloat16):
+        x = cast(x, float32, _builder=_builder)  # accumulate narrow floats in fp32, as Triton does
+    return _reduce(_K.ReduceSum, x, axis, keep_dims, _builder)
+
+
+@builtin
+def max(input, axis=None, return_indices=False, keep_dims=False, _builder=None):
+    if _unwrap(return_indices):
+        return (_reduce(_K.ReduceMax, input, axis, keep_dims, _builder),
+                _reduce(_K.Argmax, input, axis, keep_dims, _builder))
+    return _reduce(_K.ReduceMax, input, axis, keep_dims, _builder)
+
+
+@builtin
+def min(input, axis=None, return_indices=False, keep_dims=False, _builder=None):
+    if _unwrap(return_indices):
+        raise NotImplementedError("tl.min(return_indices=True) is not supported; use tl.argmax on the negation")
+    return _reduce(_K.ReduceMin, input, axis, keep_dims, _builder)
+
+
+@builtin
+def argmax(input, axis, keep_dims=False, _builder=None):
+    return _reduce(_K.Argmax, input, axis, keep_dims, _builder)
+
+
+@builtin
+def dot(input, other, acc=None, input_precision=None, allow_tf32=None, max_num_imprecise_acc=None,
+        out_dtype=float32, _builder=None):
+    a, b = to_tensor(input, _builder), to_tensor(other, _builder)
+    acc = _unwrap(acc)
+    r = _builder.dot(a.handle, b.handle, to_tensor(acc, _builder).handle if acc is not None else None)
+    out = _dtype_arg(out_dtype)
+    t = tensor(r)
+    return cast(t, out, _builder=_builder) if out != t.dtype and out.is_floating() else t
+
+
+_SCALED_FORMATS = {"e4m3": float8e4nv, "e5m2": float8e5, "e2m1": float4e2m1}
+
+
+def _scaled_operand(x, fmt, k_axis, b):
+    """fp8 operands pass through; e2m1 comes packed two per int8 along K (low nibble first)."""
+    fmt = _unwrap(fmt)
+    if fmt not in _SCALED_FORMATS:
+        raise ValueError(f"dot_scaled format must be one of {sorted(_SCALED_FORMATS)}, got {fmt!r}")
+    t = to_tensor(x, b)
+    want = _SCALED_FORMATS[fmt]
+    if fmt != "e2m1":
+        return t if t.dtype == want else cast(t, want, bitcast=True, _builder=b)
+    if t.dtype != int8:
+        raise TypeError(f"dot_scaled 'e2m1' operands are packed int8 tiles, got {t.dtype!r}")
+    h = t.handle
+    if k_axis == 0:
+        h = b.trans(h, [])
+    mask = to_tensor(15, b, like=tensor(h)).handle
+    lo = b.bitcast(b.binary(_K.And, h, mask), float4e2m1.to_ir_type())
+    hi = b.bitcast(b.binary(_K.And, b.binary(_K.Shr, h, to_tensor(4, b, like=tensor(h)).handle), mask),
+                   float4e2m1.to_ir_type())
+    j = b.join(lo, hi)
+    shape = list(j.type.shape)
+    h = b.reshape(j, [shape[0], shape[1] * 2])
+    if k_axis == 0:
+        h = b.trans(h, [])
+    return tensor(h)
+
+
+@builtin
+def dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format, acc=None, fast_math=False,
+               out_dtype=float32, _builder=None):
+    a = _scaled_operand(lhs, lhs_format, 1, _builder)
+    bb = _scaled_operand(rhs, rhs_format, 0, _builder)
+    sa = cast(to_tensor(lhs_scale, _builder), float8e8m0, bitcast=True, _builder=_builder)
+    sb = cast(to_tensor(rhs_scale, _builder), float8e8m0, bitcast=True, _builder=_builder)
+    acc = _unwrap(acc)
+    h = _builder.dot_scaled(a.handle, sa.handle, bb.handle, sb.handle,
+                            to_tensor(acc, _builder).handle if acc is not None else None)
+    return tensor(h)
+
+
+@builtin
+def multiple_of(input, values, _builder=None):
+    # An alignment hint for the GPU backend; the value is unchanged.
+    return to_tensor(input, _builder)
+
+
+@builtin
+def max_contiguous(input, values, _builder=None):
+    # A vectorization hint for the GPU backend; the value is unchanged.
+    return to_tensor(input, _builder)
+
+
+@builtin
+def device_print(prefix, *args, hex=False, _builder=None):
+    _builder.print(str(_unwrap(prefix)), [to_tensor(a, _builder).handle for a in args])
+
+
+@builtin
+def device_assert(cond, msg="", _builder=None):
+    _builder.assert_true(to_tensor(cond, _builder).handle, str(_unwrap(msg)))
+
+
+class tensor_descriptor:
+    """A tensor in global memory described by base, sizes and strides, read and
+    written in blocks of `block_shape` (lowered to TMA on sm_90a). Elements
+    outside the tensor read as zero and are not written."""
+
+    def __init__(self, handle, block_shape):
+        self.handle = handle
+        self.block_shape = block_shape
+
+    def load(self, offsets, _builder=None):
+        offs = [to_tensor(o, _builder).handle for o in offsets]
+        return tensor(_builder.desc_load(self.handle, offs))
+
+    def store(self, offsets, value, _builder=None):
+        offs = [to_tensor(o, _builder).handle for o in offsets]
+        v = to_tensor(value, _builder)
+        _builder.desc_store(self.handle, v.handle, offs)
+
+
+DESCRIPTOR_METHODS = {"load", "store"}
+
+
+@builtin
+def make_tensor_descriptor(base, shape, strides, block_shape, _builder=None):
+    p = to_tensor(base, _builder)
+    sizes = [to_tensor(s, _builder).handle for s in _unwrap(shape)]
+    strd = [to_tensor(s, _builder).handle for s in _unwrap(strides)]
+    blk = _shape_arg([block_shape])
+    return tensor_descriptor(_builder.make_desc(p.handle, sizes, strd, blk), blk)
+
+
+class static_range:
+    """A loop unrolled at compile time: `for i in tl.static_range(4)`."""
+
+    def __init__(self, arg1, arg2=None, step=1):
+        self.start, self.end = (0, arg1) if arg2 is None else (arg1, arg2)
+        self.step = step
+
+
+class range:  # noqa: A001 - Triton's name
+    """A loop the compiler keeps as a loop: `for i in tl.range(lo, hi, step)`.
+    `num_stages` and friends are pipelining hints for the GPU backend."""
+
+    def __init__(self, arg1, arg2=None, step=None, num_stages=None, loop_unroll_factor=None, flatten=False,
+                 warp_specialize=False):
+        self.start, self.end = (0, arg1) if arg2 is None else (arg1, arg2)
+        self.step = 1 if step is None else step
+
+
+def static_assert(cond, msg=""):
+    """Checked while compiling; handled by the code generator."""
+    raise RuntimeError("tl.static_assert can only be used inside a @tilefuse.jit kernel")
+
+
+def static_print(*values):
+    """Prints while compiling; handled by the code generator."""
+    raise RuntimeError("tl.static_print can only be used inside a @tilefuse.jit kernel")
