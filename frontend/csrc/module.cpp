@@ -9,6 +9,7 @@ void init_passes(py::module_& m);
 void init_target(py::module_& m);
 void init_runtime(py::module_& m);
 void init_interp(py::module_& m);
+void init_lower(py::module_& m);
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "tilefuse compiler and runtime bindings";
@@ -18,4 +19,5 @@ PYBIND11_MODULE(_C, m) {
   init_target(m);
   init_runtime(m);
   init_interp(m);
+  init_lower(m);
 }

@@ -2,7 +2,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "tilefuse/runtime/DiskCache.h"
 #include "tilefuse/runtime/Driver.h"
+#include "tilefuse/runtime/Launch.h"
 
 namespace py = pybind11;
 using namespace tilefuse::runtime;
@@ -26,4 +28,33 @@ void init_runtime(py::module_& m) {
                std::to_string(d.minor) + ">";
       });
   r.def("device_info", &deviceInfo);
+  r.def("use_device", &useDevice);
+  r.def("pointer_device", &pointerDevice);
+  r.def("synchronize", &synchronize);
+
+  py::enum_<KernelArg::Kind>(r, "ArgKind")
+      .value("ptr", KernelArg::Kind::Ptr)
+      .value("i1", KernelArg::Kind::I1)
+      .value("i32", KernelArg::Kind::I32)
+      .value("i64", KernelArg::Kind::I64)
+      .value("f32", KernelArg::Kind::F32);
+  py::class_<KernelArg>(r, "KernelArg").def(py::init([](KernelArg::Kind k, uint64_t bits) { return KernelArg{k, bits}; }));
+  py::class_<LoadedKernel, std::shared_ptr<LoadedKernel>>(r, "LoadedKernel")
+      .def(py::init([](int device, py::bytes image, const std::string& name, int threads, int shared) {
+             return std::make_shared<LoadedKernel>(device, std::string(image), name, threads, shared);
+           }),
+           py::arg("device"), py::arg("image"), py::arg("name"), py::arg("num_threads"), py::arg("shared_bytes"))
+      .def("launch", &LoadedKernel::launch, py::arg("grid"), py::arg("stream"), py::arg("args"))
+      .def_property_readonly("device", &LoadedKernel::device)
+      .def_property_readonly("num_threads", &LoadedKernel::numThreads)
+      .def_property_readonly("shared_bytes", &LoadedKernel::sharedBytes);
+
+  py::class_<DiskCache>(r, "DiskCache")
+      .def(py::init<std::string>(), py::arg("dir") = defaultCacheDir())
+      .def_property_readonly("dir", &DiskCache::dir)
+      .def("get", [](const DiskCache& c, const std::string& k) -> py::object {
+        auto v = c.get(k);
+        return v ? py::object(py::bytes(*v)) : py::object(py::none());
+      })
+      .def("put", [](const DiskCache& c, const std::string& k, py::bytes data) { c.put(k, std::string(data)); });
 }

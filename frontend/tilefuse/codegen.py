@@ -29,9 +29,15 @@ _PY_CMPS = {
     ast.NotEq: operator.ne, ast.Is: operator.is_, ast.IsNot: operator.is_not,
 }
 
-
-class _Unsupported(Exception):
-    pass
+# How unsupported syntax is named in errors (others use the lower-cased AST class name).
+_SYNTAX_NAMES = {
+    ast.Break: "'break'", ast.Continue: "'continue'", ast.Try: "'try'", ast.With: "'with'", ast.Lambda: "'lambda'",
+    ast.Raise: "'raise'", ast.Delete: "'del'", ast.Global: "'global'", ast.Nonlocal: "'nonlocal'",
+    ast.ListComp: "list comprehension", ast.SetComp: "set comprehension", ast.DictComp: "dict comprehension",
+    ast.GeneratorExp: "generator expression", ast.NamedExpr: "':=' (assignment expression)",
+    ast.FunctionDef: "nested function definition", ast.ClassDef: "class definition", ast.Dict: "dict literal",
+    ast.Set: "set literal", ast.Starred: "'*' unpacking", ast.Yield: "'yield'", ast.Await: "'await'",
+}
 
 
 def _is_tensor(v) -> bool:
@@ -69,6 +75,7 @@ class CodeGenerator(ast.NodeVisitor):
         self.gscope = gscope
         self.compiler = compiler  # generates device functions on demand
         self.returned: list | None = None
+        self.return_node = None  # the 'return' statement that set `returned`
         self.node = None
 
     # --- errors and locations ---
@@ -100,7 +107,8 @@ class CodeGenerator(ast.NodeVisitor):
         return super().visit(node)
 
     def generic_visit(self, node):
-        raise self.error(node, f"unsupported syntax in a kernel: '{type(node).__name__.lower()}'")
+        what = _SYNTAX_NAMES.get(type(node), type(node).__name__.lower())
+        raise self.error(node, f"unsupported syntax in a kernel: {what}")
 
     # --- statements ---
 
@@ -161,6 +169,7 @@ class CodeGenerator(ast.NodeVisitor):
         value = tl._unwrap(value)
         vals = list(value) if isinstance(value, tuple) else ([] if value is None else [value])
         self.returned = [tl.to_tensor(v, self.b) for v in vals]
+        self.return_node = node
 
     def visit_Assert(self, node):
         cond = tl._unwrap(self.visit(node.test))
@@ -189,7 +198,7 @@ class CodeGenerator(ast.NodeVisitor):
             self.b.set_insertion_point_to_end(op.region(region))
             self.visit_body(body)
             if self.returned is not None:
-                raise self.error(node, "'return' inside an 'if' on a tensor is not supported")
+                raise self.error(self.return_node, "'return' inside an 'if' on a tensor is not supported")
             scopes.append(self.scope)
         self.scope = before
         # Names that both branches define, or that exist before and either branch changes.
@@ -276,6 +285,9 @@ class CodeGenerator(ast.NodeVisitor):
         inits = [self.scope[n] for n in names]
         op = self.b.create_for(lb.handle, ub.handle, step.handle, [v.handle for v in inits])
         block = self.b.insertion_block()
+        # Names first assigned in the body are local to it (as in a while loop and in Triton):
+        # their values are defined inside the loop's region and are not visible after it.
+        outer = dict(self.scope)
         body = op.region(0)
         args = body.args
         args[0].name = node.target.id
@@ -286,10 +298,11 @@ class CodeGenerator(ast.NodeVisitor):
         self.b.set_insertion_point_to_end(body)
         self.visit_body(node.body)
         if self.returned is not None:
-            raise self.error(node, "'return' inside a loop is not supported")
+            raise self.error(self.return_node, "'return' inside a loop is not supported")
         yields = self._loop_values(node, names, inits, "loop")
         self.b.yield_([v.handle for v in yields])
         self.b.set_insertion_point_to_end(block)
+        self.scope = outer
         for n, res in zip(names, op.results):
             res.name = n
             self.scope[n] = tl.tensor(res)
@@ -328,7 +341,7 @@ class CodeGenerator(ast.NodeVisitor):
         self.b.set_insertion_point_to_end(after)
         self.visit_body(node.body)
         if self.returned is not None:
-            raise self.error(node, "'return' inside a loop is not supported")
+            raise self.error(self.return_node, "'return' inside a loop is not supported")
         yields = self._loop_values(node, names, inits, "loop")
         self.b.yield_([v.handle for v in yields])
         self.b.set_insertion_point_to_end(block)
@@ -533,6 +546,13 @@ class CodeGenerator(ast.NodeVisitor):
             raise self.error(node, f"{fn.__name__} can only be used as the iterable of a for loop")
         if isinstance(fn, type) and issubclass(fn, tl.dtype) or fn is tl.constexpr:
             return fn(*[tl._unwrap(a) for a in args])
+        if fn in (_py.min, _py.max) and len(args) >= 2 and not kwargs and any(_is_tensor(tl._unwrap(a)) for a in args):
+            # As in Triton, Python's min/max of tensors are elementwise tl.minimum/tl.maximum.
+            elementwise = tl.minimum if fn is _py.min else tl.maximum
+            acc = args[0]
+            for a in args[1:]:
+                acc = elementwise(acc, a, _builder=self.b)
+            return acc
         if any(_is_tensor(tl._unwrap(a)) for a in list(args) + list(kwargs.values())):
             name = getattr(fn, "__name__", repr(fn))
             raise self.error(node, f"'{name}' is not a tilefuse builtin or @jit function and cannot take tensors")

@@ -78,6 +78,7 @@ class CompiledKernel:
         self.module = module
         self.asm = asm
         self.signature = signature
+        self.loaded = {}  # (device, num_warps) -> runtime.LoadedKernel
 
 
 class _Compiler:
@@ -191,6 +192,13 @@ class JITFunction:
                 v = tl._unwrap(v)
                 spec.append((name, "const", v))
                 key.append((name, "c", repr(v)))
+            elif hasattr(v, "__cuda_array_interface__") and not _is_torch_tensor(v):
+                from . import gpu
+
+                d = gpu.cai_dtype(name, v)
+                aligned = v.__cuda_array_interface__["data"][0] % 16 == 0
+                spec.append((name, "arg", _ir.Type.ptr(d), aligned))
+                key.append((name, "p", int(d), aligned))
             elif isinstance(v, np.ndarray) or _is_torch_tensor(v):
                 d = _array_dtype(name, v)
                 addr = v.ctypes.data if isinstance(v, np.ndarray) else v.data_ptr()
@@ -277,11 +285,24 @@ class JITFunction:
         if not 1 <= len(g) <= 3 or any(x < 0 for x in g):
             raise LaunchError(f"{self.__name__}: grid must be 1 to 3 non-negative integers, got {g}")
         g = g + (1,) * (3 - len(g))
-        backend = select_backend(bound.values())
-        if backend == "cuda":
-            raise LaunchError("the CUDA backend is not part of this build yet; run with numpy arrays "
-                              "(or TILEFUSE_BACKEND=interp) to use the CPU interpreter")
-        _launch_interp(kernel, spec, bound, g)
+        if select_backend(bound.values()) == "cuda":
+            from . import gpu
+
+            gpu.launch(kernel, spec, bound, g, num_warps)
+        else:
+            _launch_interp(kernel, spec, bound, g)
+        return kernel
+
+    def warmup(self, *args, grid=None, target=None, num_warps=4, num_stages=3, **kwargs) -> CompiledKernel:
+        """Compiles for `target` (e.g. "sm_90a"; default: GPU 0, else sm_90a) without
+        launching; works without a GPU. The result exposes asm["tile"], ["llir"], ["ptx"]."""
+        from . import gpu
+
+        kernel = self.compile(*args, **kwargs)
+        if target is None:
+            target = gpu.arch_of_device(0) if _C.runtime.device_count() > 0 else "sm_90a"
+        low = gpu.lower(kernel, target, num_warps)
+        kernel.asm["llir"], kernel.asm["ptx"] = low["llir"], low["ptx"]
         return kernel
 
 
@@ -295,9 +316,11 @@ def select_backend(values) -> str:
         return "interp"
     if any(_is_torch_tensor(v) and str(getattr(v, "device", "cpu")) == "cpu" for v in values):
         return "interp"
-    if env == "cuda" or _C.runtime.device_count() > 0:
+    if env == "cuda":
+        if _C.runtime.device_count() == 0:
+            raise LaunchError(f"TILEFUSE_BACKEND=cuda but no GPU is usable: {_C.runtime.driver_unavailable_reason()}")
         return "cuda"
-    return "interp"
+    return "cuda" if _C.runtime.device_count() > 0 else "interp"
 
 
 def _launch_interp(kernel: CompiledKernel, spec, bound, grid):

@@ -7,6 +7,7 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/IRReader/IRReader.h>
 #include <llvm/MC/TargetRegistry.h>
+#include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/SourceMgr.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
@@ -45,7 +46,7 @@ std::string ptxFeatureFor(std::string_view arch) {
 
 std::string llvmVersion() { return LLVM_VERSION_STRING; }
 
-std::string compileLLVMIRToPTX(std::string_view llvmIR, const PtxOptions& opts) {
+PtxResult optimizeAndEmitPTX(std::string_view llvmIR, const PtxOptions& opts) {
   initNVPTX();
   std::string feature = ptxFeatureFor(opts.arch);
   llvm::LLVMContext ctx;
@@ -77,13 +78,40 @@ std::string compileLLVMIRToPTX(std::string_view llvmIR, const PtxOptions& opts) 
   mod->setTargetTriple(triple.getTriple());
   mod->setDataLayout(tm->createDataLayout());
 
+  if (opts.optLevel > 0) {
+    // The middle end: inlining of libdevice, NVVMReflect (through the target's callbacks), O3.
+    llvm::LoopAnalysisManager lam;
+    llvm::FunctionAnalysisManager fam;
+    llvm::CGSCCAnalysisManager cgam;
+    llvm::ModuleAnalysisManager mam;
+    llvm::PassBuilder pb(tm.get());
+    pb.registerModuleAnalyses(mam);
+    pb.registerCGSCCAnalyses(cgam);
+    pb.registerFunctionAnalyses(fam);
+    pb.registerLoopAnalyses(lam);
+    pb.crossRegisterProxies(lam, fam, cgam, mam);
+    auto ol = opts.optLevel >= 3 ? llvm::OptimizationLevel::O3 : opts.optLevel == 2 ? llvm::OptimizationLevel::O2
+                                                                                     : llvm::OptimizationLevel::O1;
+    llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(ol);
+    mpm.run(*mod, mam);
+  }
+  PtxResult result;
+  llvm::raw_string_ostream irOut(result.optimizedIR);
+  mod->print(irOut, nullptr);
+  irOut.flush();
+
   llvm::SmallString<0> ptx;
   llvm::raw_svector_ostream out(ptx);
   llvm::legacy::PassManager pm;
   if (tm->addPassesToEmitFile(pm, out, nullptr, llvm::CodeGenFileType::AssemblyFile))
     throw InternalError("NVPTX target cannot emit assembly");
   pm.run(*mod);
-  return std::string(ptx.str());
+  result.ptx = std::string(ptx.str());
+  return result;
+}
+
+std::string compileLLVMIRToPTX(std::string_view llvmIR, const PtxOptions& opts) {
+  return optimizeAndEmitPTX(llvmIR, opts).ptx;
 }
 
 }  // namespace tilefuse::target

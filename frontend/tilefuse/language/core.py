@@ -273,7 +273,16 @@ def arange(start, end, _builder=None):
 @builtin
 def full(shape, value, dtype, _builder=None):
     d = _dtype_arg(dtype)
-    return tensor(_builder.full(_shape_arg([shape]), float(_unwrap(value)), d.ir))
+    shape = _shape_arg([shape])
+    value = _unwrap(value)
+    if isinstance(value, tensor):  # a runtime scalar is converted and splatted
+        if value.shape:
+            raise ValueError(f"tl.full needs a scalar value, got a tile of shape {value.shape}")
+        v = value if value.dtype == d else cast(value, d, _builder=_builder)
+        return tensor(_builder.splat(v.handle, shape))
+    if d.is_int() and isinstance(value, int):  # exact beyond 2**53
+        return tensor(_builder.const_int(value, _ir.Type.tile(d.ir, shape)))
+    return tensor(_builder.full(shape, float(value), d.ir))
 
 
 @builtin

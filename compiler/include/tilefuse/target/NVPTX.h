@@ -11,6 +11,14 @@ struct PtxOptions {
   int optLevel = 3;
 };
 
+struct PtxResult {
+  std::string optimizedIR;  // after the O<optLevel> middle-end pipeline (NVVMReflect included)
+  std::string ptx;
+};
+
+// Optimizes textual LLVM IR for nvptx64 and emits PTX.
+PtxResult optimizeAndEmitPTX(std::string_view llvmIR, const PtxOptions& opts = {});
+
 // Compiles textual LLVM IR for nvptx64 to PTX text. Malformed IR raises
 // UserError with LLVM's diagnostic; an unknown arch raises UserError too.
 std::string compileLLVMIRToPTX(std::string_view llvmIR, const PtxOptions& opts = {});

@@ -1,0 +1,805 @@
+// Tile IR -> LLVM IR (nvptx64) with the cyclic layout of LowerToLLVM.h, then
+// libdevice linking, the O3 pipeline and PTX emission.
+#include "tilefuse/lower/LowerToLLVM.h"
+
+#include <llvm/Bitcode/BitcodeReader.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/InlineAsm.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsNVPTX.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Linker/Linker.h>
+#include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include <cstdlib>
+#include <functional>
+#include <unordered_map>
+
+#include "tilefuse/interp/Formats.h"
+#include "tilefuse/target/NVPTX.h"
+
+namespace tilefuse::lower {
+namespace {
+
+using llvm::IRBuilder;
+using LVal = llvm::Value;
+
+// The per-thread registers of one tile-IR value: one LLVM value per slot.
+// A tensor descriptor keeps [base, sizes..., strides...] (uniform scalars).
+struct Regs {
+  std::vector<LVal*> e;
+};
+
+class Lowering {
+ public:
+  Lowering(llvm::LLVMContext& ctx, llvm::Module& mod, const LowerOptions& opts)
+      : ctx_(ctx), mod_(mod), b_(ctx), threads_(32 * opts.numWarps), arch_(opts.arch) {}
+
+  int sharedBytes() const { return static_cast<int>(smemBytes_); }
+
+  void lowerKernel(const Op& f) {
+    const Block& body = f.region(0);
+    std::vector<llvm::Type*> params;
+    for (Value* a : body.args()) params.push_back(scalarType(a->type()));
+    auto* fnTy = llvm::FunctionType::get(b_.getVoidTy(), params, false);
+    fn_ = llvm::Function::Create(fnTy, llvm::Function::ExternalLinkage, funcName(f), mod_);
+    if (const Attr* al = f.attr("aligned16"); al && std::holds_alternative<std::vector<int64_t>>(*al))
+      for (int64_t i : std::get<std::vector<int64_t>>(*al))
+        if (body.arg(static_cast<unsigned>(i))->type().isPtr())
+          fn_->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::getWithAlignment(ctx_, llvm::Align(16)));
+    auto* md = mod_.getOrInsertNamedMetadata("nvvm.annotations");
+    auto* i32 = b_.getInt32Ty();
+    md->addOperand(llvm::MDNode::get(ctx_, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, "kernel"),
+                                            llvm::ValueAsMetadata::get(llvm::ConstantInt::get(i32, 1))}));
+    md->addOperand(llvm::MDNode::get(ctx_, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, "maxntidx"),
+                                            llvm::ValueAsMetadata::get(llvm::ConstantInt::get(i32, threads_))}));
+    b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn_));
+    tid_ = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {}, {});
+    for (unsigned i = 0; i < body.numArgs(); ++i) {
+      fn_->getArg(i)->setName(body.arg(i)->name());
+      vals_[body.arg(i)] = Regs{{fn_->getArg(i)}};
+    }
+    lowerBlock(body);
+    b_.CreateRetVoid();
+  }
+
+ private:
+  // --- types and layout ---
+
+  llvm::Type* elemType(DType d) {
+    switch (d) {
+      case DType::I1: return b_.getInt1Ty();
+      case DType::I8: case DType::F8E4M3: case DType::F8E5M2: case DType::E8M0: case DType::F4E2M1:
+        return b_.getInt8Ty();
+      case DType::I16: return b_.getInt16Ty();
+      case DType::I32: return b_.getInt32Ty();
+      case DType::I64: return b_.getInt64Ty();
+      case DType::F16: return b_.getHalfTy();
+      case DType::BF16: return b_.getBFloatTy();
+      case DType::F32: return b_.getFloatTy();
+      case DType::F64: return b_.getDoubleTy();
+    }
+    throw InternalError("elemType");
+  }
+  llvm::Type* scalarType(const Type& t) {
+    if (t.isPtr()) return llvm::PointerType::get(ctx_, 1);
+    return elemType(t.elem);
+  }
+  static int64_t numel(const Type& t) { return t.isTile() ? t.numel() : 1; }
+  int slots(const Type& t) const { return static_cast<int>((numel(t) + threads_ - 1) / threads_); }
+  LVal* idx(int64_t v) { return b_.getInt32(static_cast<int32_t>(v)); }
+  // Flat element index of slot s in this thread (N is a power of two).
+  LVal* flatIndex(const Type& t, int s) {
+    LVal* i = b_.CreateAdd(idx(int64_t(s) * threads_), tid_);
+    return numel(t) >= threads_ ? i : b_.CreateAnd(i, idx(numel(t) - 1));
+  }
+  LVal* owner(const Type& t, int s) { return b_.CreateICmpULT(b_.CreateAdd(idx(int64_t(s) * threads_), tid_), idx(numel(t))); }
+  // Coordinate `d` of flat index e in a row-major shape of power-of-two dims.
+  LVal* coord(LVal* e, const std::vector<int64_t>& shape, size_t d) {
+    int64_t inner = 1;
+    for (size_t k = d + 1; k < shape.size(); ++k) inner *= shape[k];
+    return b_.CreateAnd(b_.CreateLShr(e, idx(__builtin_ctzll(inner))), idx(shape[d] - 1));
+  }
+  LVal* flatten(const std::vector<LVal*>& c, const std::vector<int64_t>& shape) {
+    LVal* e = idx(0);
+    for (size_t d = 0; d < shape.size(); ++d) e = b_.CreateAdd(b_.CreateMul(e, idx(shape[d])), c[d]);
+    return e;
+  }
+
+  const Regs& get(const Value* v) {
+    auto it = vals_.find(v);
+    if (it == vals_.end()) throw InternalError("lowering: value used before definition");
+    return it->second;
+  }
+  [[noreturn]] void unsupported(const Op& op, const std::string& what) {
+    throw UserError(op.loc(), "the GPU backend does not lower " + what + " yet (the interpreter runs it)");
+  }
+
+  // --- shared memory round trips ---
+
+  llvm::GlobalVariable* smem() {
+    if (!smem_) {
+      auto* ty = llvm::ArrayType::get(b_.getInt8Ty(), 0);
+      smem_ = new llvm::GlobalVariable(mod_, ty, false, llvm::GlobalValue::ExternalLinkage, nullptr, "tf_smem",
+                                       nullptr, llvm::GlobalValue::NotThreadLocal, 3);
+      smem_->setAlignment(llvm::Align(16));
+    }
+    return smem_;
+  }
+  int storeBytes(DType d) { return d == DType::I1 ? 1 : static_cast<int>(mod_.getDataLayout().getTypeAllocSize(elemType(d))); }
+  LVal* smemAddr(int64_t base, LVal* index, DType d) {
+    LVal* off = b_.CreateAdd(idx(base), b_.CreateMul(index, idx(storeBytes(d))));
+    return b_.CreateGEP(b_.getInt8Ty(), smem(), off);
+  }
+  void barrier() { b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {}); }
+  // Writes every element of `r` (type t) at smem[base + flat * size]; duplicates write equal values.
+  void toSmem(const Regs& r, const Type& t, int64_t base) {
+    DType d = t.elem;
+    smemBytes_ = std::max<uint64_t>(smemBytes_, base + numel(t) * storeBytes(d));
+    for (int s = 0; s < slots(t); ++s) {
+      LVal* v = d == DType::I1 ? b_.CreateZExt(r.e[s], b_.getInt8Ty()) : r.e[s];
+      b_.CreateStore(v, smemAddr(base, flatIndex(t, s), d));
+    }
+  }
+  LVal* fromSmem(int64_t base, LVal* index, DType d) {
+    llvm::Type* ty = d == DType::I1 ? b_.getInt8Ty() : elemType(d);
+    LVal* v = b_.CreateLoad(ty, smemAddr(base, index, d));
+    return d == DType::I1 ? b_.CreateTrunc(v, b_.getInt1Ty()) : v;
+  }
+  // Result[e] = source element srcIndex(e), through shared memory.
+  Regs gather(const Regs& src, const Type& srcT, const Type& dstT, const std::function<LVal*(LVal*)>& srcIndex) {
+    barrier();
+    toSmem(src, srcT, 0);
+    barrier();
+    Regs out;
+    for (int s = 0; s < slots(dstT); ++s) out.e.push_back(fromSmem(0, srcIndex(flatIndex(dstT, s)), srcT.elem));
+    return out;
+  }
+
+  // --- blocks ---
+
+  void lowerBlock(const Block& b) {
+    for (const auto& o : b.ops())
+      if (!o->has(Terminator)) lowerOp(*o);
+  }
+  std::vector<Regs> terminatorRegs(const Block& b) {
+    std::vector<Regs> r;
+    for (Value* v : b.terminator()->operands()) r.push_back(get(v));
+    return r;
+  }
+
+  void lowerOp(const Op& op);
+  LVal* arith(const Op& op, const std::vector<LVal*>& a, const Type& t);
+  LVal* castElem(const Op& op, LVal* v, const Type& from, const Type& to);
+  LVal* mathCall(const Op& op, const char* f32name, const char* f64name, LVal* x, DType d);
+  void lowerMemory(const Op& op);
+  void lowerDesc(const Op& op);
+  void lowerReduce(const Op& op);
+  void lowerDot(const Op& op);
+  void lowerFor(const Op& op);
+  void lowerIf(const Op& op);
+  void lowerWhile(const Op& op);
+
+  // Runs `body` only when `cond`; returns the phi of body's value and `otherwise`.
+  LVal* guarded(LVal* cond, const std::function<LVal*()>& body, LVal* otherwise) {
+    llvm::BasicBlock* from = b_.GetInsertBlock();
+    auto* then = llvm::BasicBlock::Create(ctx_, "g.then", fn_);
+    auto* done = llvm::BasicBlock::Create(ctx_, "g.done", fn_);
+    b_.CreateCondBr(cond, then, done);
+    b_.SetInsertPoint(then);
+    LVal* v = body();
+    llvm::BasicBlock* thenEnd = b_.GetInsertBlock();
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+    if (!otherwise) return nullptr;
+    auto* phi = b_.CreatePHI(otherwise->getType(), 2);
+    phi->addIncoming(v, thenEnd);
+    phi->addIncoming(otherwise, from);
+    return phi;
+  }
+
+  llvm::LLVMContext& ctx_;
+  llvm::Module& mod_;
+  IRBuilder<> b_;
+  int threads_;
+  std::string arch_;
+  llvm::Function* fn_ = nullptr;
+  LVal* tid_ = nullptr;
+  llvm::GlobalVariable* smem_ = nullptr;
+  uint64_t smemBytes_ = 0;
+  std::unordered_map<const Value*, Regs> vals_;
+};
+
+LVal* Lowering::mathCall(const Op& op, const char* f32name, const char* f64name, LVal* x, DType d) {
+  bool wide = d == DType::F64;
+  llvm::Type* ft = wide ? b_.getDoubleTy() : b_.getFloatTy();
+  LVal* in = (d == DType::F16 || d == DType::BF16) ? b_.CreateFPExt(x, ft) : x;
+  auto callee = mod_.getOrInsertFunction(wide ? f64name : f32name, llvm::FunctionType::get(ft, {ft}, false));
+  LVal* r = b_.CreateCall(callee, {in});
+  return (d == DType::F16 || d == DType::BF16) ? b_.CreateFPTrunc(r, elemType(d)) : r;
+}
+
+LVal* Lowering::arith(const Op& op, const std::vector<LVal*>& a, const Type& t) {
+  bool f = isFloat(t.elem);
+  DType d = t.elem;
+  llvm::Type* ty = elemType(d);
+  auto intr = [&](llvm::Intrinsic::ID id, std::vector<LVal*> args) { return b_.CreateIntrinsic(id, {ty}, args); };
+  switch (op.kind()) {
+    case OpKind::Add: return f ? b_.CreateFAdd(a[0], a[1]) : b_.CreateAdd(a[0], a[1]);
+    case OpKind::Sub: return f ? b_.CreateFSub(a[0], a[1]) : b_.CreateSub(a[0], a[1]);
+    case OpKind::Mul: return f ? b_.CreateFMul(a[0], a[1]) : b_.CreateMul(a[0], a[1]);
+    case OpKind::Div: return f ? b_.CreateFDiv(a[0], a[1]) : b_.CreateSDiv(a[0], a[1]);
+    case OpKind::Rem: return f ? b_.CreateFRem(a[0], a[1]) : b_.CreateSRem(a[0], a[1]);
+    case OpKind::And: return b_.CreateAnd(a[0], a[1]);
+    case OpKind::Or: return b_.CreateOr(a[0], a[1]);
+    case OpKind::Xor: return b_.CreateXor(a[0], a[1]);
+    case OpKind::Shl:
+    case OpKind::Shr: {
+      // Shifts by the width or more give 0 (or the sign) as in the interpreter, not poison.
+      unsigned w = ty->getIntegerBitWidth();
+      LVal* big = b_.CreateICmpUGE(a[1], llvm::ConstantInt::get(ty, w));
+      LVal* amt = b_.CreateSelect(big, llvm::ConstantInt::get(ty, 0), a[1]);
+      if (op.kind() == OpKind::Shl) return b_.CreateSelect(big, llvm::ConstantInt::get(ty, 0), b_.CreateShl(a[0], amt));
+      LVal* sign = b_.CreateAShr(a[0], llvm::ConstantInt::get(ty, w - 1));
+      return b_.CreateSelect(big, sign, b_.CreateAShr(a[0], amt));
+    }
+    case OpKind::Min: return f ? intr(llvm::Intrinsic::minnum, a) : intr(llvm::Intrinsic::smin, a);
+    case OpKind::Max: return f ? intr(llvm::Intrinsic::maxnum, a) : intr(llvm::Intrinsic::smax, a);
+    case OpKind::Neg: return f ? b_.CreateFNeg(a[0]) : b_.CreateNeg(a[0]);
+    case OpKind::Fma: return intr(llvm::Intrinsic::fma, a);
+    case OpKind::Abs: return f ? intr(llvm::Intrinsic::fabs, a) : b_.CreateIntrinsic(llvm::Intrinsic::abs, {ty}, {a[0], b_.getFalse()});
+    case OpKind::Sqrt: return intr(llvm::Intrinsic::sqrt, a);
+    case OpKind::Floor: return intr(llvm::Intrinsic::floor, a);
+    case OpKind::Ceil: return intr(llvm::Intrinsic::ceil, a);
+    case OpKind::Exp: return mathCall(op, "__nv_expf", "__nv_exp", a[0], d);
+    case OpKind::Exp2: return mathCall(op, "__nv_exp2f", "__nv_exp2", a[0], d);
+    case OpKind::Log: return mathCall(op, "__nv_logf", "__nv_log", a[0], d);
+    case OpKind::Log2: return mathCall(op, "__nv_log2f", "__nv_log2", a[0], d);
+    case OpKind::Rsqrt: return mathCall(op, "__nv_rsqrtf", "__nv_rsqrt", a[0], d);
+    case OpKind::Tanh: return mathCall(op, "__nv_tanhf", "__nv_tanh", a[0], d);
+    case OpKind::Erf: return mathCall(op, "__nv_erff", "__nv_erf", a[0], d);
+    default: unsupported(op, "'" + std::string(op.mnemonic()) + "'");
+  }
+}
+
+LVal* Lowering::castElem(const Op& op, LVal* v, const Type& from, const Type& to) {
+  DType s = from.elem, d = to.elem;
+  llvm::Type* dt = elemType(d);
+  bool fp8 = s == DType::F8E4M3 || s == DType::F8E5M2 || d == DType::F8E4M3 || d == DType::F8E5M2;
+  bool exotic = s == DType::E8M0 || s == DType::F4E2M1 || d == DType::E8M0 || d == DType::F4E2M1;
+  if (exotic) unsupported(op, "casts of e8m0 and f4e2m1");
+  if (op.kind() == OpKind::Cast && op.strAttr("rounding") != "rne")
+    unsupported(op, "casts with rounding '" + op.strAttr("rounding") + "'");
+  if (fp8) {
+    if (arch_ != "sm_89" && arch_.rfind("sm_9", 0) != 0) unsupported(op, "fp8 casts before sm_89");
+    const char* fmt = (s == DType::F8E4M3 || d == DType::F8E4M3) ? "e4m3x2" : "e5m2x2";
+    if (d == DType::F8E4M3 || d == DType::F8E5M2) {
+      LVal* x = isFloat(s) ? (s == DType::F32 ? v : b_.CreateFPCast(v, b_.getFloatTy())) : b_.CreateSIToFP(v, b_.getFloatTy());
+      auto* asmTy = llvm::FunctionType::get(b_.getInt16Ty(), {b_.getFloatTy()}, false);
+      auto* ia = llvm::InlineAsm::get(asmTy, std::string("{ .reg .f32 z; mov.f32 z, 0f00000000; cvt.rn.satfinite.") + fmt +
+                                                 ".f32 $0, z, $1; }", "=h,f", false);
+      return b_.CreateTrunc(b_.CreateCall(ia, {x}), b_.getInt8Ty());
+    }
+    auto* asmTy = llvm::FunctionType::get(b_.getInt32Ty(), {b_.getInt16Ty()}, false);
+    auto* ia = llvm::InlineAsm::get(asmTy, std::string("cvt.rn.f16x2.") + fmt + " $0, $1;", "=r,h", false);
+    LVal* pair = b_.CreateCall(ia, {b_.CreateZExt(v, b_.getInt16Ty())});
+    LVal* h = b_.CreateBitCast(b_.CreateTrunc(pair, b_.getInt16Ty()), b_.getHalfTy());
+    Type f16 = Type::scalar(DType::F16);
+    return d == DType::F16 ? h : castElem(op, h, f16, to);
+  }
+  if (isFloat(s) && isFloat(d)) return b_.CreateFPCast(v, dt);
+  if (isInt(s) && isInt(d)) {
+    if (d == DType::I1) return b_.CreateICmpNE(v, llvm::ConstantInt::get(v->getType(), 0));
+    return s == DType::I1 ? b_.CreateZExt(v, dt) : b_.CreateSExtOrTrunc(v, dt);
+  }
+  if (isInt(s)) return s == DType::I1 ? b_.CreateUIToFP(v, dt) : b_.CreateSIToFP(v, dt);
+  if (d == DType::I1) return b_.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0.0));
+  return b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {dt, v->getType()}, {v});
+}
+
+void Lowering::lowerMemory(const Op& op) {
+  const Type& pt = op.operand(0)->type();
+  DType d = pt.elem;
+  if (d == DType::F4E2M1) unsupported(op, "f4e2m1 memory accesses");
+  llvm::Type* et = elemType(d);
+  llvm::Type* mt = d == DType::I1 ? b_.getInt8Ty() : et;
+  const Regs& p = get(op.operand(0));
+  bool load = op.kind() == OpKind::Load;
+  unsigned maskIdx = load ? 1 : 2;
+  const Regs* mask = op.numOperands() > maskIdx ? &get(op.operand(maskIdx)) : nullptr;
+  Regs out;
+  for (int s = 0; s < slots(pt); ++s) {
+    LVal* ptr = p.e[s];
+    if (load) {
+      const Regs* other = op.numOperands() > 2 ? &get(op.operand(2)) : nullptr;
+      auto doLoad = [&]() -> LVal* {
+        LVal* v = b_.CreateLoad(mt, ptr);
+        return d == DType::I1 ? b_.CreateICmpNE(v, b_.getInt8(0)) : v;
+      };
+      if (!mask) {
+        out.e.push_back(doLoad());
+      } else {
+        LVal* dflt = other ? other->e[s] : llvm::Constant::getNullValue(et);
+        out.e.push_back(guarded(mask->e[s], doLoad, dflt));
+      }
+      continue;
+    }
+    LVal* cond = owner(pt, s);
+    if (mask) cond = b_.CreateAnd(cond, mask->e[s]);
+    LVal* v = get(op.operand(1)).e[s];
+    if (op.kind() == OpKind::Store) {
+      guarded(cond, [&]() -> LVal* {
+        b_.CreateStore(d == DType::I1 ? b_.CreateZExt(v, b_.getInt8Ty()) : v, ptr);
+        return nullptr;
+      }, nullptr);
+      continue;
+    }
+    bool f = isFloat(d);
+    llvm::AtomicRMWInst::BinOp rmw = op.kind() == OpKind::AtomicAdd ? (f ? llvm::AtomicRMWInst::FAdd : llvm::AtomicRMWInst::Add)
+                                                                   : (f ? llvm::AtomicRMWInst::FMax : llvm::AtomicRMWInst::Max);
+    out.e.push_back(guarded(cond, [&]() -> LVal* {
+      return b_.CreateAtomicRMW(rmw, ptr, v, llvm::MaybeAlign(), llvm::AtomicOrdering::Monotonic);
+    }, llvm::Constant::getNullValue(et)));
+  }
+  if (op.numResults()) vals_[op.result()] = std::move(out);
+}
+
+void Lowering::lowerDesc(const Op& op) {
+  if (op.kind() == OpKind::MakeDesc) {
+    Regs r;
+    for (Value* v : op.operands()) {
+      LVal* x = get(v).e[0];
+      r.e.push_back(v == op.operand(0) ? x : b_.CreateSExt(x, b_.getInt64Ty()));
+    }
+    vals_[op.result()] = std::move(r);
+    return;
+  }
+  const Type& dt = op.operand(0)->type();
+  const Regs& desc = get(op.operand(0));
+  size_t rank = dt.shape.size();
+  bool load = op.kind() == OpKind::DescLoad;
+  unsigned first = load ? 1 : 2;
+  Type tile = Type::tile(dt.elem, dt.shape);
+  llvm::Type* et = elemType(dt.elem);
+  Regs out;
+  for (int s = 0; s < slots(tile); ++s) {
+    LVal* e = flatIndex(tile, s);
+    LVal* inside = load ? b_.getTrue() : owner(tile, s);
+    LVal* elem = b_.getInt64(0);
+    for (size_t a = 0; a < rank; ++a) {
+      LVal* c = b_.CreateSExt(b_.CreateAdd(get(op.operand(first + a)).e[0], coord(e, dt.shape, a)), b_.getInt64Ty());
+      inside = b_.CreateAnd(inside, b_.CreateAnd(b_.CreateICmpSGE(c, b_.getInt64(0)), b_.CreateICmpSLT(c, desc.e[1 + a])));
+      elem = b_.CreateAdd(elem, b_.CreateMul(c, desc.e[1 + rank + a]));
+    }
+    LVal* ptr = b_.CreateGEP(et, desc.e[0], elem);
+    if (load) {
+      out.e.push_back(guarded(inside, [&]() -> LVal* { return b_.CreateLoad(et, ptr); }, llvm::Constant::getNullValue(et)));
+    } else {
+      LVal* v = get(op.operand(1)).e[s];
+      guarded(inside, [&]() -> LVal* {
+        b_.CreateStore(v, ptr);
+        return nullptr;
+      }, nullptr);
+    }
+  }
+  if (load) vals_[op.result()] = std::move(out);
+}
+
+void Lowering::lowerReduce(const Op& op) {
+  const Type& in = op.operand(0)->type();
+  const Type& outT = op.result()->type();
+  int axis = static_cast<int>(op.intAttr("axis"));
+  int64_t len = in.shape[axis];
+  barrier();
+  toSmem(get(op.operand(0)), in, 0);
+  barrier();
+  bool f = isFloat(in.elem);
+  Regs out;
+  for (int s = 0; s < slots(outT); ++s) {
+    // Coordinates of this output element, with the reduced axis re-inserted at 0.
+    LVal* e = flatIndex(outT, s);
+    std::vector<LVal*> c;
+    for (size_t d = 0; d < outT.shape.size(); ++d) c.push_back(coord(e, outT.shape, d));
+    c.insert(c.begin() + axis, idx(0));
+    auto at = [&](int64_t k) {
+      c[axis] = idx(k);
+      return fromSmem(0, flatten(c, in.shape), in.elem);
+    };
+    LVal* acc = at(0);
+    LVal* best = idx(0);
+    for (int64_t k = 1; k < len; ++k) {
+      LVal* x = at(k);
+      switch (op.kind()) {
+        case OpKind::ReduceSum: acc = f ? b_.CreateFAdd(acc, x) : b_.CreateAdd(acc, x); break;
+        case OpKind::ReduceMax:
+          acc = f ? b_.CreateIntrinsic(llvm::Intrinsic::maxnum, {x->getType()}, {acc, x})
+                  : b_.CreateIntrinsic(llvm::Intrinsic::smax, {x->getType()}, {acc, x});
+          break;
+        case OpKind::ReduceMin:
+          acc = f ? b_.CreateIntrinsic(llvm::Intrinsic::minnum, {x->getType()}, {acc, x})
+                  : b_.CreateIntrinsic(llvm::Intrinsic::smin, {x->getType()}, {acc, x});
+          break;
+        default: {
+          LVal* better = f ? b_.CreateFCmpOGT(x, acc) : b_.CreateICmpSGT(x, acc);
+          acc = b_.CreateSelect(better, x, acc);
+          best = b_.CreateSelect(better, idx(k), best);
+        }
+      }
+    }
+    out.e.push_back(op.kind() == OpKind::Argmax ? best : acc);
+  }
+  barrier();
+  vals_[op.result()] = std::move(out);
+}
+
+void Lowering::lowerDot(const Op& op) {
+  const Type& at = op.operand(0)->type();
+  const Type& bt = op.operand(1)->type();
+  const Type& ct = op.result()->type();
+  int64_t m = at.shape[0], k = at.shape[1], n = bt.shape[1];
+  bool intDot = at.elem == DType::I8;
+  llvm::Type* accTy = intDot ? b_.getInt32Ty() : b_.getFloatTy();
+  // Operands go to shared memory in their own types; products accumulate in fp32 (i32).
+  int64_t aBytes = m * k * storeBytes(at.elem);
+  barrier();
+  toSmem(get(op.operand(0)), at, 0);
+  toSmem(get(op.operand(1)), bt, aBytes);
+  barrier();
+  const Regs& acc = get(op.operand(2));
+  auto widen = [&](LVal* v, DType d) -> LVal* {
+    if (intDot) return b_.CreateSExt(v, accTy);
+    if (d == DType::F8E4M3 || d == DType::F8E5M2) return castElem(op, v, Type::scalar(d), Type::scalar(DType::F32));
+    return d == DType::F32 ? v : b_.CreateFPExt(v, accTy);
+  };
+  Regs out;
+  for (int s = 0; s < slots(ct); ++s) {
+    LVal* e = flatIndex(ct, s);
+    LVal* row = coord(e, ct.shape, 0);
+    LVal* col = coord(e, ct.shape, 1);
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* loop = llvm::BasicBlock::Create(ctx_, "dot.k", fn_);
+    auto* exit = llvm::BasicBlock::Create(ctx_, "dot.done", fn_);
+    b_.CreateBr(loop);
+    b_.SetInsertPoint(loop);
+    auto* kk = b_.CreatePHI(b_.getInt32Ty(), 2);
+    auto* sum = b_.CreatePHI(accTy, 2);
+    kk->addIncoming(idx(0), pre);
+    sum->addIncoming(acc.e[s], pre);
+    LVal* x = widen(fromSmem(0, b_.CreateAdd(b_.CreateMul(row, idx(k)), kk), at.elem), at.elem);
+    LVal* y = widen(fromSmem(aBytes, b_.CreateAdd(b_.CreateMul(kk, idx(n)), col), bt.elem), bt.elem);
+    LVal* next = intDot ? b_.CreateAdd(sum, b_.CreateMul(x, y))
+                        : static_cast<LVal*>(b_.CreateIntrinsic(llvm::Intrinsic::fma, {accTy}, {x, y, sum}));
+    LVal* k1 = b_.CreateAdd(kk, idx(1));
+    kk->addIncoming(k1, b_.GetInsertBlock());
+    sum->addIncoming(next, b_.GetInsertBlock());
+    b_.CreateCondBr(b_.CreateICmpULT(k1, idx(k)), loop, exit);
+    b_.SetInsertPoint(exit);
+    auto* res = b_.CreatePHI(accTy, 1);
+    res->addIncoming(next, loop);
+    out.e.push_back(res);
+  }
+  barrier();
+  vals_[op.result()] = std::move(out);
+}
+
+void Lowering::lowerFor(const Op& op) {
+  const Block& body = op.region(0);
+  LVal* lb = get(op.operand(0)).e[0];
+  LVal* ub = get(op.operand(1)).e[0];
+  LVal* step = get(op.operand(2)).e[0];
+  llvm::BasicBlock* pre = b_.GetInsertBlock();
+  auto* header = llvm::BasicBlock::Create(ctx_, "for.header", fn_);
+  auto* bodyBB = llvm::BasicBlock::Create(ctx_, "for.body", fn_);
+  auto* exit = llvm::BasicBlock::Create(ctx_, "for.exit", fn_);
+  b_.CreateBr(header);
+  b_.SetInsertPoint(header);
+  auto* iv = b_.CreatePHI(lb->getType(), 2);
+  iv->addIncoming(lb, pre);
+  std::vector<std::vector<llvm::PHINode*>> phis;
+  for (unsigned i = 3; i < op.numOperands(); ++i) {
+    const Regs& init = get(op.operand(i));
+    std::vector<llvm::PHINode*> ps;
+    Regs r;
+    for (LVal* v : init.e) {
+      auto* p = b_.CreatePHI(v->getType(), 2);
+      p->addIncoming(v, pre);
+      ps.push_back(p);
+      r.e.push_back(p);
+    }
+    vals_[body.arg(i - 2)] = r;
+    phis.push_back(ps);
+  }
+  vals_[body.arg(0)] = Regs{{iv}};
+  b_.CreateCondBr(b_.CreateICmpSLT(iv, ub), bodyBB, exit);
+  b_.SetInsertPoint(bodyBB);
+  lowerBlock(body);
+  auto yields = terminatorRegs(body);
+  llvm::BasicBlock* latch = b_.GetInsertBlock();
+  iv->addIncoming(b_.CreateAdd(iv, step), latch);
+  for (size_t i = 0; i < phis.size(); ++i)
+    for (size_t s = 0; s < phis[i].size(); ++s) phis[i][s]->addIncoming(yields[i].e[s], latch);
+  b_.CreateBr(header);
+  b_.SetInsertPoint(exit);
+  for (unsigned i = 0; i < op.numResults(); ++i) {
+    Regs r;
+    for (auto* p : phis[i]) r.e.push_back(p);
+    vals_[op.result(i)] = r;
+  }
+}
+
+void Lowering::lowerIf(const Op& op) {
+  LVal* c = get(op.operand(0)).e[0];
+  auto* thenBB = llvm::BasicBlock::Create(ctx_, "if.then", fn_);
+  auto* elseBB = llvm::BasicBlock::Create(ctx_, "if.else", fn_);
+  auto* merge = llvm::BasicBlock::Create(ctx_, "if.end", fn_);
+  b_.CreateCondBr(c, thenBB, elseBB);
+  std::vector<std::vector<Regs>> outs;
+  std::vector<llvm::BasicBlock*> ends;
+  for (unsigned r = 0; r < 2; ++r) {
+    b_.SetInsertPoint(r ? elseBB : thenBB);
+    lowerBlock(op.region(r));
+    outs.push_back(terminatorRegs(op.region(r)));
+    ends.push_back(b_.GetInsertBlock());
+    b_.CreateBr(merge);
+  }
+  b_.SetInsertPoint(merge);
+  for (unsigned i = 0; i < op.numResults(); ++i) {
+    Regs r;
+    for (size_t s = 0; s < outs[0][i].e.size(); ++s) {
+      auto* p = b_.CreatePHI(outs[0][i].e[s]->getType(), 2);
+      p->addIncoming(outs[0][i].e[s], ends[0]);
+      p->addIncoming(outs[1][i].e[s], ends[1]);
+      r.e.push_back(p);
+    }
+    vals_[op.result(i)] = r;
+  }
+}
+
+void Lowering::lowerWhile(const Op& op) {
+  const Block& before = op.region(0);
+  const Block& after = op.region(1);
+  llvm::BasicBlock* pre = b_.GetInsertBlock();
+  auto* header = llvm::BasicBlock::Create(ctx_, "while.before", fn_);
+  auto* bodyBB = llvm::BasicBlock::Create(ctx_, "while.after", fn_);
+  auto* exit = llvm::BasicBlock::Create(ctx_, "while.exit", fn_);
+  b_.CreateBr(header);
+  b_.SetInsertPoint(header);
+  std::vector<std::vector<llvm::PHINode*>> phis;
+  for (unsigned i = 0; i < op.numOperands(); ++i) {
+    std::vector<llvm::PHINode*> ps;
+    Regs r;
+    for (LVal* v : get(op.operand(i)).e) {
+      auto* p = b_.CreatePHI(v->getType(), 2);
+      p->addIncoming(v, pre);
+      ps.push_back(p);
+      r.e.push_back(p);
+    }
+    vals_[before.arg(i)] = r;
+    phis.push_back(ps);
+  }
+  lowerBlock(before);
+  auto cond = terminatorRegs(before);
+  for (unsigned i = 0; i < after.numArgs(); ++i) vals_[after.arg(i)] = cond[i + 1];
+  for (unsigned i = 0; i < op.numResults(); ++i) vals_[op.result(i)] = cond[i + 1];
+  b_.CreateCondBr(cond[0].e[0], bodyBB, exit);
+  b_.SetInsertPoint(bodyBB);
+  lowerBlock(after);
+  auto yields = terminatorRegs(after);
+  llvm::BasicBlock* latch = b_.GetInsertBlock();
+  for (size_t i = 0; i < phis.size(); ++i)
+    for (size_t s = 0; s < phis[i].size(); ++s) phis[i][s]->addIncoming(yields[i].e[s], latch);
+  b_.CreateBr(header);
+  b_.SetInsertPoint(exit);
+}
+
+void Lowering::lowerOp(const Op& op) {
+  const Type& t = op.numResults() ? op.result()->type() : Type{};
+  auto perSlot = [&](const std::function<LVal*(int)>& f) {
+    Regs r;
+    for (int s = 0; s < slots(t); ++s) r.e.push_back(f(s));
+    vals_[op.result()] = std::move(r);
+  };
+  switch (op.kind()) {
+    case OpKind::Constant: {
+      const Attr& v = *op.attr("value");
+      LVal* c;
+      if (t.elem == DType::F16 || t.elem == DType::BF16 || t.elem == DType::F32 || t.elem == DType::F64)
+        c = llvm::ConstantFP::get(elemType(t.elem), formats::roundToFloat(std::get<double>(v), t.elem));
+      else if (isFloat(t.elem))
+        c = llvm::ConstantInt::get(b_.getInt8Ty(), formats::encode(formats::roundToFloat(std::get<double>(v), t.elem), t.elem));
+      else
+        c = llvm::ConstantInt::get(elemType(t.elem), static_cast<uint64_t>(std::get<int64_t>(v)), true);
+      return perSlot([&](int) { return c; });
+    }
+    case OpKind::ProgramId:
+    case OpKind::NumPrograms: {
+      static const llvm::Intrinsic::ID ids[2][3] = {
+          {llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_y, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_z},
+          {llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x, llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_y, llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_z}};
+      LVal* v = b_.CreateIntrinsic(ids[op.kind() == OpKind::NumPrograms][op.intAttr("axis")], {}, {});
+      return perSlot([&](int) { return v; });
+    }
+    case OpKind::Arange:
+      return perSlot([&](int s) { return b_.CreateAdd(flatIndex(t, s), idx(op.intAttr("start"))); });
+    case OpKind::Splat: {
+      LVal* v = get(op.operand(0)).e[0];
+      return perSlot([&](int) { return v; });
+    }
+    case OpKind::ExpandDims:
+    case OpKind::Reshape:
+      vals_[op.result()] = get(op.operand(0));  // same element count: same registers
+      return;
+    case OpKind::Broadcast: {
+      const Type& in = op.operand(0)->type();
+      vals_[op.result()] = gather(get(op.operand(0)), in, t, [&](LVal* e) {
+        std::vector<LVal*> c;
+        for (size_t d = 0; d < t.shape.size(); ++d) c.push_back(in.shape[d] == 1 ? idx(0) : coord(e, t.shape, d));
+        return flatten(c, in.shape);
+      });
+      return;
+    }
+    case OpKind::Trans: {
+      const Type& in = op.operand(0)->type();
+      const auto& perm = op.intsAttr("perm");
+      vals_[op.result()] = gather(get(op.operand(0)), in, t, [&](LVal* e) {
+        std::vector<LVal*> c(in.shape.size());
+        for (size_t d = 0; d < t.shape.size(); ++d) c[perm[d]] = coord(e, t.shape, d);
+        return flatten(c, in.shape);
+      });
+      return;
+    }
+    case OpKind::Join: {
+      const Type& in = op.operand(0)->type();
+      barrier();
+      toSmem(get(op.operand(0)), in, 0);
+      toSmem(get(op.operand(1)), in, numel(in) * storeBytes(in.elem));
+      barrier();
+      perSlot([&](int s) {
+        LVal* e = flatIndex(t, s);
+        LVal* src = b_.CreateAdd(b_.CreateMul(b_.CreateAnd(e, idx(1)), idx(numel(in))), b_.CreateLShr(e, idx(1)));
+        return fromSmem(0, src, in.elem);
+      });
+      barrier();
+      return;
+    }
+    case OpKind::Split: {
+      const Type& in = op.operand(0)->type();
+      for (unsigned r = 0; r < 2; ++r) {
+        vals_[op.result(r)] = gather(get(op.operand(0)), in, op.result(r)->type(), [&](LVal* e) {
+          return b_.CreateAdd(b_.CreateShl(e, idx(1)), idx(r));
+        });
+      }
+      barrier();
+      return;
+    }
+    case OpKind::PtrAdd: {
+      const Regs& p = get(op.operand(0));
+      const Regs& off = get(op.operand(1));
+      llvm::Type* et = t.elem == DType::I1 ? b_.getInt8Ty() : elemType(t.elem);
+      if (t.elem == DType::F4E2M1) unsupported(op, "f4e2m1 pointers");
+      return perSlot([&](int s) { return b_.CreateGEP(et, p.e[s], b_.CreateSExt(off.e[s], b_.getInt64Ty())); });
+    }
+    case OpKind::Cmp: {
+      const Type& in = op.operand(0)->type();
+      const Regs& a = get(op.operand(0));
+      const Regs& c = get(op.operand(1));
+      const std::string& p = op.strAttr("predicate");
+      bool f = in.isNumeric() && isFloat(in.elem);
+      using P = llvm::CmpInst::Predicate;
+      P pred = f ? (p == "eq" ? P::FCMP_OEQ : p == "ne" ? P::FCMP_UNE : p == "lt" ? P::FCMP_OLT : p == "le" ? P::FCMP_OLE
+                    : p == "gt" ? P::FCMP_OGT : P::FCMP_OGE)
+                 : (p == "eq" ? P::ICMP_EQ : p == "ne" ? P::ICMP_NE : p == "lt" ? P::ICMP_SLT : p == "le" ? P::ICMP_SLE
+                    : p == "gt" ? P::ICMP_SGT : p == "ge" ? P::ICMP_SGE : p == "ult" ? P::ICMP_ULT : p == "ule" ? P::ICMP_ULE
+                    : p == "ugt" ? P::ICMP_UGT : P::ICMP_UGE);
+      return perSlot([&](int s) { return f ? b_.CreateFCmp(pred, a.e[s], c.e[s]) : b_.CreateICmp(pred, a.e[s], c.e[s]); });
+    }
+    case OpKind::Select: {
+      const Regs &c = get(op.operand(0)), &x = get(op.operand(1)), &y = get(op.operand(2));
+      return perSlot([&](int s) { return b_.CreateSelect(c.e[s], x.e[s], y.e[s]); });
+    }
+    case OpKind::Cast:
+      if (op.numOperands() == 2) unsupported(op, "stochastic rounding");
+      [[fallthrough]];
+    case OpKind::Bitcast: {
+      const Type& in = op.operand(0)->type();
+      const Regs& a = get(op.operand(0));
+      if (op.kind() == OpKind::Bitcast) {
+        if (t.isPtr()) return perSlot([&](int s) { return a.e[s]; });
+        bool fp4 = in.elem == DType::F4E2M1 || t.elem == DType::F4E2M1;
+        return perSlot([&](int s) -> LVal* {
+          if (fp4) return b_.CreateAnd(a.e[s], b_.getInt8(0xF));
+          return b_.CreateBitCast(a.e[s], elemType(t.elem));
+        });
+      }
+      return perSlot([&](int s) { return castElem(op, a.e[s], in, t); });
+    }
+    case OpKind::Load:
+    case OpKind::Store:
+    case OpKind::AtomicAdd:
+    case OpKind::AtomicMax: return lowerMemory(op);
+    case OpKind::MakeDesc:
+    case OpKind::DescLoad:
+    case OpKind::DescStore: return lowerDesc(op);
+    case OpKind::ReduceSum:
+    case OpKind::ReduceMax:
+    case OpKind::ReduceMin:
+    case OpKind::Argmax: return lowerReduce(op);
+    case OpKind::Dot: return lowerDot(op);
+    case OpKind::For: return lowerFor(op);
+    case OpKind::If: return lowerIf(op);
+    case OpKind::While: return lowerWhile(op);
+    case OpKind::DotScaled: unsupported(op, "'dot_scaled'");
+    case OpKind::Call: unsupported(op, "calls of noinline device functions");
+    case OpKind::Print: unsupported(op, "device_print");
+    case OpKind::Assert: unsupported(op, "device_assert");
+    default: break;
+  }
+  if (!op.has(Elementwise)) unsupported(op, "'" + std::string(op.mnemonic()) + "'");
+  std::vector<const Regs*> ins;
+  for (Value* v : op.operands()) ins.push_back(&get(v));
+  perSlot([&](int s) {
+    std::vector<LVal*> a;
+    for (auto* r : ins) a.push_back(r->e[s]);
+    return arith(op, a, t);
+  });
+}
+
+std::string libdevicePath(const LowerOptions& opts) {
+  if (!opts.libdevice.empty()) return opts.libdevice;
+  const char* home = std::getenv("CUDA_HOME");
+  return std::string(home ? home : "/usr/local/cuda") + "/nvvm/libdevice/libdevice.10.bc";
+}
+
+void linkLibdevice(llvm::Module& mod, const LowerOptions& opts) {
+  bool needed = false;
+  for (auto& f : mod.functions()) needed |= f.isDeclaration() && f.getName().starts_with("__nv_");
+  if (!needed) return;
+  std::string path = libdevicePath(opts);
+  auto buf = llvm::MemoryBuffer::getFile(path);
+  if (!buf) throw UserError(Location{}, "cannot read libdevice at " + path + " (set CUDA_HOME)");
+  auto lib = llvm::parseBitcodeFile((*buf)->getMemBufferRef(), mod.getContext());
+  if (!lib) throw InternalError("libdevice does not parse: " + llvm::toString(lib.takeError()));
+  (*lib)->setTargetTriple(mod.getTargetTriple());
+  (*lib)->setDataLayout(mod.getDataLayout());
+  if (llvm::Linker::linkModules(mod, std::move(*lib), llvm::Linker::LinkOnlyNeeded))
+    throw InternalError("linking libdevice failed");
+  for (auto& f : mod.functions())
+    if (!f.isDeclaration() && f.getName().starts_with("__nv_")) f.setLinkage(llvm::GlobalValue::InternalLinkage);
+  mod.addModuleFlag(llvm::Module::Override, "nvvm-reflect-ftz", uint32_t{0});
+}
+
+}  // namespace
+
+LoweredKernel compileKernel(const Module& m, const std::string& kernel, const LowerOptions& opts) {
+  Op* f = m.lookupFunc(kernel);
+  if (!f) throw InternalError("no kernel '" + kernel + "' to lower");
+  if (opts.numWarps < 1 || opts.numWarps > 32 || (opts.numWarps & (opts.numWarps - 1)))
+    throw UserError(f->loc(), "num_warps must be a power of two from 1 to 32, got " + std::to_string(opts.numWarps));
+  llvm::LLVMContext ctx;
+  llvm::Module mod("tilefuse", ctx);
+  mod.setTargetTriple("nvptx64-nvidia-cuda");
+  mod.setDataLayout("e-i64:64-i128:128-v16:16-v32:32-n16:32:64");
+  Lowering low(ctx, mod, opts);
+  low.lowerKernel(*f);
+  std::string err;
+  llvm::raw_string_ostream es(err);
+  if (llvm::verifyModule(mod, &es)) throw InternalError("lowering produced invalid LLVM IR: " + es.str());
+  linkLibdevice(mod, opts);
+  LoweredKernel out;
+  out.name = kernel;
+  out.numThreads = 32 * opts.numWarps;
+  out.sharedBytes = low.sharedBytes();
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  mod.print(os, nullptr);
+  os.flush();
+  auto emitted = target::optimizeAndEmitPTX(text, {opts.arch, 3});
+  out.llir = std::move(emitted.optimizedIR);
+  out.ptx = std::move(emitted.ptx);
+  return out;
+}
+
+}  // namespace tilefuse::lower

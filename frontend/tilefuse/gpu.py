@@ -1,0 +1,148 @@
+"""The CUDA backend: tile IR -> PTX (C++ lowering) -> cubin (ptxas, cached on
+disk) -> launch through the C++ runtime on the current torch stream."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import struct
+import subprocess
+import tempfile
+
+from . import _C
+from .errors import CompilationError, LaunchError
+
+_D = _C.ir.DType
+_R = _C.runtime
+_VERSION = "0.1.0"
+
+_CAI_DTYPES = {
+    "|b1": _D.i1, "|i1": _D.i8, "<i2": _D.i16, "<i4": _D.i32, "<i8": _D.i64, "<f2": _D.f16, "<f4": _D.f32,
+    "<f8": _D.f64,
+}
+
+
+def arch_of_device(device: int) -> str:
+    info = _R.device_info(device)
+    cc = info.major * 10 + info.minor
+    if cc >= 90:
+        return "sm_90a" if cc == 90 else "sm_90"
+    if cc >= 89:
+        return "sm_89"
+    if cc >= 80:
+        return "sm_80"
+    raise LaunchError(f"{info.name} (sm_{cc}) is older than sm_80, which tilefuse needs")
+
+
+def lower(kernel, arch: str, num_warps: int) -> dict:
+    """PTX and LLVM IR for a compiled kernel (no GPU needed)."""
+    try:
+        low = _C.lower.compile(kernel.module, kernel.name, arch, num_warps)
+    except _C.UserError as e:
+        raise CompilationError(e.message, e.file, e.line, e.col) from None
+    return {"llir": low.llir, "ptx": low.ptx, "num_threads": low.num_threads, "shared_bytes": low.shared_bytes}
+
+
+def _cache_key(kernel, arch: str, num_warps: int) -> str:
+    text = "\n".join([_VERSION, arch, str(num_warps), kernel.asm["tile"]])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _ptxas(ptx: str, arch: str) -> bytes | None:
+    exe = shutil.which("ptxas") or (os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "ptxas"))
+    if not os.path.exists(exe):
+        return None  # the driver JIT-compiles the PTX instead
+    with tempfile.TemporaryDirectory() as d:
+        src, out = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
+        with open(src, "w") as f:
+            f.write(ptx)
+        r = subprocess.run([exe, f"-arch={arch}", src, "-o", out], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise CompilationError(f"ptxas rejected the generated PTX for {arch}:\n{r.stderr}")
+        with open(out, "rb") as f:
+            return f.read()
+
+
+def binary(kernel, arch: str, num_warps: int) -> tuple[bytes, dict]:
+    """The loadable image (cubin, or PTX when ptxas is absent) and launch metadata,
+    from the disk cache when present. A corrupted entry reads as missing."""
+    cache = _R.DiskCache()
+    key = _cache_key(kernel, arch, num_warps)
+    blob = cache.get(key)
+    if blob is not None:
+        threads, shared, n = struct.unpack_from("<iiI", blob)
+        meta = {"num_threads": threads, "shared_bytes": shared}
+        return blob[12 + n:], dict(meta, ptx=blob[12:12 + n].decode())
+    low = lower(kernel, arch, num_warps)
+    image = _ptxas(low["ptx"], arch) or (low["ptx"].encode() + b"\0")
+    ptx = low["ptx"].encode()
+    cache.put(key, struct.pack("<iiI", low["num_threads"], low["shared_bytes"], len(ptx)) + ptx + image)
+    return image, low
+
+
+def _pack(name, t, v, device):
+    """A runtime.KernelArg for parameter `name` of type `t`."""
+    K = _R.ArgKind
+    if t.is_ptr:
+        if hasattr(v, "data_ptr"):
+            if v.device.type != "cuda":
+                raise LaunchError(f"argument '{name}' is on {v.device}; the CUDA backend needs GPU tensors")
+            if v.device.index != device:
+                raise LaunchError(f"argument '{name}' is on cuda:{v.device.index} but the kernel runs on cuda:{device}")
+            ptr = v.data_ptr()
+            elem = v.element_size()
+        else:
+            cai = v.__cuda_array_interface__
+            ptr = cai["data"][0]
+            elem = int(cai["typestr"][2:])
+            owner = _R.pointer_device(ptr)
+            if owner != device:
+                raise LaunchError(f"argument '{name}' is not memory of cuda:{device}")
+        if ptr % elem:
+            raise LaunchError(f"argument '{name}' is misaligned: address {ptr:#x} is not a multiple of {elem} bytes")
+        return _R.KernelArg(K.ptr, ptr)
+    if t.elem == _D.f32:
+        return _R.KernelArg(K.f32, struct.unpack("<I", struct.pack("<f", float(v)))[0])
+    if t.elem == _D.i1:
+        return _R.KernelArg(K.i1, int(bool(v)))
+    if t.elem == _D.i64:
+        return _R.KernelArg(K.i64, int(v) & (2**64 - 1))
+    return _R.KernelArg(K.i32, int(v) & (2**32 - 1))
+
+
+def device_of(values) -> int:
+    for v in values:
+        if hasattr(v, "data_ptr") and getattr(getattr(v, "device", None), "type", None) == "cuda":
+            return v.device.index
+    return 0
+
+
+def cai_dtype(name, v):
+    d = _CAI_DTYPES.get(v.__cuda_array_interface__["typestr"])
+    if d is None:
+        raise LaunchError(f"argument '{name}': __cuda_array_interface__ typestr "
+                          f"{v.__cuda_array_interface__['typestr']} is not supported")
+    return d
+
+
+def launch(kernel, spec, bound, grid, num_warps: int):
+    device = device_of(bound.values())
+    _R.use_device(device)
+    arch = arch_of_device(device)
+    loaded = kernel.loaded.get((device, num_warps))
+    if loaded is None:
+        image, meta = binary(kernel, arch, num_warps)
+        kernel.asm.setdefault("ptx", meta["ptx"])
+        loaded = _R.LoadedKernel(device, image, kernel.name, meta["num_threads"], meta["shared_bytes"])
+        kernel.loaded[(device, num_warps)] = loaded
+    args = [_pack(s[0], s[2], bound[s[0]], device) for s in spec if s[1] == "arg"]
+    stream = 0
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            stream = torch.cuda.current_stream(device).cuda_stream
+    except ImportError:
+        pass
+    loaded.launch(grid, stream, args)

@@ -1,0 +1,79 @@
+#include "tilefuse/runtime/DiskCache.h"
+
+#include <unistd.h>
+
+#include <cctype>
+#include <cstdint>
+#include <cstring>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace tilefuse::runtime {
+namespace {
+
+constexpr char kMagic[] = "TFC1";
+
+// FNV-1a 64: detects truncation and bit rot; keys come from the caller's hash.
+uint64_t checksum(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+bool validKey(const std::string& k) {
+  if (k.empty() || k.size() > 128) return false;
+  for (char c : k)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.') return false;
+  return true;
+}
+
+}  // namespace
+
+std::string defaultCacheDir() {
+  if (const char* d = std::getenv("TILEFUSE_CACHE_DIR"); d && *d) return d;
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : "/tmp") + "/.cache/tilefuse";
+}
+
+std::string DiskCache::path(const std::string& key) const {
+  if (!validKey(key)) throw std::invalid_argument("invalid cache key '" + key + "'");
+  return dir_ + "/" + key.substr(0, 2) + "/" + key;
+}
+
+std::optional<std::string> DiskCache::get(const std::string& key) const {
+  std::ifstream in(path(key), std::ios::binary);
+  if (!in) return std::nullopt;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string all = ss.str();
+  const size_t header = 4 + 8 + 8;
+  if (all.size() < header || all.compare(0, 4, kMagic) != 0) return std::nullopt;
+  uint64_t size, sum;
+  std::memcpy(&size, all.data() + 4, 8);
+  std::memcpy(&sum, all.data() + 12, 8);
+  std::string data = all.substr(header);
+  if (data.size() != size || checksum(data) != sum) return std::nullopt;
+  return data;
+}
+
+void DiskCache::put(const std::string& key, const std::string& data) const {
+  std::string final = path(key);
+  std::filesystem::create_directories(std::filesystem::path(final).parent_path());
+  std::string tmp = final + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(std::rand());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw std::runtime_error("cannot write the kernel cache at " + tmp);
+    uint64_t size = data.size(), sum = checksum(data);
+    out.write(kMagic, 4);
+    out.write(reinterpret_cast<const char*>(&size), 8);
+    out.write(reinterpret_cast<const char*>(&sum), 8);
+    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+    if (!out.flush()) throw std::runtime_error("cannot write the kernel cache at " + tmp);
+  }
+  std::filesystem::rename(tmp, final);  // atomic on POSIX within one filesystem
+}
+
+}  // namespace tilefuse::runtime
