@@ -49,9 +49,14 @@ def _cache_key(kernel, arch: str, num_warps: int) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def ptxas_path() -> str | None:
+    exe = shutil.which("ptxas") or os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "ptxas")
+    return exe if os.path.exists(exe) else None
+
+
 def _ptxas(ptx: str, arch: str) -> bytes | None:
-    exe = shutil.which("ptxas") or (os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "ptxas"))
-    if not os.path.exists(exe):
+    exe = ptxas_path()
+    if exe is None:
         return None  # the driver JIT-compiles the PTX instead
     with tempfile.TemporaryDirectory() as d:
         src, out = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")

@@ -192,17 +192,17 @@ class JITFunction:
                 v = tl._unwrap(v)
                 spec.append((name, "const", v))
                 key.append((name, "c", repr(v)))
-            elif hasattr(v, "__cuda_array_interface__") and not _is_torch_tensor(v):
-                from . import gpu
-
-                d = gpu.cai_dtype(name, v)
-                aligned = v.__cuda_array_interface__["data"][0] % 16 == 0
-                spec.append((name, "arg", _ir.Type.ptr(d), aligned))
-                key.append((name, "p", int(d), aligned))
             elif isinstance(v, np.ndarray) or _is_torch_tensor(v):
                 d = _array_dtype(name, v)
                 addr = v.ctypes.data if isinstance(v, np.ndarray) else v.data_ptr()
                 aligned = addr % 16 == 0
+                spec.append((name, "arg", _ir.Type.ptr(d), aligned))
+                key.append((name, "p", int(d), aligned))
+            elif hasattr(v, "__cuda_array_interface__"):
+                from . import gpu
+
+                d = gpu.cai_dtype(name, v)
+                aligned = v.__cuda_array_interface__["data"][0] % 16 == 0
                 spec.append((name, "arg", _ir.Type.ptr(d), aligned))
                 key.append((name, "p", int(d), aligned))
             elif isinstance(v, bool):

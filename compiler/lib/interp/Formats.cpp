@@ -31,7 +31,7 @@ Format formatOf(DType d) {
   }
 }
 
-double roundE8M0(double x, Rounding mode) {
+double roundE8M0(double x, Rounding mode, uint32_t rbits) {
   if (std::isnan(x)) return x;
   double a = std::fabs(x);
   if (a == 0 || a < 0x1p-127) return 0x1p-127;
@@ -41,8 +41,15 @@ double roundE8M0(double x, Rounding mode) {
   int lo = e - 1;                // 2^lo <= a < 2^(lo+1)
   int k = lo;
   if (f != 0.5) {
-    if (mode == Rounding::Up) k = lo + 1;
-    else if (mode == Rounding::NearestEven) k = (a > 1.5 * std::ldexp(1.0, lo) || (a == 1.5 * std::ldexp(1.0, lo) && (lo & 1))) ? lo + 1 : lo;
+    double frac = 2 * f - 1;  // the discarded fraction of a / ulp, ulp = 2^lo (exact)
+    switch (mode) {
+      case Rounding::Up: k = lo + 1; break;
+      // The significand is the implicit 1 alone, which is odd: ties round up (as torch,
+      // ml_dtypes and LLVM's APFloat do).
+      case Rounding::NearestEven: k = frac >= 0.5 ? lo + 1 : lo; break;
+      case Rounding::Stochastic: k = frac * 0x1p32 > static_cast<double>(rbits) ? lo + 1 : lo; break;
+      case Rounding::TowardZero: break;
+    }
   }
   if (k > 127) k = 127;
   if (k < -127) k = -127;
@@ -60,7 +67,7 @@ Rounding roundingFromName(std::string_view name) {
 }
 
 double roundToFloat(double x, DType d, Rounding mode, uint32_t rbits) {
-  if (d == DType::E8M0) return roundE8M0(x, mode);
+  if (d == DType::E8M0) return roundE8M0(x, mode, rbits);
   if (d == DType::F64) return x;
   if (d == DType::F32 && mode == Rounding::NearestEven) return static_cast<double>(static_cast<float>(x));
   Format f = formatOf(d);

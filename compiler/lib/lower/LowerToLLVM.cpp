@@ -129,25 +129,29 @@ class Lowering {
     }
     return smem_;
   }
-  int storeBytes(DType d) { return d == DType::I1 ? 1 : static_cast<int>(mod_.getDataLayout().getTypeAllocSize(elemType(d))); }
-  LVal* smemAddr(int64_t base, LVal* index, DType d) {
-    LVal* off = b_.CreateAdd(idx(base), b_.CreateMul(index, idx(storeBytes(d))));
+  // The type an element of `t` takes in shared memory: i1 as a byte, pointers as pointers.
+  llvm::Type* smemType(const Type& t) {
+    if (t.isPtr()) return llvm::PointerType::get(ctx_, 1);
+    return t.elem == DType::I1 ? b_.getInt8Ty() : elemType(t.elem);
+  }
+  int storeBytes(const Type& t) { return static_cast<int>(mod_.getDataLayout().getTypeAllocSize(smemType(t))); }
+  LVal* smemAddr(int64_t base, LVal* index, const Type& t) {
+    LVal* off = b_.CreateAdd(idx(base), b_.CreateMul(index, idx(storeBytes(t))));
     return b_.CreateGEP(b_.getInt8Ty(), smem(), off);
   }
   void barrier() { b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {}); }
+  bool isBool(const Type& t) { return !t.isPtr() && t.elem == DType::I1; }
   // Writes every element of `r` (type t) at smem[base + flat * size]; duplicates write equal values.
   void toSmem(const Regs& r, const Type& t, int64_t base) {
-    DType d = t.elem;
-    smemBytes_ = std::max<uint64_t>(smemBytes_, base + numel(t) * storeBytes(d));
+    smemBytes_ = std::max<uint64_t>(smemBytes_, base + numel(t) * storeBytes(t));
     for (int s = 0; s < slots(t); ++s) {
-      LVal* v = d == DType::I1 ? b_.CreateZExt(r.e[s], b_.getInt8Ty()) : r.e[s];
-      b_.CreateStore(v, smemAddr(base, flatIndex(t, s), d));
+      LVal* v = isBool(t) ? b_.CreateZExt(r.e[s], b_.getInt8Ty()) : r.e[s];
+      b_.CreateStore(v, smemAddr(base, flatIndex(t, s), t));
     }
   }
-  LVal* fromSmem(int64_t base, LVal* index, DType d) {
-    llvm::Type* ty = d == DType::I1 ? b_.getInt8Ty() : elemType(d);
-    LVal* v = b_.CreateLoad(ty, smemAddr(base, index, d));
-    return d == DType::I1 ? b_.CreateTrunc(v, b_.getInt1Ty()) : v;
+  LVal* fromSmem(int64_t base, LVal* index, const Type& t) {
+    LVal* v = b_.CreateLoad(smemType(t), smemAddr(base, index, t));
+    return isBool(t) ? b_.CreateTrunc(v, b_.getInt1Ty()) : v;
   }
   // Result[e] = source element srcIndex(e), through shared memory.
   Regs gather(const Regs& src, const Type& srcT, const Type& dstT, const std::function<LVal*(LVal*)>& srcIndex) {
@@ -155,7 +159,7 @@ class Lowering {
     toSmem(src, srcT, 0);
     barrier();
     Regs out;
-    for (int s = 0; s < slots(dstT); ++s) out.e.push_back(fromSmem(0, srcIndex(flatIndex(dstT, s)), srcT.elem));
+    for (int s = 0; s < slots(dstT); ++s) out.e.push_back(fromSmem(0, srcIndex(flatIndex(dstT, s)), srcT));
     return out;
   }
 
@@ -406,7 +410,7 @@ void Lowering::lowerReduce(const Op& op) {
     c.insert(c.begin() + axis, idx(0));
     auto at = [&](int64_t k) {
       c[axis] = idx(k);
-      return fromSmem(0, flatten(c, in.shape), in.elem);
+      return fromSmem(0, flatten(c, in.shape), in);
     };
     LVal* acc = at(0);
     LVal* best = idx(0);
@@ -443,7 +447,7 @@ void Lowering::lowerDot(const Op& op) {
   bool intDot = at.elem == DType::I8;
   llvm::Type* accTy = intDot ? b_.getInt32Ty() : b_.getFloatTy();
   // Operands go to shared memory in their own types; products accumulate in fp32 (i32).
-  int64_t aBytes = m * k * storeBytes(at.elem);
+  int64_t aBytes = m * k * storeBytes(at);
   barrier();
   toSmem(get(op.operand(0)), at, 0);
   toSmem(get(op.operand(1)), bt, aBytes);
@@ -468,8 +472,8 @@ void Lowering::lowerDot(const Op& op) {
     auto* sum = b_.CreatePHI(accTy, 2);
     kk->addIncoming(idx(0), pre);
     sum->addIncoming(acc.e[s], pre);
-    LVal* x = widen(fromSmem(0, b_.CreateAdd(b_.CreateMul(row, idx(k)), kk), at.elem), at.elem);
-    LVal* y = widen(fromSmem(aBytes, b_.CreateAdd(b_.CreateMul(kk, idx(n)), col), bt.elem), bt.elem);
+    LVal* x = widen(fromSmem(0, b_.CreateAdd(b_.CreateMul(row, idx(k)), kk), at), at.elem);
+    LVal* y = widen(fromSmem(aBytes, b_.CreateAdd(b_.CreateMul(kk, idx(n)), col), bt), bt.elem);
     LVal* next = intDot ? b_.CreateAdd(sum, b_.CreateMul(x, y))
                         : static_cast<LVal*>(b_.CreateIntrinsic(llvm::Intrinsic::fma, {accTy}, {x, y, sum}));
     LVal* k1 = b_.CreateAdd(kk, idx(1));
@@ -655,12 +659,12 @@ void Lowering::lowerOp(const Op& op) {
       const Type& in = op.operand(0)->type();
       barrier();
       toSmem(get(op.operand(0)), in, 0);
-      toSmem(get(op.operand(1)), in, numel(in) * storeBytes(in.elem));
+      toSmem(get(op.operand(1)), in, numel(in) * storeBytes(in));
       barrier();
       perSlot([&](int s) {
         LVal* e = flatIndex(t, s);
         LVal* src = b_.CreateAdd(b_.CreateMul(b_.CreateAnd(e, idx(1)), idx(numel(in))), b_.CreateLShr(e, idx(1)));
-        return fromSmem(0, src, in.elem);
+        return fromSmem(0, src, in);
       });
       barrier();
       return;

@@ -16,11 +16,13 @@ Rounding roundingFromName(std::string_view name);  // "rne" "rtz" "ru" "rs"
 // Rounds x to the nearest value of float dtype `d` under `mode`. `rbits` (32
 // random bits) is used by Stochastic: the result rounds away from zero with
 // probability equal to the discarded fraction (|x|/ulp - floor(|x|/ulp) > rbits/2^32).
-// f16, bf16, f32: IEEE (overflow to inf under rne and ru). f8e4m3, f8e5m2,
+// f16, bf16, f32: IEEE (overflow to inf under rne, ru and rs). f8e4m3, f8e5m2,
 // f4e2m1: saturating to the largest finite value; f8e4m3 and f8e5m2 keep NaN,
-// f4e2m1 (no NaN) maps NaN to 0. e8m0 holds powers of two 2^-127 .. 2^127 and NaN:
-// rne rounds to the nearest power of two by value, rtz down, ru up; zero and
-// tiny values give 2^-127 and huge ones 2^127 (saturating).
+// f4e2m1 (no NaN) maps NaN to 0. e8m0 holds powers of two 2^-127 .. 2^127 and NaN
+// and rounds |x|: rne to the nearest power of two by value, a tie (1.5 * 2^k) going
+// up (the implicit significand bit is odd), rtz down, ru up, rs as above with
+// ulp = 2^floor(log2 |x|); zero and tiny values give 2^-127 and huge ones 2^127
+// (saturating).
 double roundToFloat(double x, DType d, Rounding mode = Rounding::NearestEven, uint32_t rbits = 0);
 
 // Float -> integer conversion: truncation toward zero, saturating at the

@@ -1,0 +1,129 @@
+"""GPU benchmarks, each side by side with Triton in one run (targets: ../shared/PEERS.md):
+host launch overhead from Python, cold compile time split into our part (Python ->
+PTX) and ptxas, and the tutorial matmul at 4096^3 bf16 against torch.matmul and Triton.
+
+    python3 bench/gpu_bench.py --out bench.json
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import tempfile
+import time
+
+import torch
+import triton
+import triton.language as ttl
+
+import tilefuse as tf  # noqa: F401
+from tilefuse import gpu
+from kernels_dsl.tutorials import matmul, softmax, vector_add
+
+
+@triton.jit
+def _triton_add(x_ptr, y_ptr, out_ptr, n, BLOCK: ttl.constexpr):
+    offs = ttl.program_id(0) * BLOCK + ttl.arange(0, BLOCK)
+    m = offs < n
+    ttl.store(out_ptr + offs, ttl.load(x_ptr + offs, mask=m) + ttl.load(y_ptr + offs, mask=m), mask=m)
+
+
+@triton.jit
+def _triton_matmul(a_ptr, b_ptr, c_ptr, M, N, K, BM: ttl.constexpr, BN: ttl.constexpr, BK: ttl.constexpr):
+    pm, pn = ttl.program_id(0), ttl.program_id(1)
+    rm = pm * BM + ttl.arange(0, BM)
+    rn = pn * BN + ttl.arange(0, BN)
+    rk = ttl.arange(0, BK)
+    acc = ttl.zeros((BM, BN), dtype=ttl.float32)
+    for k in range(0, K, BK):
+        a = ttl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = ttl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
+        acc = ttl.dot(a, b, acc)
+    ttl.store(c_ptr + rm[:, None] * N + rn[None, :], acc.to(ttl.bfloat16))
+
+
+def launch_overhead(fn, iters=2000):
+    """Mean host time per launch of a tiny kernel, device work excluded by async launch."""
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / iters * 1e6
+
+
+def compile_split(kernel, args, kwargs, grid):
+    """Cold compile of one kernel: our part (to PTX) and ptxas, in ms."""
+    kernel.cache.clear()
+    t0 = time.perf_counter()
+    k = kernel.warmup(*args, grid=grid, target="sm_90a", **kwargs)
+    t1 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "k.ptx")
+        with open(src, "w") as f:
+            f.write(k.asm["ptx"])
+        t2 = time.perf_counter()
+        subprocess.run([gpu.ptxas_path(), "-arch=sm_90a", src, "-o", os.path.join(d, "k.cubin")], check=True)
+        t3 = time.perf_counter()
+    return (t1 - t0) * 1e3, (t3 - t2) * 1e3
+
+
+def triton_cold_compile(fn, *args, **kwargs):
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
+    t0 = time.perf_counter()
+    fn(*args, **kwargs)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def tflops(fn, flop, reps=10):
+    ms = triton.testing.do_bench(fn, warmup=25, rep=max(100, reps), return_mode="median")
+    return flop / (ms * 1e-3) / 1e12, ms
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="bench.json")
+    args = ap.parse_args()
+    res = {"date": time.strftime("%Y-%m-%d"), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "triton": triton.__version__}
+
+    n = 4096
+    x, y, out = (torch.randn(n, device="cuda") for _ in range(3))
+    ours = launch_overhead(lambda: vector_add.add_kernel[(4,)](x, y, out, n, BLOCK_SIZE=1024))
+    theirs = launch_overhead(lambda: _triton_add[(4,)](x, y, out, n, BLOCK=1024))
+    res["launch_us"] = {"tilefuse": ours, "triton": theirs}
+
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    margs = (a, b, c, 4096, 4096, 4096, 4096, 1, 4096, 1, 4096, 1)
+    mkw = dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, BLOCK_SIZE_K=32, GROUP_SIZE_M=8, ACTIVATION="")
+    comp = {
+        "vector_add": compile_split(vector_add.add_kernel, (x, y, out, n), {"BLOCK_SIZE": 1024}, (4,)),
+        "softmax": compile_split(softmax.softmax_kernel, (a, a, 4096, 4096, 4096), {"BLOCK_SIZE": 4096}, (4096,)),
+        "matmul": compile_split(matmul.matmul_kernel, margs, mkw, (4096,)),
+    }
+    res["compile_ms"] = {k: {"to_ptx": v[0], "ptxas": v[1]} for k, v in comp.items()}
+    res["compile_ms"]["triton_vector_add_cold"] = triton_cold_compile(_triton_add[(4,)], x, y, out, n, BLOCK=1024)
+    res["compile_ms"]["triton_matmul_cold"] = triton_cold_compile(
+        _triton_matmul[(32, 32)], a, b, c, 4096, 4096, 4096, BM=128, BN=128, BK=64)
+
+    flop = 2 * 4096**3
+    grid = ((4096 // 64) * (4096 // 64),)
+    res["matmul_4096_bf16_tflops"] = {
+        "tilefuse": tflops(lambda: matmul.matmul_kernel[grid](*margs, **mkw), flop)[0],
+        "torch": tflops(lambda: torch.matmul(a, b, out=c), flop)[0],
+        "triton": tflops(lambda: _triton_matmul[(32, 32)](a, b, c, 4096, 4096, 4096, BM=128, BN=128, BK=64,
+                                                           num_warps=8, num_stages=4), flop)[0],
+    }
+    with open(args.out, "w") as f:
+        json.dump(res, f, indent=2)
+    print(json.dumps(res, indent=2))
+
+
+if __name__ == "__main__":
+    main()

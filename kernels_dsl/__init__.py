@@ -1,0 +1,1 @@
+"""The kernel library written in the tilefuse DSL."""

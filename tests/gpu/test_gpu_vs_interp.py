@@ -1,0 +1,217 @@
+"""The GPU backend against the interpreter: the same kernels, the same inputs.
+
+Elementwise ops and conversions must agree bit for bit (libdevice math within a
+few ulp); dot products and reductions within an fp32 reordering tolerance.
+"""
+
+import numpy as np
+import pytest
+
+import tilefuse as tf
+import tilefuse.language as tl
+from kernels_dsl.tutorials import layernorm, matmul, softmax, vector_add
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
+
+try:
+    import ml_dtypes
+except ImportError:  # pragma: no cover - ml_dtypes ships with the GPU image
+    ml_dtypes = None
+
+
+def to_numpy(t):
+    if t.dtype == torch.bfloat16:
+        return t.cpu().view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    if t.dtype == torch.float8_e4m3fn:
+        return t.cpu().view(torch.int8).numpy().view(ml_dtypes.float8_e4m3fn)
+    return t.cpu().numpy()
+
+
+def both(kernel, grid, tensors, *scalars, **constexprs):
+    """Runs kernel on the GPU (torch tensors) and the interpreter (numpy copies);
+    returns the pairs of every tensor argument after the launch."""
+    host = [to_numpy(t).copy() for t in tensors]
+    kernel[grid](*tensors, *scalars, **constexprs)
+    torch.cuda.synchronize()
+    kernel[grid](*host, *scalars, **constexprs)
+    return [(to_numpy(t), h) for t, h in zip(tensors, host)]
+
+
+@tf.jit
+def ew_kernel(x_ptr, y_ptr, out_f32, out_bf16, out_f16, out_e4m3, out_i32, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m, other=1.0)
+    y = tl.load(y_ptr + offs, mask=m, other=1.0)
+    r = tl.fma(x, y, x / y) - tl.sqrt(tl.abs(x)) * tl.maximum(x, y) + tl.where(x > y, x, -y)
+    tl.store(out_f32 + offs, r, mask=m)
+    tl.store(out_bf16 + offs, r.to(tl.bfloat16), mask=m)
+    tl.store(out_f16 + offs, (r * 100.0).to(tl.float16), mask=m)
+    tl.store(out_e4m3 + offs, (r * 64.0).to(tl.float8e4nv), mask=m)
+    xi = (x * 1000.0).to(tl.int32)
+    tl.store(out_i32 + offs, (xi * 7 + (xi >> 3)) ^ (xi // 5) % 11, mask=m)
+
+
+def test_elementwise_and_casts_are_bit_exact():
+    n = 10007
+    g = torch.Generator(device="cuda").manual_seed(1)
+    x = torch.randn(n, device="cuda", generator=g) * 4
+    y = torch.randn(n, device="cuda", generator=g) * 4 + 0.5
+    outs = [torch.full((n,), float("nan"), device="cuda", dtype=d)
+            for d in (torch.float32, torch.bfloat16, torch.float16)]
+    outs.append(torch.zeros(n, device="cuda", dtype=torch.float8_e4m3fn))
+    outs.append(torch.full((n,), -7, device="cuda", dtype=torch.int32))
+    pairs = both(ew_kernel, (tf.cdiv(n, 256),), [x, y, *outs], n, BLOCK=256)
+    for gpu, cpu in pairs:
+        assert gpu.tobytes() == cpu.tobytes() or np.array_equal(gpu.view(np.uint8), cpu.view(np.uint8))
+
+
+@tf.jit
+def math_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m, other=0.5)
+    tl.store(out_ptr + 0 * n + offs, tl.exp(x), mask=m)
+    tl.store(out_ptr + 1 * n + offs, tl.log(tl.abs(x) + 1e-3), mask=m)
+    tl.store(out_ptr + 2 * n + offs, tl.tanh(x), mask=m)
+    tl.store(out_ptr + 3 * n + offs, tl.erf(x), mask=m)
+    tl.store(out_ptr + 4 * n + offs, tl.sigmoid(x), mask=m)
+    tl.store(out_ptr + 5 * n + offs, tl.exp2(x) * tl.rsqrt(tl.abs(x) + 1.0), mask=m)
+
+
+def test_math_within_ulps():
+    n = 4096
+    x = (torch.rand(n, device="cuda") - 0.5) * 16
+    out = torch.empty(6 * n, device="cuda")
+    (gpu, _), (got, ref) = both(math_kernel, (tf.cdiv(n, 128),), [x, out], n, BLOCK=128)
+    # libdevice vs the host's libm, both on fp32 inputs: a few fp32 ulps.
+    np.testing.assert_allclose(got, ref, rtol=4 * 2**-23 * 8, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [1, 97, 4096 + 3])
+def test_vector_add(n):
+    x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    out = torch.full((n,), float("nan"), device="cuda")
+    pairs = both(vector_add.add_kernel, (tf.cdiv(n, 1024),), [x, y, out], n, BLOCK_SIZE=1024)
+    assert np.array_equal(pairs[2][0], pairs[2][1])
+    np.testing.assert_array_equal(pairs[2][0], (x + y).cpu().numpy())
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (37, 100), (128, 781)])
+def test_softmax(shape):
+    x = torch.randn(*shape, device="cuda")
+    out = torch.full_like(x, float("nan"))
+    block = tf.next_power_of_2(shape[1])
+    pairs = both(softmax.softmax_kernel, (shape[0],), [out, x], x.stride(0), out.stride(0), shape[1], BLOCK_SIZE=block)
+    np.testing.assert_allclose(pairs[0][0], pairs[0][1], rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(pairs[0][0], torch.softmax(x.double(), 1).cpu().numpy(), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("mnk", [(64, 64, 64), (100, 77, 50), (256, 192, 128)])
+def test_matmul(mnk, dtype):
+    m, n, k = mnk
+    a = torch.randn(m, k, device="cuda").to(dtype)
+    b = torch.randn(k, n, device="cuda").to(dtype)
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+    grid = (tf.cdiv(m, 64) * tf.cdiv(n, 64),)
+    pairs = both(matmul.matmul_kernel, grid, [a, b, c], m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                 c.stride(0), c.stride(1), BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, BLOCK_SIZE_K=32, GROUP_SIZE_M=8,
+                 ACTIVATION="")
+    ref = (a.double() @ b.double()).cpu().numpy()
+    got = pairs[2][0].astype(np.float64)
+    # fp32 accumulation over K terms in a different order; bf16 output rounding dominates for bf16.
+    tol = 2**-8 if dtype == torch.bfloat16 else k * 2**-23 * 4
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * np.sqrt(k))
+    np.testing.assert_allclose(got, pairs[2][1].astype(np.float64), rtol=tol, atol=tol * np.sqrt(k))
+
+
+def test_layernorm_forward():
+    m, n = 64, 1000
+    x = torch.randn(m, n, device="cuda")
+    w, b = torch.rand(n, device="cuda"), torch.randn(n, device="cuda")
+    y = torch.full_like(x, float("nan"))
+    mean, rstd = torch.empty(m, device="cuda"), torch.empty(m, device="cuda")
+    pairs = both(layernorm._layer_norm_fwd_fused, (m,), [x, y, w, b, mean, rstd], x.stride(0), n, 1e-5,
+                 BLOCK_SIZE=1024)
+    ref = torch.nn.functional.layer_norm(x.double(), (n,), w.double(), b.double(), 1e-5).cpu().numpy()
+    np.testing.assert_allclose(pairs[1][0], ref, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(pairs[1][0], pairs[1][1], rtol=1e-4, atol=1e-5)
+
+
+@tf.jit
+def control_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    i = 0
+    while i < n:
+        v = tl.load(x_ptr + i * BLOCK + offs)
+        if i % 2 == 0:
+            acc += v
+        else:
+            acc = tl.maximum(acc, v)
+        i += 1
+    for j in range(3):
+        acc = acc * 0.5 + j
+    tl.store(out_ptr + offs, acc)
+    tl.store(out_ptr + BLOCK + tl.arange(0, 2), tl.join(tl.sum(acc, 0), tl.max(acc, 0)))
+
+
+def test_control_flow_and_reductions():
+    x = torch.randn(5 * 128, device="cuda")
+    out = torch.full((130,), float("nan"), device="cuda")
+    pairs = both(control_kernel, (1,), [x, out], 5, BLOCK=128)
+    np.testing.assert_allclose(pairs[1][0], pairs[1][1], rtol=1e-5, atol=1e-5)
+
+
+@tf.jit
+def reduce_kernel(x_ptr, out_ptr, R: tl.constexpr, C: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :])
+    tl.store(out_ptr + tl.arange(0, C), tl.sum(x, axis=0))
+    tl.store(out_ptr + C + tl.arange(0, R), tl.max(x, axis=1))
+    tl.store(out_ptr + C + R + tl.arange(0, R), tl.argmax(x, axis=1).to(tl.float32))
+    tl.store(out_ptr + C + 2 * R + tl.arange(0, C), tl.trans(x)[:, 3])
+
+
+def test_reductions_and_transpose():
+    x = torch.randn(32, 64, device="cuda")
+    out = torch.full((64 + 32 + 32 + 64,), float("nan"), device="cuda")
+    pairs = both(reduce_kernel, (1,), [x, out], R=32, C=64)
+    np.testing.assert_allclose(pairs[1][0], pairs[1][1], rtol=1e-5, atol=1e-5)
+
+
+@tf.jit
+def desc_kernel(x_ptr, y_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    d_in = tl.make_tensor_descriptor(x_ptr, [M, N], [N, 1], [BM, BN])
+    d_out = tl.make_tensor_descriptor(y_ptr, [M, N], [N, 1], [BM, BN])
+    pm, pn = tl.program_id(0) * BM, tl.program_id(1) * BN
+    d_out.store([pm, pn], d_in.load([pm, pn]) * 2.0 + 1.0)
+
+
+def test_tensor_descriptors_clip_at_the_edges():
+    m, n = 70, 45
+    x = torch.randn(m, n, device="cuda")
+    y = torch.full_like(x, float("nan"))
+    pairs = both(desc_kernel, (tf.cdiv(m, 32), tf.cdiv(n, 16)), [x, y], m, n, BM=32, BN=16)
+    assert np.array_equal(pairs[1][0], pairs[1][1])
+    np.testing.assert_array_equal(pairs[1][0], (x * 2 + 1).cpu().numpy())
+
+
+class _RawDeviceArray:
+    """Device memory seen only through __cuda_array_interface__."""
+
+    def __init__(self, ptr, n):
+        self.__cuda_array_interface__ = {"data": (ptr, False), "shape": (n,), "typestr": "<f4", "version": 3}
+
+
+def test_cuda_array_interface_and_launch_errors():
+    x = torch.randn(64, device="cuda")
+    out = torch.full_like(x, float("nan"))
+    vector_add.add_kernel[(1,)](_RawDeviceArray(x.data_ptr(), 64), x, out, 64, BLOCK_SIZE=64)
+    torch.cuda.synchronize()
+    assert torch.equal(out, x + x)
+    with pytest.raises(tf.LaunchError, match="misaligned"):
+        vector_add.add_kernel[(1,)](_RawDeviceArray(x.data_ptr() + 2, 16), x, out, 16, BLOCK_SIZE=16)
+    with pytest.raises(tf.LaunchError, match="cuda:0"):
+        vector_add.add_kernel[(1,)](x.cpu(), x, out, 16, BLOCK_SIZE=16)

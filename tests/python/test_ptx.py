@@ -1,0 +1,61 @@
+"""Every test kernel lowers to PTX that ptxas accepts, for sm_90a and sm_80 — so a
+lowering that emits invalid PTX fails CI on a machine without a GPU."""
+
+import shutil
+import subprocess
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tilefuse as tf
+import tilefuse.language as tl
+from kernels_dsl.tutorials import layernorm, matmul, softmax, vector_add
+
+PTXAS = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
+
+f32 = np.zeros(64, np.float32)
+m32 = np.zeros((64, 64), np.float32)
+mbf = np.zeros((64, 64), ml_dtypes.bfloat16)
+MM = dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, BLOCK_SIZE_K=32, GROUP_SIZE_M=8)
+
+KERNELS = {
+    "vector_add": (vector_add.add_kernel, (f32, f32, f32, 64), {"BLOCK_SIZE": 1024}),
+    "softmax": (softmax.softmax_kernel, (m32, m32, 64, 64, 64), {"BLOCK_SIZE": 64}),
+    "matmul_f32": (matmul.matmul_kernel, (m32, m32, m32, 64, 64, 64, 64, 1, 64, 1, 64, 1), dict(MM, ACTIVATION="")),
+    "matmul_bf16_leaky": (
+        matmul.matmul_kernel,
+        (mbf, mbf, mbf, 64, 64, 64, 64, 1, 64, 1, 64, 1),
+        dict(MM, ACTIVATION="leaky_relu"),
+    ),
+    "layernorm_fwd": (layernorm._layer_norm_fwd_fused, (m32, m32, f32, f32, f32, f32, 64, 64, 1e-5), {"BLOCK_SIZE": 64}),
+    "layernorm_bwd_dwdb": (
+        layernorm._layer_norm_bwd_dwdb,
+        (m32, m32, f32, f32, 64, 64),
+        {"BLOCK_SIZE_M": 32, "BLOCK_SIZE_N": 64},
+    ),
+}
+
+
+@pytest.mark.skipif(not shutil.which("ptxas") and not shutil.os.path.exists(PTXAS), reason="needs ptxas")
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_ptx_assembles(name, arch, tmp_path):
+    kernel, args, kwargs = KERNELS[name]
+    k = kernel.warmup(*args, grid=(1,), target=arch, **kwargs)
+    assert f".target {arch}" in k.asm["ptx"]
+    assert "define void @" in k.asm["llir"]
+    src = tmp_path / "k.ptx"
+    src.write_text(k.asm["ptx"])
+    r = subprocess.run([PTXAS, f"-arch={arch}", str(src), "-o", str(tmp_path / "k.cubin")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_unsupported_ops_name_the_kernel_line():
+    @tf.jit
+    def printer(x_ptr):
+        tl.device_print("x", tl.load(x_ptr))  # the GPU lowering does not do this yet
+
+    with pytest.raises(tf.CompilationError, match="does not lower device_print yet") as e:
+        printer.warmup(f32, grid=(1,), target="sm_90a")
+    assert e.value.file == __file__
