@@ -171,12 +171,13 @@ def reduce_kernel(x_ptr, out_ptr, R: tl.constexpr, C: tl.constexpr):
     tl.store(out_ptr + tl.arange(0, C), tl.sum(x, axis=0))
     tl.store(out_ptr + C + tl.arange(0, R), tl.max(x, axis=1))
     tl.store(out_ptr + C + R + tl.arange(0, R), tl.argmax(x, axis=1).to(tl.float32))
-    tl.store(out_ptr + C + 2 * R + tl.arange(0, C), tl.trans(x)[:, 3])
+    xt = tl.trans(x)
+    tl.store(out_ptr + C + 2 * R + tl.arange(0, C)[:, None] * R + tl.arange(0, R)[None, :], xt)
 
 
 def test_reductions_and_transpose():
     x = torch.randn(32, 64, device="cuda")
-    out = torch.full((64 + 32 + 32 + 64,), float("nan"), device="cuda")
+    out = torch.full((64 + 32 + 32 + 64 * 32,), float("nan"), device="cuda")
     pairs = both(reduce_kernel, (1,), [x, out], R=32, C=64)
     np.testing.assert_allclose(pairs[1][0], pairs[1][1], rtol=1e-5, atol=1e-5)
 

@@ -408,30 +408,51 @@ void Lowering::lowerReduce(const Op& op) {
     std::vector<LVal*> c;
     for (size_t d = 0; d < outT.shape.size(); ++d) c.push_back(coord(e, outT.shape, d));
     c.insert(c.begin() + axis, idx(0));
-    auto at = [&](int64_t k) {
-      c[axis] = idx(k);
+    auto at = [&](LVal* k) {
+      c[axis] = k;
       return fromSmem(0, flatten(c, in.shape), in);
     };
-    LVal* acc = at(0);
+    // A loop over the reduced axis (not unrolled: axes reach thousands of elements).
+    LVal* acc = at(idx(0));
     LVal* best = idx(0);
-    for (int64_t k = 1; k < len; ++k) {
+    if (len > 1) {
+      llvm::BasicBlock* pre = b_.GetInsertBlock();
+      auto* loop = llvm::BasicBlock::Create(ctx_, "red.k", fn_);
+      auto* exit = llvm::BasicBlock::Create(ctx_, "red.done", fn_);
+      b_.CreateBr(loop);
+      b_.SetInsertPoint(loop);
+      auto* k = b_.CreatePHI(b_.getInt32Ty(), 2);
+      auto* accPhi = b_.CreatePHI(acc->getType(), 2);
+      auto* bestPhi = b_.CreatePHI(b_.getInt32Ty(), 2);
+      k->addIncoming(idx(1), pre);
+      accPhi->addIncoming(acc, pre);
+      bestPhi->addIncoming(best, pre);
       LVal* x = at(k);
+      LVal* nextAcc;
+      LVal* nextBest = bestPhi;
       switch (op.kind()) {
-        case OpKind::ReduceSum: acc = f ? b_.CreateFAdd(acc, x) : b_.CreateAdd(acc, x); break;
+        case OpKind::ReduceSum: nextAcc = f ? b_.CreateFAdd(accPhi, x) : b_.CreateAdd(accPhi, x); break;
         case OpKind::ReduceMax:
-          acc = f ? b_.CreateIntrinsic(llvm::Intrinsic::maxnum, {x->getType()}, {acc, x})
-                  : b_.CreateIntrinsic(llvm::Intrinsic::smax, {x->getType()}, {acc, x});
+          nextAcc = b_.CreateIntrinsic(f ? llvm::Intrinsic::maxnum : llvm::Intrinsic::smax, {x->getType()}, {accPhi, x});
           break;
         case OpKind::ReduceMin:
-          acc = f ? b_.CreateIntrinsic(llvm::Intrinsic::minnum, {x->getType()}, {acc, x})
-                  : b_.CreateIntrinsic(llvm::Intrinsic::smin, {x->getType()}, {acc, x});
+          nextAcc = b_.CreateIntrinsic(f ? llvm::Intrinsic::minnum : llvm::Intrinsic::smin, {x->getType()}, {accPhi, x});
           break;
         default: {
-          LVal* better = f ? b_.CreateFCmpOGT(x, acc) : b_.CreateICmpSGT(x, acc);
-          acc = b_.CreateSelect(better, x, acc);
-          best = b_.CreateSelect(better, idx(k), best);
+          LVal* better = f ? b_.CreateFCmpOGT(x, accPhi) : b_.CreateICmpSGT(x, accPhi);
+          nextAcc = b_.CreateSelect(better, x, accPhi);
+          nextBest = b_.CreateSelect(better, k, bestPhi);
         }
       }
+      LVal* k1 = b_.CreateAdd(k, idx(1));
+      llvm::BasicBlock* latch = b_.GetInsertBlock();
+      k->addIncoming(k1, latch);
+      accPhi->addIncoming(nextAcc, latch);
+      bestPhi->addIncoming(nextBest, latch);
+      b_.CreateCondBr(b_.CreateICmpULT(k1, idx(len)), loop, exit);
+      b_.SetInsertPoint(exit);
+      acc = nextAcc;
+      best = nextBest;
     }
     out.e.push_back(op.kind() == OpKind::Argmax ? best : acc);
   }

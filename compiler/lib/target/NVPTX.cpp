@@ -68,7 +68,8 @@ PtxResult optimizeAndEmitPTX(std::string_view llvmIR, const PtxOptions& opts) {
   const llvm::Target* t = llvm::TargetRegistry::lookupTarget(triple.getTriple(), err);
   if (!t) throw InternalError("NVPTX target missing: " + err);
   llvm::TargetOptions to;
-  to.AllowFPOpFusion = llvm::FPOpFusion::Fast;
+  // No implicit contraction of a*b+c: results stay bit-identical to the interpreter; tl.fma fuses explicitly.
+  to.AllowFPOpFusion = llvm::FPOpFusion::Standard;
   auto level = opts.optLevel >= 3   ? llvm::CodeGenOptLevel::Aggressive
                : opts.optLevel == 2 ? llvm::CodeGenOptLevel::Default
                : opts.optLevel == 1 ? llvm::CodeGenOptLevel::Less
