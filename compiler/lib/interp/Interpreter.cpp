@@ -68,6 +68,32 @@ void roundInPlace(TV& v) {
   for (Eigen::Index k = 0; k < v.f.size(); ++k) v.f[k] = formats::roundToFloat(v.f[k], d);
 }
 
+// a*b + c for f32/f16/bf16 operands, rounded to odd in double (the last bit set when
+// inexact), so that rounding it to the result dtype is one correct rounding, like
+// fma.rn (53 >= 2*24 + 2 bits). a*b is exact in double for these operands and
+// TwoSum gives the exact error of the addition.
+double fmaRoundToOdd(double a, double b, double c) {
+  double p = a * b, s = p + c;
+  if (!std::isfinite(s)) return std::fma(a, b, c);
+  double bb = s - p, err = (p - (s - bb)) + (c - bb);
+  uint64_t bits;
+  std::memcpy(&bits, &s, 8);
+  if (err == 0 || (bits & 1)) return s;
+  return std::nextafter(s, err > 0 ? INFINITY : -INFINITY);
+}
+
+// An int64 as a double rounded to odd: exact below 2^53, and rounding it again to a
+// narrower float is one correct rounding (a plain conversion could round twice).
+double intToOddDouble(int64_t v) {
+  double d = static_cast<double>(v);
+  if (std::fabs(d) < 0x1p53) return d;
+  int above = d >= 0x1p63 ? 1 : (static_cast<int64_t>(d) > v) - (static_cast<int64_t>(d) < v);  // sign of d - v
+  uint64_t bits;
+  std::memcpy(&bits, &d, 8);
+  if (above == 0 || (bits & 1)) return d;
+  return std::nextafter(d, above > 0 ? -INFINITY : INFINITY);
+}
+
 void wrapInPlace(TV& v) {
   DType d = v.type.elem;
   if (v.isF() || d == DType::I64 || v.type.isPtr()) return;
@@ -142,9 +168,12 @@ class Machine {
   void execDebug(const Op& op);
 
   // Memory access with bounds checking against the argument buffers.
-  void checkAccess(const Op& op, uint64_t addr, int bytes, const char* what, const std::string& where) const {
+  // `shape` and `flat` name the element; its index is formatted only for the error.
+  void checkAccess(const Op& op, uint64_t addr, int bytes, const char* what, const std::vector<int64_t>& shape,
+                   int64_t flat) const {
     for (const Buffer& b : buffers_)
       if (addr >= b.base && addr + bytes <= b.base + b.size) return;
+    std::string where = idxStr(shape, flat);
     // Name the nearest buffer: usually the one whose index went out of range.
     std::string near;
     uint64_t best = ~0ull;
@@ -243,7 +272,9 @@ void Machine::execArith(const Op& op) {
       case OpKind::Max: r.f = x.binaryExpr(y, [](double p, double q) { return std::fmax(p, q); }); break;
       case OpKind::Fma: {
         const ArrF& z = get(op.operand(2)).f;
-        for (Eigen::Index k = 0; k < x.size(); ++k) r.f[k] = std::fma(x[k], y[k], z[k]);
+        bool f64 = t.elem == DType::F64;
+        for (Eigen::Index k = 0; k < x.size(); ++k)
+          r.f[k] = f64 ? std::fma(x[k], y[k], z[k]) : fmaRoundToOdd(x[k], y[k], z[k]);
         break;
       }
       default: throw InternalError("interpreter: float " + std::string(op.mnemonic()));
@@ -341,7 +372,7 @@ void Machine::execCast(const Op& op) {
   const TV* rbits = op.numOperands() == 2 ? &get(op.operand(1)) : nullptr;
   for (int64_t k = 0; k < n; ++k) {
     if (r.isF()) {
-      double x = a.isF() ? a.f[k] : static_cast<double>(a.i[k]);
+      double x = a.isF() ? a.f[k] : to.elem == DType::F64 ? static_cast<double>(a.i[k]) : intToOddDouble(a.i[k]);
       uint32_t rb = rbits ? static_cast<uint32_t>(rbits->i[k]) : 0;
       r.f[k] = formats::roundToFloat(x, to.elem, mode, rb);
     } else if (to.elem == DType::I1) {
@@ -489,7 +520,7 @@ void Machine::execMemory(const Op& op) {
         continue;
       }
       uint64_t addr = static_cast<uint64_t>(p.i[k]);
-      checkAccess(op, addr, eb, "load", idxStr(shape.shape, k));
+      checkAccess(op, addr, eb, "load", shape.shape, k);
       if (r.isF())
         r.f[k] = readF(addr, d);
       else
@@ -506,7 +537,7 @@ void Machine::execMemory(const Op& op) {
       continue;
     }
     uint64_t addr = static_cast<uint64_t>(p.i[k]);
-    checkAccess(op, addr, eb, what, idxStr(shape.shape, k));
+    checkAccess(op, addr, eb, what, shape.shape, k);
     if (op.kind() == OpKind::Store) {
       if (v.isF())
         writeF(addr, d, v.f[k]);
@@ -569,7 +600,7 @@ void Machine::execDesc(const Op& op) {
       elem += c * dd.strides[a];
     }
     uint64_t addr = dd.base + static_cast<uint64_t>(elem * eb);
-    if (inside) checkAccess(op, addr, eb, isLoad ? "descriptor load" : "descriptor store", idxStr(block, k));
+    if (inside) checkAccess(op, addr, eb, isLoad ? "descriptor load" : "descriptor store", block, k);
     if (isLoad) {
       if (r.isF())
         r.f[k] = inside ? readF(addr, d) : 0.0;
