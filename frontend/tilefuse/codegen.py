@@ -295,28 +295,28 @@ class CodeGenerator(ast.NodeVisitor):
         for n, a in zip(names, args[1:]):
             a.name = n
             self.scope[n] = tl.tensor(a)
+        self._loop_body(node, op, body, names, inits, block, outer)
+
+    def _loop_body(self, node, op, body, names, inits, block, outer):
+        """Generates a loop body into `body`, yields the carried names (whose types
+        must not change), then binds them to the loop's results in the outer scope."""
         self.b.set_insertion_point_to_end(body)
         self.visit_body(node.body)
         if self.returned is not None:
             raise self.error(self.return_node, "'return' inside a loop is not supported")
-        yields = self._loop_values(node, names, inits, "loop")
+        yields = []
+        for n, init in zip(names, inits):
+            v = tl.to_tensor(self.scope[n], self.b, like=init)
+            if v.type != init.type:
+                raise self.error(node, f"loop-carried variable '{n}' enters the loop as {init.type} "
+                                       f"but is reassigned to {v.type}; convert it with .to(...)")
+            yields.append(v)
         self.b.yield_([v.handle for v in yields])
         self.b.set_insertion_point_to_end(block)
         self.scope = outer
         for n, res in zip(names, op.results):
             res.name = n
             self.scope[n] = tl.tensor(res)
-        self.scope.pop(node.target.id, None)
-
-    def _loop_values(self, node, names, inits, what):
-        vals = []
-        for n, init in zip(names, inits):
-            v = tl.to_tensor(self.scope[n], self.b, like=init)
-            if v.type != init.type:
-                raise self.error(node, f"{what}-carried variable '{n}' enters the {what} as {init.type} "
-                                       f"but is reassigned to {v.type}; convert it with .to(...)")
-            vals.append(v)
-        return vals
 
     def visit_While(self, node):
         if node.orelse:
@@ -338,17 +338,7 @@ class CodeGenerator(ast.NodeVisitor):
         for n, a in zip(names, after.args):
             a.name = n
             self.scope[n] = tl.tensor(a)
-        self.b.set_insertion_point_to_end(after)
-        self.visit_body(node.body)
-        if self.returned is not None:
-            raise self.error(self.return_node, "'return' inside a loop is not supported")
-        yields = self._loop_values(node, names, inits, "loop")
-        self.b.yield_([v.handle for v in yields])
-        self.b.set_insertion_point_to_end(block)
-        self.scope = outer
-        for n, res in zip(names, op.results):
-            res.name = n
-            self.scope[n] = tl.tensor(res)
+        self._loop_body(node, op, after, names, inits, block, outer)
 
     # --- expressions ---
 

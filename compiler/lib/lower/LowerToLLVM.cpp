@@ -205,6 +205,34 @@ class Lowering {
     return phi;
   }
 
+  // Emits `for (k = from; k < to; ++k) carried = step(k, carried)` as an LLVM loop
+  // (not unrolled) and returns the final carried values. Needs from < to.
+  std::vector<LVal*> countedLoop(int64_t from, int64_t to, std::vector<LVal*> carried,
+                                 const std::function<std::vector<LVal*>(LVal*, const std::vector<LVal*>&)>& step) {
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* loop = llvm::BasicBlock::Create(ctx_, "loop", fn_);
+    auto* exit = llvm::BasicBlock::Create(ctx_, "loop.done", fn_);
+    b_.CreateBr(loop);
+    b_.SetInsertPoint(loop);
+    auto* k = b_.CreatePHI(b_.getInt32Ty(), 2);
+    k->addIncoming(idx(from), pre);
+    std::vector<llvm::PHINode*> phis;
+    std::vector<LVal*> cur;
+    for (LVal* v : carried) {
+      phis.push_back(b_.CreatePHI(v->getType(), 2));
+      phis.back()->addIncoming(v, pre);
+      cur.push_back(phis.back());
+    }
+    std::vector<LVal*> next = step(k, cur);
+    LVal* k1 = b_.CreateAdd(k, idx(1));
+    llvm::BasicBlock* latch = b_.GetInsertBlock();
+    k->addIncoming(k1, latch);
+    for (size_t i = 0; i < phis.size(); ++i) phis[i]->addIncoming(next[i], latch);
+    b_.CreateCondBr(b_.CreateICmpSLT(k1, idx(to)), loop, exit);
+    b_.SetInsertPoint(exit);
+    return next;  // defined in the loop block, which dominates the exit
+  }
+
   llvm::LLVMContext& ctx_;
   llvm::Module& mod_;
   IRBuilder<> b_;
@@ -416,43 +444,23 @@ void Lowering::lowerReduce(const Op& op) {
     LVal* acc = at(idx(0));
     LVal* best = idx(0);
     if (len > 1) {
-      llvm::BasicBlock* pre = b_.GetInsertBlock();
-      auto* loop = llvm::BasicBlock::Create(ctx_, "red.k", fn_);
-      auto* exit = llvm::BasicBlock::Create(ctx_, "red.done", fn_);
-      b_.CreateBr(loop);
-      b_.SetInsertPoint(loop);
-      auto* k = b_.CreatePHI(b_.getInt32Ty(), 2);
-      auto* accPhi = b_.CreatePHI(acc->getType(), 2);
-      auto* bestPhi = b_.CreatePHI(b_.getInt32Ty(), 2);
-      k->addIncoming(idx(1), pre);
-      accPhi->addIncoming(acc, pre);
-      bestPhi->addIncoming(best, pre);
-      LVal* x = at(k);
-      LVal* nextAcc;
-      LVal* nextBest = bestPhi;
-      switch (op.kind()) {
-        case OpKind::ReduceSum: nextAcc = f ? b_.CreateFAdd(accPhi, x) : b_.CreateAdd(accPhi, x); break;
-        case OpKind::ReduceMax:
-          nextAcc = b_.CreateIntrinsic(f ? llvm::Intrinsic::maxnum : llvm::Intrinsic::smax, {x->getType()}, {accPhi, x});
-          break;
-        case OpKind::ReduceMin:
-          nextAcc = b_.CreateIntrinsic(f ? llvm::Intrinsic::minnum : llvm::Intrinsic::smin, {x->getType()}, {accPhi, x});
-          break;
-        default: {
-          LVal* better = f ? b_.CreateFCmpOGT(x, accPhi) : b_.CreateICmpSGT(x, accPhi);
-          nextAcc = b_.CreateSelect(better, x, accPhi);
-          nextBest = b_.CreateSelect(better, k, bestPhi);
+      auto fin = countedLoop(1, len, {acc, best}, [&](LVal* k, const std::vector<LVal*>& cur) -> std::vector<LVal*> {
+        LVal* x = at(k);
+        llvm::Type* ty = x->getType();
+        switch (op.kind()) {
+          case OpKind::ReduceSum: return {f ? b_.CreateFAdd(cur[0], x) : b_.CreateAdd(cur[0], x), cur[1]};
+          case OpKind::ReduceMax:
+            return {b_.CreateIntrinsic(f ? llvm::Intrinsic::maxnum : llvm::Intrinsic::smax, {ty}, {cur[0], x}), cur[1]};
+          case OpKind::ReduceMin:
+            return {b_.CreateIntrinsic(f ? llvm::Intrinsic::minnum : llvm::Intrinsic::smin, {ty}, {cur[0], x}), cur[1]};
+          default: {
+            LVal* better = f ? b_.CreateFCmpOGT(x, cur[0]) : b_.CreateICmpSGT(x, cur[0]);
+            return {b_.CreateSelect(better, x, cur[0]), b_.CreateSelect(better, k, cur[1])};
+          }
         }
-      }
-      LVal* k1 = b_.CreateAdd(k, idx(1));
-      llvm::BasicBlock* latch = b_.GetInsertBlock();
-      k->addIncoming(k1, latch);
-      accPhi->addIncoming(nextAcc, latch);
-      bestPhi->addIncoming(nextBest, latch);
-      b_.CreateCondBr(b_.CreateICmpULT(k1, idx(len)), loop, exit);
-      b_.SetInsertPoint(exit);
-      acc = nextAcc;
-      best = nextBest;
+      });
+      acc = fin[0];
+      best = fin[1];
     }
     out.e.push_back(op.kind() == OpKind::Argmax ? best : acc);
   }
@@ -484,27 +492,13 @@ void Lowering::lowerDot(const Op& op) {
     LVal* e = flatIndex(ct, s);
     LVal* row = coord(e, ct.shape, 0);
     LVal* col = coord(e, ct.shape, 1);
-    llvm::BasicBlock* pre = b_.GetInsertBlock();
-    auto* loop = llvm::BasicBlock::Create(ctx_, "dot.k", fn_);
-    auto* exit = llvm::BasicBlock::Create(ctx_, "dot.done", fn_);
-    b_.CreateBr(loop);
-    b_.SetInsertPoint(loop);
-    auto* kk = b_.CreatePHI(b_.getInt32Ty(), 2);
-    auto* sum = b_.CreatePHI(accTy, 2);
-    kk->addIncoming(idx(0), pre);
-    sum->addIncoming(acc.e[s], pre);
-    LVal* x = widen(fromSmem(0, b_.CreateAdd(b_.CreateMul(row, idx(k)), kk), at), at.elem);
-    LVal* y = widen(fromSmem(aBytes, b_.CreateAdd(b_.CreateMul(kk, idx(n)), col), bt), bt.elem);
-    LVal* next = intDot ? b_.CreateAdd(sum, b_.CreateMul(x, y))
-                        : static_cast<LVal*>(b_.CreateIntrinsic(llvm::Intrinsic::fma, {accTy}, {x, y, sum}));
-    LVal* k1 = b_.CreateAdd(kk, idx(1));
-    kk->addIncoming(k1, b_.GetInsertBlock());
-    sum->addIncoming(next, b_.GetInsertBlock());
-    b_.CreateCondBr(b_.CreateICmpULT(k1, idx(k)), loop, exit);
-    b_.SetInsertPoint(exit);
-    auto* res = b_.CreatePHI(accTy, 1);
-    res->addIncoming(next, loop);
-    out.e.push_back(res);
+    auto fin = countedLoop(0, k, {acc.e[s]}, [&](LVal* kk, const std::vector<LVal*>& sum) -> std::vector<LVal*> {
+      LVal* x = widen(fromSmem(0, b_.CreateAdd(b_.CreateMul(row, idx(k)), kk), at), at.elem);
+      LVal* y = widen(fromSmem(aBytes, b_.CreateAdd(b_.CreateMul(kk, idx(n)), col), bt), bt.elem);
+      if (intDot) return {b_.CreateAdd(sum[0], b_.CreateMul(x, y))};
+      return {b_.CreateIntrinsic(llvm::Intrinsic::fma, {accTy}, {x, y, sum[0]})};
+    });
+    out.e.push_back(fin[0]);
   }
   barrier();
   vals_[op.result()] = std::move(out);
