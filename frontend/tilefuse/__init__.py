@@ -14,6 +14,7 @@
 
 from . import _C, language  # noqa: F401
 from .errors import CompilationError, KernelRuntimeError, LaunchError, TilefuseError  # noqa: F401
+from . import jit as jit_module  # noqa: F401 - the module, for tests that patch it
 from .jit import CompiledKernel, JITFunction, jit, select_backend  # noqa: F401
 
 __version__ = "0.1.0"

@@ -131,23 +131,30 @@ def cai_dtype(name, v):
     return d
 
 
+def _current_stream(device: int) -> int:
+    """The current torch stream of `device` (0, the default stream, without torch)."""
+    global _torch
+    if _torch is None:
+        try:
+            import torch
+
+            _torch = torch if torch.cuda.is_available() else False
+        except ImportError:
+            _torch = False
+    return _torch.cuda.current_stream(device).cuda_stream if _torch else 0
+
+
+_torch = None
+
+
 def launch(kernel, spec, bound, grid, num_warps: int):
     device = device_of(bound.values())
     _R.use_device(device)
-    arch = arch_of_device(device)
     loaded = kernel.loaded.get((device, num_warps))
     if loaded is None:
-        image, meta = binary(kernel, arch, num_warps)
+        image, meta = binary(kernel, arch_of_device(device), num_warps)
         kernel.asm.setdefault("ptx", meta["ptx"])
         loaded = _R.LoadedKernel(device, image, kernel.name, meta["num_threads"], meta["shared_bytes"])
         kernel.loaded[(device, num_warps)] = loaded
     args = [_pack(s[0], s[2], bound[s[0]], device) for s in spec if s[1] == "arg"]
-    stream = 0
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            stream = torch.cuda.current_stream(device).cuda_stream
-    except ImportError:
-        pass
-    loaded.launch(grid, stream, args)
+    loaded.launch(grid, _current_stream(device), args)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import inspect
 import os
@@ -317,10 +318,16 @@ def select_backend(values) -> str:
     if any(_is_torch_tensor(v) and str(getattr(v, "device", "cpu")) == "cpu" for v in values):
         return "interp"
     if env == "cuda":
-        if _C.runtime.device_count() == 0:
+        if _device_count() == 0:
             raise LaunchError(f"TILEFUSE_BACKEND=cuda but no GPU is usable: {_C.runtime.driver_unavailable_reason()}")
         return "cuda"
-    return "cuda" if _C.runtime.device_count() > 0 else "interp"
+    return "cuda" if _device_count() > 0 else "interp"
+
+
+@functools.lru_cache(maxsize=1)
+def _device_count() -> int:
+    # Asked once per process: a GPU does not appear or vanish while it runs.
+    return _C.runtime.device_count()
 
 
 def _launch_interp(kernel: CompiledKernel, spec, bound, grid):

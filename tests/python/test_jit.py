@@ -377,7 +377,7 @@ def test_numpy_arguments_always_use_the_interpreter(monkeypatch):
 
 
 def test_backend_environment_variable(monkeypatch):
-    monkeypatch.setattr(tf._C.runtime, "device_count", lambda: 1)
+    monkeypatch.setattr(tf.jit_module, "_device_count", lambda: 1)
     monkeypatch.setenv("TILEFUSE_BACKEND", "interp")
     assert tf.select_backend([3, 2.5]) == "interp"
     monkeypatch.setenv("TILEFUSE_BACKEND", "cuda")
@@ -385,7 +385,7 @@ def test_backend_environment_variable(monkeypatch):
     monkeypatch.setenv("TILEFUSE_BACKEND", "bogus")
     with pytest.raises(tf.LaunchError, match="bogus"):
         tf.select_backend([3])
-    monkeypatch.setattr(tf._C.runtime, "device_count", lambda: 0)
+    monkeypatch.setattr(tf.jit_module, "_device_count", lambda: 0)
     monkeypatch.setenv("TILEFUSE_BACKEND", "cuda")
     with pytest.raises(tf.LaunchError, match="no GPU"):
         tf.select_backend([3, 2.5])
@@ -393,9 +393,9 @@ def test_backend_environment_variable(monkeypatch):
 
 def test_default_backend_follows_the_gpu(monkeypatch):
     monkeypatch.delenv("TILEFUSE_BACKEND", raising=False)
-    monkeypatch.setattr(tf._C.runtime, "device_count", lambda: 0)
+    monkeypatch.setattr(tf.jit_module, "_device_count", lambda: 0)
     assert tf.select_backend([3, 2.5]) == "interp"
-    monkeypatch.setattr(tf._C.runtime, "device_count", lambda: 2)
+    monkeypatch.setattr(tf.jit_module, "_device_count", lambda: 2)
     assert tf.select_backend([3, 2.5]) == "cuda"
     assert tf.select_backend([np.zeros(2, np.float32)]) == "interp"
 
