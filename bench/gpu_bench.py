@@ -12,12 +12,12 @@ import subprocess
 import tempfile
 import time
 
+import tilefuse as tf  # noqa: F401
 import torch
 import triton
 import triton.language as ttl
-
-import tilefuse as tf  # noqa: F401
 from tilefuse import gpu
+
 from kernels_dsl.tutorials import matmul, softmax, vector_add
 
 
@@ -90,8 +90,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench.json")
     args = ap.parse_args()
-    res = {"date": time.strftime("%Y-%m-%d"), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "triton": triton.__version__}
+    res = {
+        "date": time.strftime("%Y-%m-%d"),
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+    }
 
     n = 4096
     x, y, out = (torch.randn(n, device="cuda") for _ in range(3))
@@ -112,15 +116,20 @@ def main():
     res["compile_ms"] = {k: {"to_ptx": v[0], "ptxas": v[1]} for k, v in comp.items()}
     res["compile_ms"]["triton_vector_add_cold"] = triton_cold_compile(_triton_add, (4,), x, y, out, n, BLOCK=1024)
     res["compile_ms"]["triton_matmul_cold"] = triton_cold_compile(
-        _triton_matmul, (32, 32), a, b, c, 4096, 4096, 4096, BM=128, BN=128, BK=64, num_warps=8, num_stages=4)
+        _triton_matmul, (32, 32), a, b, c, 4096, 4096, 4096, BM=128, BN=128, BK=64, num_warps=8, num_stages=4
+    )
 
     flop = 2 * 4096**3
     grid = ((4096 // 64) * (4096 // 64),)
     res["matmul_4096_bf16_tflops"] = {
         "tilefuse": tflops(lambda: matmul.matmul_kernel[grid](*margs, **mkw), flop)[0],
         "torch": tflops(lambda: torch.matmul(a, b, out=c), flop)[0],
-        "triton": tflops(lambda: _triton_matmul[(32, 32)](a, b, c, 4096, 4096, 4096, BM=128, BN=128, BK=64,
-                                                           num_warps=8, num_stages=4), flop)[0],
+        "triton": tflops(
+            lambda: _triton_matmul[(32, 32)](
+                a, b, c, 4096, 4096, 4096, BM=128, BN=128, BK=64, num_warps=8, num_stages=4
+            ),
+            flop,
+        )[0],
     }
     with open(args.out, "w") as f:
         json.dump(res, f, indent=2)

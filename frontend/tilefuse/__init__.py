@@ -1,20 +1,20 @@
 """tilefuse: a Triton-style tile DSL for NVIDIA GPUs with a compiler written in C++.
 
-    import tilefuse as tf
-    import tilefuse.language as tl
+import tilefuse as tf
+import tilefuse.language as tl
 
-    @tf.jit
-    def add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < n
-        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+@tf.jit
+def add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
 
-    add[(tf.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
+add[(tf.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
 """
 
 from . import _C, language  # noqa: F401
-from .errors import CompilationError, KernelRuntimeError, LaunchError, TilefuseError  # noqa: F401
 from . import jit as jit_module  # noqa: F401 - the module, for tests that patch it
+from .errors import CompilationError, KernelRuntimeError, LaunchError, TilefuseError  # noqa: F401
 from .jit import CompiledKernel, JITFunction, jit, select_backend  # noqa: F401
 
 __version__ = "0.1.0"

@@ -15,28 +15,65 @@ _ir = _C.ir
 _K = _ir.OpKind
 
 _BINOPS = {
-    ast.Add: _K.Add, ast.Sub: _K.Sub, ast.Mult: _K.Mul, ast.Mod: _K.Rem, ast.BitAnd: _K.And,
-    ast.BitOr: _K.Or, ast.BitXor: _K.Xor, ast.LShift: _K.Shl, ast.RShift: _K.Shr,
+    ast.Add: _K.Add,
+    ast.Sub: _K.Sub,
+    ast.Mult: _K.Mul,
+    ast.Mod: _K.Rem,
+    ast.BitAnd: _K.And,
+    ast.BitOr: _K.Or,
+    ast.BitXor: _K.Xor,
+    ast.LShift: _K.Shl,
+    ast.RShift: _K.Shr,
 }
 _PY_BINOPS = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow, ast.BitAnd: operator.and_,
-    ast.BitOr: operator.or_, ast.BitXor: operator.xor, ast.LShift: operator.lshift, ast.RShift: operator.rshift,
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+    ast.BitAnd: operator.and_,
+    ast.BitOr: operator.or_,
+    ast.BitXor: operator.xor,
+    ast.LShift: operator.lshift,
+    ast.RShift: operator.rshift,
 }
 _CMPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne"}
 _PY_CMPS = {
-    ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Eq: operator.eq,
-    ast.NotEq: operator.ne, ast.Is: operator.is_, ast.IsNot: operator.is_not,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Is: operator.is_,
+    ast.IsNot: operator.is_not,
 }
 
 # How unsupported syntax is named in errors (others use the lower-cased AST class name).
 _SYNTAX_NAMES = {
-    ast.Break: "'break'", ast.Continue: "'continue'", ast.Try: "'try'", ast.With: "'with'", ast.Lambda: "'lambda'",
-    ast.Raise: "'raise'", ast.Delete: "'del'", ast.Global: "'global'", ast.Nonlocal: "'nonlocal'",
-    ast.ListComp: "list comprehension", ast.SetComp: "set comprehension", ast.DictComp: "dict comprehension",
-    ast.GeneratorExp: "generator expression", ast.NamedExpr: "':=' (assignment expression)",
-    ast.FunctionDef: "nested function definition", ast.ClassDef: "class definition", ast.Dict: "dict literal",
-    ast.Set: "set literal", ast.Starred: "'*' unpacking", ast.Yield: "'yield'", ast.Await: "'await'",
+    ast.Break: "'break'",
+    ast.Continue: "'continue'",
+    ast.Try: "'try'",
+    ast.With: "'with'",
+    ast.Lambda: "'lambda'",
+    ast.Raise: "'raise'",
+    ast.Delete: "'del'",
+    ast.Global: "'global'",
+    ast.Nonlocal: "'nonlocal'",
+    ast.ListComp: "list comprehension",
+    ast.SetComp: "set comprehension",
+    ast.DictComp: "dict comprehension",
+    ast.GeneratorExp: "generator expression",
+    ast.NamedExpr: "':=' (assignment expression)",
+    ast.FunctionDef: "nested function definition",
+    ast.ClassDef: "class definition",
+    ast.Dict: "dict literal",
+    ast.Set: "set literal",
+    ast.Starred: "'*' unpacking",
+    ast.Yield: "'yield'",
+    ast.Await: "'await'",
 }
 
 
@@ -96,8 +133,16 @@ class CodeGenerator(ast.NodeVisitor):
                 raise
             except _C.UserError as e:
                 raise CompilationError(e.message, e.file, e.line, e.col) from None
-            except (TypeError, ValueError, NotImplementedError, AttributeError, ZeroDivisionError, IndexError,
-                    KeyError, AssertionError) as e:
+            except (
+                TypeError,
+                ValueError,
+                NotImplementedError,
+                AttributeError,
+                ZeroDivisionError,
+                IndexError,
+                KeyError,
+                AssertionError,
+            ) as e:
                 raise self.error(node, str(e) or type(e).__name__) from None
             finally:
                 self.node = prev
@@ -308,8 +353,11 @@ class CodeGenerator(ast.NodeVisitor):
         for n, init in zip(names, inits):
             v = tl.to_tensor(self.scope[n], self.b, like=init)
             if v.type != init.type:
-                raise self.error(node, f"loop-carried variable '{n}' enters the loop as {init.type} "
-                                       f"but is reassigned to {v.type}; convert it with .to(...)")
+                raise self.error(
+                    node,
+                    f"loop-carried variable '{n}' enters the loop as {init.type} "
+                    f"but is reassigned to {v.type}; convert it with .to(...)",
+                )
             yields.append(v)
         self.b.yield_([v.handle for v in yields])
         self.b.set_insertion_point_to_end(block)
@@ -400,8 +448,11 @@ class CodeGenerator(ast.NodeVisitor):
         if any(it is not None and not isinstance(it, slice) for it in items):
             raise self.error(node, "tiles are indexed only with ':' and None (x[:, None])")
         if sum(isinstance(it, slice) for it in items) != len(obj.shape):
-            raise self.error(node, f"index has {sum(isinstance(it, slice) for it in items)} ':' entries "
-                                   f"for a tile of rank {len(obj.shape)}")
+            raise self.error(
+                node,
+                f"index has {sum(isinstance(it, slice) for it in items)} ':' entries "
+                f"for a tile of rank {len(obj.shape)}",
+            )
         h = obj.handle
         for axis, it in enumerate(items):
             if it is None:
@@ -546,10 +597,34 @@ class CodeGenerator(ast.NodeVisitor):
         if any(_is_tensor(tl._unwrap(a)) for a in list(args) + list(kwargs.values())):
             name = getattr(fn, "__name__", repr(fn))
             raise self.error(node, f"'{name}' is not a tilefuse builtin or @jit function and cannot take tensors")
-        if fn in (_py.min, _py.max, _py.len, _py.int, _py.float, _py.bool, _py.abs, _py.isinstance, _py.tuple,
-                  _py.list, _py.print, _py.str, _py.getattr, _py.hasattr, _py.round, _py.divmod, _py.sum, _py.any,
-                  _py.all, _py.zip, _py.enumerate) or not callable(fn) or getattr(fn, "__module__", "") in (
-                      "math", "builtins"):
+        if (
+            fn
+            in (
+                _py.min,
+                _py.max,
+                _py.len,
+                _py.int,
+                _py.float,
+                _py.bool,
+                _py.abs,
+                _py.isinstance,
+                _py.tuple,
+                _py.list,
+                _py.print,
+                _py.str,
+                _py.getattr,
+                _py.hasattr,
+                _py.round,
+                _py.divmod,
+                _py.sum,
+                _py.any,
+                _py.all,
+                _py.zip,
+                _py.enumerate,
+            )
+            or not callable(fn)
+            or getattr(fn, "__module__", "") in ("math", "builtins")
+        ):
             return fn(*[tl._unwrap(a) for a in args], **{k: tl._unwrap(v) for k, v in kwargs.items()})
         name = getattr(fn, "__name__", repr(fn))
         raise self.error(node, f"'{name}' is not a tilefuse builtin or @jit function")

@@ -18,7 +18,13 @@ _R = _C.runtime
 _VERSION = "0.1.0"
 
 _CAI_DTYPES = {
-    "|b1": _D.i1, "|i1": _D.i8, "<i2": _D.i16, "<i4": _D.i32, "<i8": _D.i64, "<f2": _D.f16, "<f4": _D.f32,
+    "|b1": _D.i1,
+    "|i1": _D.i8,
+    "<i2": _D.i16,
+    "<i4": _D.i32,
+    "<i8": _D.i64,
+    "<f2": _D.f16,
+    "<f4": _D.f32,
     "<f8": _D.f64,
 }
 
@@ -78,7 +84,7 @@ def binary(kernel, arch: str, num_warps: int) -> tuple[bytes, dict]:
     if blob is not None:
         threads, shared, n = struct.unpack_from("<iiI", blob)
         meta = {"num_threads": threads, "shared_bytes": shared}
-        return blob[12 + n:], dict(meta, ptx=blob[12:12 + n].decode())
+        return blob[12 + n :], dict(meta, ptx=blob[12 : 12 + n].decode())
     low = lower(kernel, arch, num_warps)
     image = _ptxas(low["ptx"], arch) or (low["ptx"].encode() + b"\0")
     ptx = low["ptx"].encode()
@@ -126,8 +132,10 @@ def device_of(values) -> int:
 def cai_dtype(name, v):
     d = _CAI_DTYPES.get(v.__cuda_array_interface__["typestr"])
     if d is None:
-        raise LaunchError(f"argument '{name}': __cuda_array_interface__ typestr "
-                          f"{v.__cuda_array_interface__['typestr']} is not supported")
+        raise LaunchError(
+            f"argument '{name}': __cuda_array_interface__ typestr "
+            f"{v.__cuda_array_interface__['typestr']} is not supported"
+        )
     return d
 
 

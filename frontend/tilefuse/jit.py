@@ -25,19 +25,37 @@ except ImportError:  # ml_dtypes is a dependency; without it only numpy's own dt
     _mld = None
 
 _NUMPY_DTYPES = {
-    np.dtype(np.bool_): _D.i1, np.dtype(np.int8): _D.i8, np.dtype(np.int16): _D.i16, np.dtype(np.int32): _D.i32,
-    np.dtype(np.int64): _D.i64, np.dtype(np.float16): _D.f16, np.dtype(np.float32): _D.f32,
+    np.dtype(np.bool_): _D.i1,
+    np.dtype(np.int8): _D.i8,
+    np.dtype(np.int16): _D.i16,
+    np.dtype(np.int32): _D.i32,
+    np.dtype(np.int64): _D.i64,
+    np.dtype(np.float16): _D.f16,
+    np.dtype(np.float32): _D.f32,
     np.dtype(np.float64): _D.f64,
 }
 if _mld is not None:
-    _NUMPY_DTYPES.update({
-        np.dtype(_mld.bfloat16): _D.bf16, np.dtype(_mld.float8_e4m3fn): _D.f8e4m3,
-        np.dtype(_mld.float8_e5m2): _D.f8e5m2, np.dtype(_mld.float8_e8m0fnu): _D.e8m0,
-    })
+    _NUMPY_DTYPES.update(
+        {
+            np.dtype(_mld.bfloat16): _D.bf16,
+            np.dtype(_mld.float8_e4m3fn): _D.f8e4m3,
+            np.dtype(_mld.float8_e5m2): _D.f8e5m2,
+            np.dtype(_mld.float8_e8m0fnu): _D.e8m0,
+        }
+    )
 _TORCH_DTYPES = {
-    "torch.bool": _D.i1, "torch.int8": _D.i8, "torch.int16": _D.i16, "torch.int32": _D.i32, "torch.int64": _D.i64,
-    "torch.float16": _D.f16, "torch.bfloat16": _D.bf16, "torch.float32": _D.f32, "torch.float64": _D.f64,
-    "torch.float8_e4m3fn": _D.f8e4m3, "torch.float8_e5m2": _D.f8e5m2, "torch.float8_e8m0fnu": _D.e8m0,
+    "torch.bool": _D.i1,
+    "torch.int8": _D.i8,
+    "torch.int16": _D.i16,
+    "torch.int32": _D.i32,
+    "torch.int64": _D.i64,
+    "torch.float16": _D.f16,
+    "torch.bfloat16": _D.bf16,
+    "torch.float32": _D.f32,
+    "torch.float64": _D.f64,
+    "torch.float8_e4m3fn": _D.f8e4m3,
+    "torch.float8_e5m2": _D.f8e5m2,
+    "torch.float8_e8m0fnu": _D.e8m0,
 }
 
 
@@ -154,20 +172,28 @@ class JITFunction:
     @property
     def source(self) -> FunctionSource:
         if self._source is None:
-            raw = inspect.getsource(self.fn)
+            try:
+                raw = inspect.getsource(self.fn)
+            except OSError:
+                raise CompilationError(
+                    f"cannot read the source of '{self.__name__}': kernels must be defined "
+                    "in a file (not in exec'd strings or an interactive prompt)"
+                ) from None
             indent = len(raw) - len(raw.lstrip(" \t"))
             text = textwrap.dedent(raw)
             tree = ast.parse(text).body[0]
             file = inspect.getsourcefile(self.fn) or f"<{self.__name__}>"
             first = self.fn.__code__.co_firstlineno
-            _ir.register_source(file, text if not os.path.exists(file) else open(file).read(),
-                                first if not os.path.exists(file) else 1)
+            _ir.register_source(
+                file, text if not os.path.exists(file) else open(file).read(), first if not os.path.exists(file) else 1
+            )
             self._source = FunctionSource(tree, file, first, indent)
         return self._source
 
     def __call__(self, *args, **kwargs):
-        raise RuntimeError(f"launch the kernel with {self.__name__}[grid](...); "
-                           "call it directly only from inside another kernel")
+        raise RuntimeError(
+            f"launch the kernel with {self.__name__}[grid](...); " "call it directly only from inside another kernel"
+        )
 
     def __getitem__(self, grid):
         return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
@@ -260,8 +286,9 @@ class JITFunction:
             _C.passes.run_pipeline(module)
         except _C.UserError as e:
             raise CompilationError(e.message, e.file, e.line, e.col) from None
-        return CompiledKernel(self.__name__, module, {"tile_raw": tile_raw, "tile": module.to_text()},
-                              [(s[0], str(s[2])) for s in args])
+        return CompiledKernel(
+            self.__name__, module, {"tile_raw": tile_raw, "tile": module.to_text()}, [(s[0], str(s[2])) for s in args]
+        )
 
     def compile(self, *args, **kwargs) -> CompiledKernel:
         """Compiles (or fetches from the cache) the specialization for these arguments."""

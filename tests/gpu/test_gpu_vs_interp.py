@@ -6,9 +6,9 @@ few ulp); dot products and reductions within an fp32 reordering tolerance.
 
 import numpy as np
 import pytest
-
 import tilefuse as tf
 import tilefuse.language as tl
+
 from kernels_dsl.tutorials import layernorm, matmul, softmax, vector_add
 
 torch = pytest.importorskip("torch")
@@ -58,8 +58,9 @@ def test_elementwise_and_casts_are_bit_exact():
     g = torch.Generator(device="cuda").manual_seed(1)
     x = torch.randn(n, device="cuda", generator=g) * 4
     y = torch.randn(n, device="cuda", generator=g) * 4 + 0.5
-    outs = [torch.full((n,), float("nan"), device="cuda", dtype=d)
-            for d in (torch.float32, torch.bfloat16, torch.float16)]
+    outs = [
+        torch.full((n,), float("nan"), device="cuda", dtype=d) for d in (torch.float32, torch.bfloat16, torch.float16)
+    ]
     outs.append(torch.zeros(n, device="cuda", dtype=torch.float8_e4m3fn))
     outs.append(torch.full((n,), -7, device="cuda", dtype=torch.int32))
     pairs = both(ew_kernel, (tf.cdiv(n, 256),), [x, y, *outs], n, BLOCK=256)
@@ -116,9 +117,25 @@ def test_matmul(mnk, dtype):
     b = torch.randn(k, n, device="cuda").to(dtype)
     c = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
     grid = (tf.cdiv(m, 64) * tf.cdiv(n, 64),)
-    pairs = both(matmul.matmul_kernel, grid, [a, b, c], m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                 c.stride(0), c.stride(1), BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, BLOCK_SIZE_K=32, GROUP_SIZE_M=8,
-                 ACTIVATION="")
+    pairs = both(
+        matmul.matmul_kernel,
+        grid,
+        [a, b, c],
+        m,
+        n,
+        k,
+        a.stride(0),
+        a.stride(1),
+        b.stride(0),
+        b.stride(1),
+        c.stride(0),
+        c.stride(1),
+        BLOCK_SIZE_M=64,
+        BLOCK_SIZE_N=64,
+        BLOCK_SIZE_K=32,
+        GROUP_SIZE_M=8,
+        ACTIVATION="",
+    )
     ref = (a.double() @ b.double()).cpu().numpy()
     got = pairs[2][0].astype(np.float64)
     # fp32 accumulation over K terms in a different order; bf16 output rounding dominates for bf16.
@@ -133,8 +150,7 @@ def test_layernorm_forward():
     w, b = torch.rand(n, device="cuda"), torch.randn(n, device="cuda")
     y = torch.full_like(x, float("nan"))
     mean, rstd = torch.empty(m, device="cuda"), torch.empty(m, device="cuda")
-    pairs = both(layernorm._layer_norm_fwd_fused, (m,), [x, y, w, b, mean, rstd], x.stride(0), n, 1e-5,
-                 BLOCK_SIZE=1024)
+    pairs = both(layernorm._layer_norm_fwd_fused, (m,), [x, y, w, b, mean, rstd], x.stride(0), n, 1e-5, BLOCK_SIZE=1024)
     ref = torch.nn.functional.layer_norm(x.double(), (n,), w.double(), b.double(), 1e-5).cpu().numpy()
     np.testing.assert_allclose(pairs[1][0], ref, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(pairs[1][0], pairs[1][1], rtol=1e-4, atol=1e-5)
@@ -216,3 +232,29 @@ def test_cuda_array_interface_and_launch_errors():
         vector_add.add_kernel[(1,)](_RawDeviceArray(x.data_ptr() + 2, 16), x, out, 16, BLOCK_SIZE=16)
     with pytest.raises(tf.LaunchError, match="cuda:0"):
         vector_add.add_kernel[(1,)](x.cpu(), x, out, 16, BLOCK_SIZE=16)
+
+
+@tf.jit
+def full_reduce_kernel(x_ptr, i_ptr, out_f, out_i, N: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, N))
+    i = tl.load(i_ptr + tl.arange(0, N))
+    tl.store(
+        out_f + tl.arange(0, 4), tl.join(tl.join(tl.sum(x, 0), tl.max(x, 0)), tl.join(tl.min(x, 0), 0.0)).reshape(4)
+    )
+    tl.store(out_i + tl.arange(0, 4), tl.join(tl.join(tl.sum(i, 0), tl.max(i, 0)), tl.join(tl.min(i, 0), 0)).reshape(4))
+
+
+@pytest.mark.parametrize("n", [16, 128, 2048])
+@pytest.mark.parametrize("num_warps", [1, 4, 8])
+def test_whole_tile_reductions(n, num_warps):
+    x = torch.randn(n, device="cuda")
+    i = torch.randint(-1000, 1000, (n,), device="cuda", dtype=torch.int32)
+    out_f = torch.full((4,), float("nan"), device="cuda")
+    out_i = torch.full((4,), -1, device="cuda", dtype=torch.int32)
+    full_reduce_kernel[(1,)](x, i, out_f, out_i, N=n, num_warps=num_warps)
+    torch.cuda.synchronize()
+    xd = x.double()
+    # join(join(s, mx), join(mn, 0)) is [[s, mn], [mx, 0]]: flattened s, mn, mx, 0.
+    want = torch.stack([xd.sum(), xd.min(), xd.max(), xd.new_zeros(())]).cpu().numpy()
+    np.testing.assert_allclose(out_f.cpu().numpy(), want, rtol=1e-5, atol=1e-5 * np.sqrt(n))
+    np.testing.assert_array_equal(out_i.cpu().numpy(), [int(i.sum()), int(i.min()), int(i.max()), 0])

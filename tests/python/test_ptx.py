@@ -7,9 +7,9 @@ import subprocess
 import ml_dtypes
 import numpy as np
 import pytest
-
 import tilefuse as tf
 import tilefuse.language as tl
+
 from kernels_dsl.tutorials import layernorm, matmul, softmax, vector_add
 
 PTXAS = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
@@ -28,7 +28,11 @@ KERNELS = {
         (mbf, mbf, mbf, 64, 64, 64, 64, 1, 64, 1, 64, 1),
         dict(MM, ACTIVATION="leaky_relu"),
     ),
-    "layernorm_fwd": (layernorm._layer_norm_fwd_fused, (m32, m32, f32, f32, f32, f32, 64, 64, 1e-5), {"BLOCK_SIZE": 64}),
+    "layernorm_fwd": (
+        layernorm._layer_norm_fwd_fused,
+        (m32, m32, f32, f32, f32, f32, 64, 64, 1e-5),
+        {"BLOCK_SIZE": 64},
+    ),
     "layernorm_bwd_dwdb": (
         layernorm._layer_norm_bwd_dwdb,
         (m32, m32, f32, f32, 64, 64),
@@ -47,7 +51,9 @@ def test_ptx_assembles(name, arch, tmp_path):
     assert "define void @" in k.asm["llir"]
     src = tmp_path / "k.ptx"
     src.write_text(k.asm["ptx"])
-    r = subprocess.run([PTXAS, f"-arch={arch}", str(src), "-o", str(tmp_path / "k.cubin")], capture_output=True, text=True)
+    r = subprocess.run(
+        [PTXAS, f"-arch={arch}", str(src), "-o", str(tmp_path / "k.cubin")], capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stderr
 
 

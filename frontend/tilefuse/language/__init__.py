@@ -77,4 +77,3 @@ from .core import (  # noqa: F401
 )
 
 bool = int1  # noqa: A001 - Triton's alias
-

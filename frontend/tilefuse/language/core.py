@@ -90,8 +90,24 @@ float8e5 = dtype("float8e5", _D.f8e5m2)
 float8e8m0 = dtype("float8e8m0", _D.e8m0)
 float4e2m1 = dtype("float4e2m1", _D.f4e2m1)
 
-_BY_IR = {d.ir: d for d in (int1, int8, int16, int32, int64, float16, bfloat16, float32, float64,
-                            float8e4nv, float8e5, float8e8m0, float4e2m1)}
+_BY_IR = {
+    d.ir: d
+    for d in (
+        int1,
+        int8,
+        int16,
+        int32,
+        int64,
+        float16,
+        bfloat16,
+        float32,
+        float64,
+        float8e4nv,
+        float8e5,
+        float8e8m0,
+        float4e2m1,
+    )
+}
 
 
 def dtype_of(t: _ir.Type) -> dtype:
@@ -245,7 +261,9 @@ def _dtype_arg(d) -> dtype:
 
 
 def _shape_arg(shape) -> list[int]:
-    shape = [_unwrap(s) for s in (shape[0] if len(shape) == 1 and isinstance(_unwrap(shape[0]), (list, tuple)) else shape)]
+    shape = [
+        _unwrap(s) for s in (shape[0] if len(shape) == 1 and isinstance(_unwrap(shape[0]), (list, tuple)) else shape)
+    ]
     for s in shape:
         if not isinstance(_unwrap(s), int):
             raise TypeError(f"shapes must be compile-time integers, got {s!r}")
@@ -296,8 +314,17 @@ def zeros_like(input, _builder=None):
 
 
 @builtin
-def load(pointer, mask=None, other=None, boundary_check=None, padding_option="", cache_modifier="",
-         eviction_policy="", volatile=False, _builder=None):
+def load(
+    pointer,
+    mask=None,
+    other=None,
+    boundary_check=None,
+    padding_option="",
+    cache_modifier="",
+    eviction_policy="",
+    volatile=False,
+    _builder=None,
+):
     # Cache and eviction hints do not change results; the GPU backend may use them.
     mask, other = _unwrap(mask), _unwrap(other)
     m = to_tensor(mask, _builder).handle if mask is not None else None
@@ -400,8 +427,19 @@ erf = builtin(_unary(_K.Erf))
 floor = builtin(_unary(_K.Floor))
 ceil = builtin(_unary(_K.Ceil))
 abs = builtin(_unary(_K.Abs))
-for _name, _f in (("exp", exp), ("exp2", exp2), ("log", log), ("log2", log2), ("sqrt", sqrt), ("rsqrt", rsqrt),
-                  ("tanh", tanh), ("erf", erf), ("floor", floor), ("ceil", ceil), ("abs", abs)):
+for _name, _f in (
+    ("exp", exp),
+    ("exp2", exp2),
+    ("log", log),
+    ("log2", log2),
+    ("sqrt", sqrt),
+    ("rsqrt", rsqrt),
+    ("tanh", tanh),
+    ("erf", erf),
+    ("floor", floor),
+    ("ceil", ceil),
+    ("abs", abs),
+):
     _f.__name__ = _f.__qualname__ = _name
 
 
@@ -536,8 +574,10 @@ def sum(input, axis=None, keep_dims=False, dtype=None, _builder=None):
 @builtin
 def max(input, axis=None, return_indices=False, keep_dims=False, _builder=None):
     if _unwrap(return_indices):
-        return (_reduce(_K.ReduceMax, input, axis, keep_dims, _builder),
-                _reduce(_K.Argmax, input, axis, keep_dims, _builder))
+        return (
+            _reduce(_K.ReduceMax, input, axis, keep_dims, _builder),
+            _reduce(_K.Argmax, input, axis, keep_dims, _builder),
+        )
     return _reduce(_K.ReduceMax, input, axis, keep_dims, _builder)
 
 
@@ -554,8 +594,16 @@ def argmax(input, axis, keep_dims=False, _builder=None):
 
 
 @builtin
-def dot(input, other, acc=None, input_precision=None, allow_tf32=None, max_num_imprecise_acc=None,
-        out_dtype=float32, _builder=None):
+def dot(
+    input,
+    other,
+    acc=None,
+    input_precision=None,
+    allow_tf32=None,
+    max_num_imprecise_acc=None,
+    out_dtype=float32,
+    _builder=None,
+):
     a, b = to_tensor(input, _builder), to_tensor(other, _builder)
     acc = _unwrap(acc)
     r = _builder.dot(a.handle, b.handle, to_tensor(acc, _builder).handle if acc is not None else None)
@@ -583,8 +631,9 @@ def _scaled_operand(x, fmt, k_axis, b):
         h = b.trans(h, [])
     mask = to_tensor(15, b, like=tensor(h)).handle
     lo = b.bitcast(b.binary(_K.And, h, mask), float4e2m1.to_ir_type())
-    hi = b.bitcast(b.binary(_K.And, b.binary(_K.Shr, h, to_tensor(4, b, like=tensor(h)).handle), mask),
-                   float4e2m1.to_ir_type())
+    hi = b.bitcast(
+        b.binary(_K.And, b.binary(_K.Shr, h, to_tensor(4, b, like=tensor(h)).handle), mask), float4e2m1.to_ir_type()
+    )
     j = b.join(lo, hi)
     shape = list(j.type.shape)
     h = b.reshape(j, [shape[0], shape[1] * 2])
@@ -594,15 +643,17 @@ def _scaled_operand(x, fmt, k_axis, b):
 
 
 @builtin
-def dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format, acc=None, fast_math=False,
-               out_dtype=float32, _builder=None):
+def dot_scaled(
+    lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format, acc=None, fast_math=False, out_dtype=float32, _builder=None
+):
     a = _scaled_operand(lhs, lhs_format, 1, _builder)
     bb = _scaled_operand(rhs, rhs_format, 0, _builder)
     sa = cast(to_tensor(lhs_scale, _builder), float8e8m0, bitcast=True, _builder=_builder)
     sb = cast(to_tensor(rhs_scale, _builder), float8e8m0, bitcast=True, _builder=_builder)
     acc = _unwrap(acc)
-    h = _builder.dot_scaled(a.handle, sa.handle, bb.handle, sb.handle,
-                            to_tensor(acc, _builder).handle if acc is not None else None)
+    h = _builder.dot_scaled(
+        a.handle, sa.handle, bb.handle, sb.handle, to_tensor(acc, _builder).handle if acc is not None else None
+    )
     return tensor(h)
 
 
@@ -671,8 +722,9 @@ class range:  # noqa: A001 - Triton's name
     """A loop the compiler keeps as a loop: `for i in tl.range(lo, hi, step)`.
     `num_stages` and friends are pipelining hints for the GPU backend."""
 
-    def __init__(self, arg1, arg2=None, step=None, num_stages=None, loop_unroll_factor=None, flatten=False,
-                 warp_specialize=False):
+    def __init__(
+        self, arg1, arg2=None, step=None, num_stages=None, loop_unroll_factor=None, flatten=False, warp_specialize=False
+    ):
         self.start, self.end = (0, arg1) if arg2 is None else (arg1, arg2)
         self.step = 1 if step is None else step
 
