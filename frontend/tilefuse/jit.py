@@ -184,9 +184,9 @@ class JITFunction:
             tree = ast.parse(text).body[0]
             file = inspect.getsourcefile(self.fn) or f"<{self.__name__}>"
             first = self.fn.__code__.co_firstlineno
-            _ir.register_source(
-                file, text if not os.path.exists(file) else open(file).read(), first if not os.path.exists(file) else 1
-            )
+            if not os.path.exists(file):
+                # Diagnostics quote source lines from the file; without one, from this text.
+                _ir.register_source(file, text, first)
             self._source = FunctionSource(tree, file, first, indent)
         return self._source
 

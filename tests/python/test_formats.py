@@ -17,19 +17,30 @@ from fractions import Fraction
 import ml_dtypes
 import numpy as np
 import pytest
-from golden import formats_reference as R
-
 import tilefuse as tf
 import tilefuse.language as tl
+from golden import formats_reference as R
 from tilefuse import _C
 
 _I = _C.interp
 _D = _C.ir.DType
 IR = {"f16": _D.f16, "bf16": _D.bf16, "f8e5m2": _D.f8e5m2, "f8e4m3": _D.f8e4m3, "f4e2m1": _D.f4e2m1, "e8m0": _D.e8m0}
-TL = {"f16": tl.float16, "bf16": tl.bfloat16, "f8e5m2": tl.float8e5, "f8e4m3": tl.float8e4nv,
-      "f4e2m1": tl.float4e2m1, "e8m0": tl.float8e8m0}
-ML = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "f8e5m2": ml_dtypes.float8_e5m2,
-      "f8e4m3": ml_dtypes.float8_e4m3fn, "f4e2m1": ml_dtypes.float4_e2m1fn, "e8m0": ml_dtypes.float8_e8m0fnu}
+TL = {
+    "f16": tl.float16,
+    "bf16": tl.bfloat16,
+    "f8e5m2": tl.float8e5,
+    "f8e4m3": tl.float8e4nv,
+    "f4e2m1": tl.float4e2m1,
+    "e8m0": tl.float8e8m0,
+}
+ML = {
+    "f16": np.float16,
+    "bf16": ml_dtypes.bfloat16,
+    "f8e5m2": ml_dtypes.float8_e5m2,
+    "f8e4m3": ml_dtypes.float8_e4m3fn,
+    "f4e2m1": ml_dtypes.float4_e2m1fn,
+    "e8m0": ml_dtypes.float8_e8m0fnu,
+}
 UINT = {8: np.uint8, 16: np.uint16}
 SMALL = ("f8e4m3", "f8e5m2", "f4e2m1", "e8m0")  # swept exhaustively
 WIDE = ("f16", "bf16")  # swept on a fixed subset of their 2^16 codes
@@ -63,7 +74,9 @@ def _fmt_failures(bad, limit=12):
 def test_decode_every_code(name):
     ref = R.decode_all(name)
     got = [_I.decode(c, IR[name]) for c in R.all_codes(name)]
-    bad = [f"code {c:#x}: decode {got[c]!r}, reference {ref[c]!r}" for c in R.all_codes(name) if not same(got[c], ref[c])]
+    bad = [
+        f"code {c:#x}: decode {got[c]!r}, reference {ref[c]!r}" for c in R.all_codes(name) if not same(got[c], ref[c])
+    ]
     assert not bad, _fmt_failures(bad)
 
 
@@ -75,7 +88,11 @@ def test_decode_matches_ml_dtypes(name):
     with np.errstate(invalid="ignore"):  # NaN codes
         got = codes.view(ML[name]).astype(np.float64).tolist()
     ref = R.decode_all(name)
-    bad = [f"code {c:#x}: ml_dtypes {got[c]!r}, reference {ref[c]!r}" for c in R.all_codes(name) if not same(got[c], ref[c])]
+    bad = [
+        f"code {c:#x}: ml_dtypes {got[c]!r}, reference {ref[c]!r}"
+        for c in R.all_codes(name)
+        if not same(got[c], ref[c])
+    ]
     assert not bad, _fmt_failures(bad)
 
 
@@ -86,7 +103,11 @@ def test_decode_f16_bf16_match_struct():
     bf16 = struct.unpack(f"<{n}f", struct.pack(f"<{n}I", *(c << 16 for c in range(n))))
     for name, host in (("f16", f16), ("bf16", bf16)):
         ref = R.decode_all(name)
-        bad = [f"{name} code {c:#x}: struct {host[c]!r}, reference {ref[c]!r}" for c in range(n) if not same(host[c], ref[c])]
+        bad = [
+            f"{name} code {c:#x}: struct {host[c]!r}, reference {ref[c]!r}"
+            for c in range(n)
+            if not same(host[c], ref[c])
+        ]
         assert not bad, _fmt_failures(bad)
 
 
@@ -94,7 +115,9 @@ def test_decode_f16_bf16_match_struct():
 def test_encode_every_value(name):
     ref = R.decode_all(name)
     got = [_I.encode(v, IR[name]) for v in ref]
-    bad = [f"encode({ref[c]!r}) = {got[c]:#x}, want {c:#x}" for c in R.all_codes(name) if not code_matches(name, got[c], c)]
+    bad = [
+        f"encode({ref[c]!r}) = {got[c]:#x}, want {c:#x}" for c in R.all_codes(name) if not code_matches(name, got[c], c)
+    ]
     assert not bad, _fmt_failures(bad)
 
 
@@ -410,8 +433,9 @@ def test_kernel_stochastic_is_unbiased(name):
     x = np.repeat(np.array(xs, np.float32), draws)
     r = rng.integers(0, U32, x.size, dtype=np.uint64)
     out = np.zeros(x.size, np.int8 if name == "f4e2m1" else ML[name])
-    cast_store_rs[(tf.cdiv(x.size, BLOCK),)](x, r.astype(np.uint32).view(np.int32), out, x.size, DT=TL[name],
-                                             CODES=name == "f4e2m1", BLOCK=BLOCK)
+    cast_store_rs[(tf.cdiv(x.size, BLOCK),)](
+        x, r.astype(np.uint32).view(np.int32), out, x.size, DT=TL[name], CODES=name == "f4e2m1", BLOCK=BLOCK
+    )
     if name == "f4e2m1":
         q = np.array([R.decode(name, c) for c in range(16)])[out.astype(np.int64) & 0xF]
     else:

@@ -117,7 +117,7 @@ def decode(name, code: int) -> float:
     return to_float(decode_exact(name, code))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def decode_all(name) -> tuple[float, ...]:
     """decode() of every code, by code."""
     return tuple(decode(name, c) for c in all_codes(name))
@@ -134,7 +134,7 @@ def all_codes(name) -> range:
 # --- the table of representable magnitudes ---
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _table(name):
     """Sorted finite non-negative magnitudes, their codes, and the virtual value above
     max (what an unbounded exponent range would give)."""
