@@ -123,6 +123,12 @@ def main():
     grid = ((4096 // 64) * (4096 // 64),)
     res["matmul_4096_bf16_tflops"] = {
         "tilefuse": tflops(lambda: matmul.matmul_kernel[grid](*margs, **mkw), flop)[0],
+        "tilefuse_128x128x32_8warps": tflops(
+            lambda: matmul.matmul_kernel[(32 * 32,)](
+                *margs, BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, BLOCK_SIZE_K=32, GROUP_SIZE_M=8, ACTIVATION="", num_warps=8
+            ),
+            flop,
+        )[0],
         "torch": tflops(lambda: torch.matmul(a, b, out=c), flop)[0],
         "triton": tflops(
             lambda: _triton_matmul[(32, 32)](

@@ -109,39 +109,28 @@ def test_softmax(shape):
     np.testing.assert_allclose(pairs[0][0], torch.softmax(x.double(), 1).cpu().numpy(), rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("tiles", [(64, 64, 32, 4), (128, 128, 32, 8)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("mnk", [(64, 64, 64), (100, 77, 50), (256, 192, 128)])
-def test_matmul(mnk, dtype):
+def test_matmul(mnk, dtype, tiles):
     m, n, k = mnk
+    bm, bn, bk, warps = tiles
     a = torch.randn(m, k, device="cuda").to(dtype)
     b = torch.randn(k, n, device="cuda").to(dtype)
     c = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
-    grid = (tf.cdiv(m, 64) * tf.cdiv(n, 64),)
-    pairs = both(
-        matmul.matmul_kernel,
-        grid,
-        [a, b, c],
-        m,
-        n,
-        k,
-        a.stride(0),
-        a.stride(1),
-        b.stride(0),
-        b.stride(1),
-        c.stride(0),
-        c.stride(1),
-        BLOCK_SIZE_M=64,
-        BLOCK_SIZE_N=64,
-        BLOCK_SIZE_K=32,
-        GROUP_SIZE_M=8,
-        ACTIVATION="",
-    )
+    grid = (tf.cdiv(m, bm) * tf.cdiv(n, bn),)
+    args = (m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
+    meta = dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=8, ACTIVATION="")
+    host = [to_numpy(t).copy() for t in (a, b, c)]
+    matmul.matmul_kernel[grid](a, b, c, *args, num_warps=warps, **meta)  # bf16/f16: mma.sync tensor cores
+    torch.cuda.synchronize()
+    matmul.matmul_kernel[grid](*host, *args, **meta)
     ref = (a.double() @ b.double()).cpu().numpy()
-    got = pairs[2][0].astype(np.float64)
-    # fp32 accumulation over K terms in a different order; bf16 output rounding dominates for bf16.
-    tol = 2**-8 if dtype == torch.bfloat16 else k * 2**-23 * 4
+    got = to_numpy(c).astype(np.float64)
+    # fp32 accumulation over K terms in a different order; the output rounding dominates for 16-bit types.
+    tol = {torch.bfloat16: 2**-8, torch.float16: 2**-11}.get(dtype, k * 2**-23 * 4)
     np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * np.sqrt(k))
-    np.testing.assert_allclose(got, pairs[2][1].astype(np.float64), rtol=tol, atol=tol * np.sqrt(k))
+    np.testing.assert_allclose(got, host[2].astype(np.float64), rtol=tol, atol=tol * np.sqrt(k))
 
 
 def test_layernorm_forward():
