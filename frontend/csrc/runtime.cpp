@@ -1,4 +1,6 @@
 // tilefuse._C.runtime: driver presence and device queries (no LLVM here).
+#include <optional>
+
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -11,7 +13,7 @@ using namespace tilefuse::runtime;
 
 void init_runtime(py::module_& m) {
   auto r = m.def_submodule("runtime", "CUDA Driver API runtime");
-  static py::exception<DriverError> driverError(r, "DriverError");
+  py::register_exception<DriverError>(r, "DriverError");
   r.def("driver_available", &driverAvailable);
   r.def("driver_unavailable_reason", &driverUnavailableReason);
   r.def("driver_version", &driverVersion);
@@ -50,7 +52,8 @@ void init_runtime(py::module_& m) {
       .def_property_readonly("shared_bytes", &LoadedKernel::sharedBytes);
 
   py::class_<DiskCache>(r, "DiskCache")
-      .def(py::init<std::string>(), py::arg("dir") = defaultCacheDir())
+      .def(py::init([](std::optional<std::string> d) { return DiskCache(d ? *d : defaultCacheDir()); }),
+           py::arg("dir") = py::none())
       .def_property_readonly("dir", &DiskCache::dir)
       .def("get", [](const DiskCache& c, const std::string& k) -> py::object {
         auto v = c.get(k);
