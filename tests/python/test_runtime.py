@@ -4,7 +4,6 @@ import multiprocessing as mp
 import os
 
 import pytest
-
 from tilefuse import _C
 
 R = _C.runtime
