@@ -247,3 +247,45 @@ def test_whole_tile_reductions(n, num_warps):
     want = torch.stack([xd.sum(), xd.min(), xd.max(), xd.new_zeros(())]).cpu().numpy()
     np.testing.assert_allclose(out_f.cpu().numpy(), want, rtol=1e-5, atol=1e-5 * np.sqrt(n))
     np.testing.assert_array_equal(out_i.cpu().numpy(), [int(i.sum()), int(i.min()), int(i.max()), 0])
+
+
+@tf.jit
+def print_kernel(x_ptr, BLOCK: tl.constexpr):
+    tl.device_print("x=", tl.load(x_ptr + tl.arange(0, BLOCK)))
+
+
+def test_device_print(capfd):
+    x = torch.arange(4, device="cuda", dtype=torch.float32) + 0.5
+    print_kernel[(1,)](x, BLOCK=4)
+    torch.cuda.synchronize()
+    out = capfd.readouterr().out
+    for i in range(4):
+        assert f"pid (0, 0, 0) idx ({i}) x={i + 0.5:f}" in out
+
+
+ASSERT_SCRIPT = """
+import torch
+import tilefuse as tf
+import tilefuse.language as tl
+
+@tf.jit
+def check(x_ptr, BLOCK: tl.constexpr):
+    tl.device_assert(tl.load(x_ptr + tl.arange(0, BLOCK)) > 0, "x must be positive")
+
+x = torch.tensor([1.0, 2.0, -3.0, 4.0], device="cuda")
+check[(1,)](x, BLOCK=4)
+torch.cuda.synchronize()
+"""
+
+
+def test_device_assert_stops_the_kernel(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "assert_kernel.py"
+    script.write_text(ASSERT_SCRIPT)
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=dict(os.environ), timeout=120)
+    assert r.returncode != 0
+    assert "x must be positive" in r.stdout + r.stderr
+    assert "assert" in (r.stdout + r.stderr).lower()

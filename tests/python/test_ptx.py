@@ -57,11 +57,37 @@ def test_ptx_assembles(name, arch, tmp_path):
     assert r.returncode == 0, r.stderr
 
 
-def test_unsupported_ops_name_the_kernel_line():
-    @tf.jit
-    def printer(x_ptr):
-        tl.device_print("x", tl.load(x_ptr))  # the GPU lowering does not do this yet
+@tf.jit
+def debug_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=1.0)
+    tl.device_print("x=", x)
+    tl.device_print("n=", n)
+    tl.device_assert(x > 0, "x must be positive")
 
-    with pytest.raises(tf.CompilationError, match="does not lower device_print yet") as e:
-        printer.warmup(f32, grid=(1,), target="sm_90a")
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_print_and_assert_assemble(arch, tmp_path):
+    k = debug_kernel.warmup(f32, 64, BLOCK=64, grid=(1,), target=arch)
+    assert "vprintf" in k.asm["ptx"] and "__assertfail" in k.asm["ptx"]
+    src = tmp_path / "k.ptx"
+    src.write_text(k.asm["ptx"])
+    r = subprocess.run(
+        [PTXAS, f"-arch={arch}", str(src), "-o", str(tmp_path / "k.cubin")], capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+
+
+@tf.jit
+def stochastic_kernel(x_ptr, bits_ptr, y_ptr):
+    offs = tl.arange(0, 16)
+    x = tl.load(x_ptr + offs)
+    tl.store(y_ptr + offs, x.to(tl.bfloat16, rounding="rs", rand_bits=tl.load(bits_ptr + offs)))
+
+
+def test_unsupported_ops_name_the_kernel_line():
+    bits = np.zeros(16, np.int32)
+    with pytest.raises(tf.CompilationError, match="does not lower stochastic rounding yet") as e:
+        stochastic_kernel.warmup(f32, bits, np.zeros(16, ml_dtypes.bfloat16), grid=(1,), target="sm_90a")
     assert e.value.file == __file__
+    assert "rand_bits" in e.value.source_line

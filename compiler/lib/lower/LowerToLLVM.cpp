@@ -185,6 +185,8 @@ class Lowering {
   bool lowerReduceByShuffles(const Op& op);
   void lowerDot(const Op& op);
   Regs dotByMma(const Type& at, const Type& bt, const Type& ct, const Regs& acc, int64_t aBytes);
+  void lowerPrint(const Op& op);
+  void lowerAssert(const Op& op);
   void lowerFor(const Op& op);
   void lowerIf(const Op& op);
   void lowerWhile(const Op& op);
@@ -637,6 +639,63 @@ Regs Lowering::dotByMma(const Type& at, const Type& bt, const Type& ct, const Re
   return out;
 }
 
+// device_print: every owned element prints "pid (x, y, z) idx (flat) <prefix><value>" through vprintf.
+void Lowering::lowerPrint(const Op& op) {
+  auto* ptrTy = llvm::PointerType::get(ctx_, 0);
+  auto vprintf = mod_.getOrInsertFunction("vprintf", llvm::FunctionType::get(b_.getInt32Ty(), {ptrTy, ptrTy}, false));
+  static const llvm::Intrinsic::ID ctaid[3] = {llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x,
+                                               llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_y,
+                                               llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_z};
+  for (Value* v : op.operands()) {
+    const Type& t = v->type();
+    if (t.isDesc() || t.elem == DType::E8M0 || t.elem == DType::F4E2M1)
+      unsupported(op, "device_print of " + t.str() + " values");
+    bool fl = t.isNumeric() && isFloat(t.elem);
+    bool wide = t.isPtr() || t.elem == DType::I64;
+    std::string fmt = "pid (%d, %d, %d) idx (%d) " + op.strAttr("prefix") + (fl ? "%f" : wide ? "%lld" : "%d") + "\n";
+    LVal* fmtPtr = b_.CreateGlobalStringPtr(fmt);
+    llvm::Type* valTy = fl ? b_.getDoubleTy() : wide ? b_.getInt64Ty() : b_.getInt32Ty();
+    auto* argsTy = llvm::StructType::get(ctx_, {b_.getInt32Ty(), b_.getInt32Ty(), b_.getInt32Ty(), b_.getInt32Ty(), valTy});
+    const Regs& r = get(v);
+    for (int s = 0; s < slots(t); ++s) {
+      guarded(owner(t, s), [&]() -> LVal* {
+        llvm::IRBuilder<> entry(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
+        LVal* buf = entry.CreateAlloca(argsTy);
+        for (unsigned a = 0; a < 3; ++a) b_.CreateStore(b_.CreateIntrinsic(ctaid[a], {}, {}), b_.CreateStructGEP(argsTy, buf, a));
+        b_.CreateStore(t.isTile() ? flatIndex(t, s) : idx(0), b_.CreateStructGEP(argsTy, buf, 3));
+        LVal* x = r.e[s];
+        if (fl && (t.elem == DType::F8E4M3 || t.elem == DType::F8E5M2))
+          x = castElem(op, x, Type::scalar(t.elem), Type::scalar(DType::F32));
+        if (fl) x = b_.CreateFPCast(x, b_.getDoubleTy());
+        else if (t.isPtr()) x = b_.CreatePtrToInt(x, b_.getInt64Ty());
+        else x = t.elem == DType::I1 ? b_.CreateZExt(x, valTy) : b_.CreateSExtOrTrunc(x, valTy);
+        b_.CreateStore(x, b_.CreateStructGEP(argsTy, buf, 4));
+        b_.CreateCall(vprintf, {fmtPtr, buf});
+        return nullptr;
+      }, nullptr);
+    }
+  }
+}
+
+// device_assert: a false element calls __assertfail, which stops the kernel; the
+// launch then reports "device-side assert triggered" and the message is printed.
+void Lowering::lowerAssert(const Op& op) {
+  auto* ptrTy = llvm::PointerType::get(ctx_, 0);
+  auto fail = mod_.getOrInsertFunction(
+      "__assertfail", llvm::FunctionType::get(b_.getVoidTy(), {ptrTy, ptrTy, b_.getInt32Ty(), ptrTy, b_.getInt64Ty()}, false));
+  const Type& t = op.operand(0)->type();
+  const Regs& r = get(op.operand(0));
+  LVal* msg = b_.CreateGlobalStringPtr(op.strAttr("message"));
+  LVal* file = b_.CreateGlobalStringPtr(op.loc().known() ? *op.loc().file : "<unknown>");
+  LVal* func = b_.CreateGlobalStringPtr(fn_->getName());
+  for (int s = 0; s < slots(t); ++s) {
+    guarded(b_.CreateAnd(owner(t, s), b_.CreateNot(r.e[s])), [&]() -> LVal* {
+      b_.CreateCall(fail, {msg, file, b_.getInt32(op.loc().line), func, b_.getInt64(1)});
+      return nullptr;
+    }, nullptr);
+  }
+}
+
 void Lowering::lowerFor(const Op& op) {
   const Block& body = op.region(0);
   LVal* lb = get(op.operand(0)).e[0];
@@ -885,8 +944,8 @@ void Lowering::lowerOp(const Op& op) {
     case OpKind::While: return lowerWhile(op);
     case OpKind::DotScaled: unsupported(op, "'dot_scaled'");
     case OpKind::Call: unsupported(op, "calls of noinline device functions");
-    case OpKind::Print: unsupported(op, "device_print");
-    case OpKind::Assert: unsupported(op, "device_assert");
+    case OpKind::Print: return lowerPrint(op);
+    case OpKind::Assert: return lowerAssert(op);
     default: break;
   }
   if (!op.has(Elementwise)) unsupported(op, "'" + std::string(op.mnemonic()) + "'");
