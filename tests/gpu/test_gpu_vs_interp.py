@@ -127,8 +127,9 @@ def test_matmul(mnk, dtype, tiles):
     matmul.matmul_kernel[grid](*host, *args, **meta)
     ref = (a.double() @ b.double()).cpu().numpy()
     got = to_numpy(c).astype(np.float64)
-    # fp32 accumulation over K terms in a different order; the output rounding dominates for 16-bit types.
-    tol = {torch.bfloat16: 2**-8, torch.float16: 2**-11}.get(dtype, k * 2**-23 * 4)
+    # fp32 accumulation over K terms in a different order; for 16-bit outputs the final rounding
+    # dominates, and two results rounded independently can be one ulp apart (2^-7 bf16, 2^-10 f16).
+    tol = {torch.bfloat16: 2**-7, torch.float16: 2**-10}.get(dtype, k * 2**-23 * 4)
     np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * np.sqrt(k))
     np.testing.assert_allclose(got, host[2].astype(np.float64), rtol=tol, atol=tol * np.sqrt(k))
 
