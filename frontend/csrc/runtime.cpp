@@ -47,6 +47,12 @@ void init_runtime(py::module_& m) {
            }),
            py::arg("device"), py::arg("image"), py::arg("name"), py::arg("num_threads"), py::arg("shared_bytes"))
       .def("launch", &LoadedKernel::launch, py::arg("grid"), py::arg("stream"), py::arg("args"))
+      .def(
+          "launch_packed",
+          [](const LoadedKernel& k, std::array<uint32_t, 3> grid, uint64_t stream, py::bytes params) {
+            k.launchPacked(grid, stream, std::string(params));
+          },
+          py::arg("grid"), py::arg("stream"), py::arg("params"))
       .def_property_readonly("device", &LoadedKernel::device)
       .def_property_readonly("num_threads", &LoadedKernel::numThreads)
       .def_property_readonly("shared_bytes", &LoadedKernel::sharedBytes);

@@ -149,10 +149,46 @@ def _current_stream(device: int) -> int:
             _torch = torch if torch.cuda.is_available() else False
         except ImportError:
             _torch = False
-    return _torch.cuda.current_stream(device).cuda_stream if _torch else 0
+    if not _torch:
+        return 0
+    raw = getattr(_torch._C, "_cuda_getCurrentRawStream", None)  # skips building a Stream object
+    return raw(device) if raw is not None else _torch.cuda.current_stream(device).cuda_stream
 
 
 _torch = None
+
+
+_STRUCT = {_D.i32: "i", _D.i64: "q", _D.f32: "f"}
+
+
+def fast_launcher(kernel, spec, names, grid, num_warps: int, device: int):
+    """A closure that launches `kernel` again for arguments of the same specialization:
+    it packs the runtime arguments with one struct.pack and skips every check the
+    first launch made (the caller keys it on dtypes, alignment and devices). None for
+    parameter types whose packed layout is not plain C (i1)."""
+    loaded = kernel.loaded[(device, num_warps)]
+    fmt, getters = "@", []
+    for s in spec:
+        if s[1] != "arg":
+            continue
+        i, t = names.index(s[0]), s[2]
+        if t.is_ptr:
+            fmt += "Q"
+            getters.append(lambda vals, i=i: vals[i].data_ptr())
+        elif t.elem not in _STRUCT:
+            return None
+        else:
+            fmt += _STRUCT[t.elem]
+            getters.append((lambda vals, i=i: float(vals[i])) if t.elem == _D.f32 else (lambda vals, i=i: int(vals[i])))
+    pack = struct.Struct(fmt).pack
+    launch_packed, use_device = loaded.launch_packed, _R.use_device
+
+    def go(vals):
+        use_device(device)
+        launch_packed(grid, _current_stream(device), pack(*[g(vals) for g in getters]))
+
+    go.kernel = kernel
+    return go
 
 
 def launch(kernel, spec, bound, grid, num_warps: int):

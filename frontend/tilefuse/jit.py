@@ -168,6 +168,10 @@ class JITFunction:
         self.noinline = noinline
         self.cache: dict = {}
         self._source = None
+        self._fast: dict = {}  # fast-path key -> launcher closure (gpu.fast_launcher)
+        self._names = [p.name for p in self.params]
+        self._is_const = [p.name in self.constexprs for p in self.params]
+        self._binder = _make_binder(self.params)
 
     @property
     def source(self) -> FunctionSource:
@@ -303,6 +307,12 @@ class JITFunction:
     # --- launch ---
 
     def run(self, *args, grid, num_warps=4, num_stages=3, **kwargs):
+        fast_key = self._fast_key(args, kwargs, grid, num_warps)
+        if fast_key is not None:
+            go = self._fast.get(fast_key[0])
+            if go is not None:
+                go(fast_key[1])
+                return go.kernel
         bound = self._bind(args, kwargs)
         key, spec = self._specialize(bound)
         kernel = self.cache.get(key)
@@ -317,9 +327,43 @@ class JITFunction:
             from . import gpu
 
             gpu.launch(kernel, spec, bound, g, num_warps)
+            if fast_key is not None and all(
+                _is_torch_tensor(v) or type(v) in (int, float, bool) for v in bound.values()
+            ):
+                device = gpu.device_of(bound.values())
+                go = gpu.fast_launcher(kernel, spec, self._names, g, num_warps, device)
+                if go is not None:
+                    self._fast[fast_key[0]] = go
         else:
             _launch_interp(kernel, spec, bound, g)
         return kernel
+
+    def _fast_key(self, args, kwargs, grid, num_warps):
+        """(key, values) for the launch fast path, or None when these arguments cannot
+        use it. The key holds what specialization and the checks of a launch depend on:
+        constexpr values, dtypes, 16-byte alignment, devices, int ranges, the grid."""
+        if self._binder is None or callable(grid):
+            return None
+        try:
+            vals = self._binder(*args, **kwargs)
+            key = [grid, num_warps]
+            for c, v in zip(self._is_const, vals):
+                t = type(v)
+                if c:
+                    key.append(("c", v))
+                elif t is int:
+                    key.append(1 if v == 1 else (v % 16 == 0, -(2**31) <= v < 2**31))
+                elif t is float or t is bool:
+                    key.append(t)
+                elif _is_torch_tensor(v):
+                    key.append((v.dtype, v.data_ptr() & 15, v.device))
+                else:
+                    return None
+            key = tuple(key)
+            hash(key)
+        except TypeError:
+            return None
+        return key, vals
 
     def warmup(self, *args, grid=None, target=None, num_warps=4, num_stages=3, **kwargs) -> CompiledKernel:
         """Compiles for `target` (e.g. "sm_90a"; default: GPU 0, else sm_90a) without
@@ -332,6 +376,19 @@ class JITFunction:
         low = gpu.lower(kernel, target, num_warps)
         kernel.asm["llir"], kernel.asm["ptx"] = low["llir"], low["ptx"]
         return kernel
+
+
+def _make_binder(params):
+    """A function binding call arguments to parameter values in order, generated
+    once per kernel (inspect.Signature.bind is the slow part of a launch)."""
+    if any(p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params):
+        return None
+    defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+    sig = ", ".join(f"{p.name}=_d[{p.name!r}]" if p.name in defaults else p.name for p in params)
+    names = ", ".join(p.name for p in params)
+    ns = {"_d": defaults}
+    exec(f"def _binder({sig}):\n    return ({names},)\n", ns)  # noqa: S102 - parameter names only
+    return ns["_binder"]
 
 
 def select_backend(values) -> str:

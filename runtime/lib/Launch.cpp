@@ -68,4 +68,14 @@ void LoadedKernel::launch(std::array<uint32_t, 3> grid, uint64_t stream, const s
                                       nullptr));
 }
 
+void LoadedKernel::launchPacked(std::array<uint32_t, 3> grid, uint64_t stream, const std::string& params) const {
+  if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return;
+  size_t size = params.size();
+  void* config[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<char*>(params.data()), CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                    CU_LAUNCH_PARAM_END};
+  TF_CU_CHECK(driver().cuLaunchKernel(fn_, grid[0], grid[1], grid[2], static_cast<unsigned>(threads_), 1, 1,
+                                      static_cast<unsigned>(shared_), reinterpret_cast<CUstream>(stream), nullptr,
+                                      config));
+}
+
 }  // namespace tilefuse::runtime

@@ -290,3 +290,19 @@ def test_device_assert_stops_the_kernel(tmp_path):
     assert r.returncode != 0
     assert "x must be positive" in r.stdout + r.stderr
     assert "assert" in (r.stdout + r.stderr).lower()
+
+
+def test_repeated_launches_take_the_fast_path_correctly():
+    # The second and later launches of one specialization go through the packed fast path.
+    for n in (1000, 1000, 1000, 2000):
+        x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+        out = torch.full((n,), float("nan"), device="cuda")
+        vector_add.add_kernel[(tf.cdiv(n, 256),)](x, y, out, n, BLOCK_SIZE=256)
+        torch.cuda.synchronize()
+        assert torch.equal(out, x + y)
+    assert len(vector_add.add_kernel._fast) >= 1
+    other = torch.randn(1000, device="cuda")[1:]  # misaligned by 4 bytes: a new key, checked again
+    out = torch.full((999,), float("nan"), device="cuda")
+    vector_add.add_kernel[(4,)](other, other, out, 999, BLOCK_SIZE=256)
+    torch.cuda.synchronize()
+    assert torch.equal(out, other + other)

@@ -27,6 +27,9 @@ class LoadedKernel {
   LoadedKernel& operator=(const LoadedKernel&) = delete;
 
   void launch(std::array<uint32_t, 3> grid, uint64_t stream, const std::vector<KernelArg>& args) const;
+  // `params` holds every argument laid out as the kernel's parameter list (natural
+  // alignment, as a C struct): one copy instead of one object per argument.
+  void launchPacked(std::array<uint32_t, 3> grid, uint64_t stream, const std::string& params) const;
   int device() const { return device_; }
   int numThreads() const { return threads_; }
   int sharedBytes() const { return shared_; }
