@@ -10,6 +10,7 @@ void init_target(py::module_& m);
 void init_runtime(py::module_& m);
 void init_interp(py::module_& m);
 void init_lower(py::module_& m);
+void init_dlpack(py::module_& m);
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "tilefuse compiler and runtime bindings";
@@ -20,4 +21,5 @@ PYBIND11_MODULE(_C, m) {
   init_runtime(m);
   init_interp(m);
   init_lower(m);
+  init_dlpack(m);
 }

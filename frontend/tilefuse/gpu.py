@@ -103,6 +103,13 @@ def _pack(name, t, v, device):
                 raise LaunchError(f"argument '{name}' is on cuda:{v.device.index} but the kernel runs on cuda:{device}")
             ptr = v.data_ptr()
             elem = v.element_size()
+        elif not hasattr(v, "__cuda_array_interface__") and hasattr(v, "__dlpack__"):
+            from .jit import DLPackArg
+
+            info = DLPackArg(name, v)
+            if not info.on_gpu or info.device != device:
+                raise LaunchError(f"argument '{name}' is not memory of cuda:{device}")
+            ptr, elem = info.ptr, max(1, _C.ir.bit_width(info.dtype) // 8)
         else:
             cai = v.__cuda_array_interface__
             ptr = cai["data"][0]
@@ -123,9 +130,16 @@ def _pack(name, t, v, device):
 
 
 def device_of(values) -> int:
+    """The GPU that holds the first device argument (torch or DLPack); 0 otherwise."""
+    from .jit import DLPackArg, _is_dlpack
+
     for v in values:
         if hasattr(v, "data_ptr") and getattr(getattr(v, "device", None), "type", None) == "cuda":
             return v.device.index
+        if _is_dlpack(v) and not hasattr(v, "__cuda_array_interface__"):
+            info = DLPackArg("?", v)
+            if info.on_gpu:
+                return info.device
     return 0
 
 

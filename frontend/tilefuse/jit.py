@@ -82,6 +82,39 @@ def _array_dtype(name, x) -> _ir.DType:
     return d
 
 
+class DLPackArg:
+    """What a `__dlpack__` producer (JAX, CuPy, ...) describes: read once per launch."""
+
+    _DTYPES = {
+        (0, 8): _D.i8,
+        (0, 16): _D.i16,
+        (0, 32): _D.i32,
+        (0, 64): _D.i64,
+        (2, 16): _D.f16,
+        (2, 32): _D.f32,
+        (2, 64): _D.f64,
+        (4, 16): _D.bf16,
+        (6, 8): _D.i1,
+    }
+
+    def __init__(self, name, v):
+        first, low, nbytes, dev_type, dev_id, code, bits, lanes = _C.dlpack.describe(v.__dlpack__())
+        d = self._DTYPES.get((code, bits))
+        if d is None or lanes != 1:
+            hint = " (tilefuse has no unsigned types)" if code == 1 else ""
+            raise LaunchError(
+                f"argument '{name}': DLPack dtype code {code}, {bits} bits x{lanes} is not supported{hint}"
+            )
+        if dev_type not in (1, 2, 3):
+            raise LaunchError(f"argument '{name}': DLPack device type {dev_type} is neither CPU nor CUDA")
+        self.ptr, self.low, self.nbytes, self.dtype = first, low, nbytes, d
+        self.on_gpu, self.device = dev_type == 2, dev_id
+
+
+def _is_dlpack(v) -> bool:
+    return hasattr(v, "__dlpack__") and not isinstance(v, np.ndarray) and not _is_torch_tensor(v)
+
+
 def _is_constexpr_param(p: inspect.Parameter) -> bool:
     a = p.annotation
     if a is tl.constexpr:
@@ -229,6 +262,10 @@ class JITFunction:
                 aligned = addr % 16 == 0
                 spec.append((name, "arg", _ir.Type.ptr(d), aligned))
                 key.append((name, "p", int(d), aligned))
+            elif _is_dlpack(v) and not hasattr(v, "__cuda_array_interface__"):
+                info = DLPackArg(name, v)
+                spec.append((name, "arg", _ir.Type.ptr(info.dtype), info.ptr % 16 == 0))
+                key.append((name, "p", int(info.dtype), info.ptr % 16 == 0))
             elif hasattr(v, "__cuda_array_interface__"):
                 from . import gpu
 
@@ -401,6 +438,10 @@ def select_backend(values) -> str:
         return "interp"
     if any(_is_torch_tensor(v) and str(getattr(v, "device", "cpu")) == "cpu" for v in values):
         return "interp"
+    if any(
+        _is_dlpack(v) and not hasattr(v, "__cuda_array_interface__") and not DLPackArg("?", v).on_gpu for v in values
+    ):
+        return "interp"
     if env == "cuda":
         if _device_count() == 0:
             raise LaunchError(f"TILEFUSE_BACKEND=cuda but no GPU is usable: {_C.runtime.driver_unavailable_reason()}")
@@ -426,6 +467,12 @@ def _launch_interp(kernel: CompiledKernel, spec, bound, grid):
             if isinstance(v, np.ndarray):
                 lo, hi = _byte_bounds(v)
                 args.append(I.Arg.ptr(v.ctypes.data))
+            elif _is_dlpack(v):
+                info = DLPackArg(name, v)
+                if info.on_gpu:
+                    raise LaunchError(f"argument '{name}' is GPU memory; the interpreter needs host memory")
+                lo, hi = info.low, info.low + info.nbytes
+                args.append(I.Arg.ptr(info.ptr))
             else:
                 if str(v.device) != "cpu":
                     raise LaunchError(f"argument '{name}' is on {v.device}; the interpreter needs host memory")

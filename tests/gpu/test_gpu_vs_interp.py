@@ -306,3 +306,23 @@ def test_repeated_launches_take_the_fast_path_correctly():
     vector_add.add_kernel[(4,)](other, other, out, 999, BLOCK_SIZE=256)
     torch.cuda.synchronize()
     assert torch.equal(out, other + other)
+
+
+class _OnlyDLPack:
+    def __init__(self, t):
+        self._t = t
+
+    def __dlpack__(self, stream=None):
+        return self._t.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self._t.__dlpack_device__()
+
+
+def test_dlpack_arguments_on_the_gpu():
+    n = 3000
+    x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    out = torch.full((n,), float("nan"), device="cuda")
+    vector_add.add_kernel[(tf.cdiv(n, 1024),)](_OnlyDLPack(x), _OnlyDLPack(y), _OnlyDLPack(out), n, BLOCK_SIZE=1024)
+    torch.cuda.synchronize()
+    assert torch.equal(out, x + y)
