@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 import tilefuse as tf
+
 from kernels_dsl.tutorials import vector_add
 
 
