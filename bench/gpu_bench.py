@@ -81,6 +81,35 @@ def triton_cold_compile(jit_fn, grid, *args, **kwargs):
     return (time.perf_counter() - t0) * 1e3
 
 
+def cpp_launch(x, y, out, n):
+    """Builds bench/launch_cpp.cpp against the runtime sources and runs it on vector add's PTX."""
+    d = tempfile.mkdtemp()
+    k = vector_add.add_kernel.warmup(x, y, out, n, BLOCK_SIZE=1024, grid=(4,), target=gpu.arch_of_device(0))
+    ptx = os.path.join(d, "add.ptx")
+    with open(ptx, "w") as f:
+        f.write(k.asm["ptx"])
+    exe = os.path.join(d, "launch_cpp")
+    cuda_inc = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "include")
+    sources = [os.path.join("runtime", "lib", f) for f in sorted(os.listdir("runtime/lib"))]
+    subprocess.run(
+        [
+            "g++",
+            "-O2",
+            "-std=c++20",
+            "bench/launch_cpp.cpp",
+            *sources,
+            "-Iruntime/include",
+            f"-I{cuda_inc}",
+            "-ldl",
+            "-o",
+            exe,
+        ],
+        check=True,
+    )
+    out = subprocess.run([exe, ptx, "add_kernel", "128"], capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
 def tflops(fn, flop, reps=10):
     ms = triton.testing.do_bench(fn, warmup=25, rep=max(100, reps), return_mode="median")
     return flop / (ms * 1e-3) / 1e12, ms
@@ -102,6 +131,10 @@ def main():
     ours = launch_overhead(lambda: vector_add.add_kernel[(4,)](x, y, out, n, BLOCK_SIZE=1024))
     theirs = launch_overhead(lambda: _triton_add[(4,)](x, y, out, n, BLOCK=1024))
     res["launch_us"] = {"tilefuse": ours, "triton": theirs}
+    try:
+        res["launch_us"]["cpp"] = cpp_launch(x, y, out, n)
+    except (subprocess.CalledProcessError, OSError) as e:
+        res["launch_us"]["cpp"] = f"not measured: {e}"
 
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
