@@ -326,3 +326,67 @@ def test_dlpack_arguments_on_the_gpu():
     vector_add.add_kernel[(tf.cdiv(n, 1024),)](_OnlyDLPack(x), _OnlyDLPack(y), _OnlyDLPack(out), n, BLOCK_SIZE=1024)
     torch.cuda.synchronize()
     assert torch.equal(out, x + y)
+
+
+def _rounding_inputs(rng):
+    raw = rng.integers(0, 2**32, 8192, dtype=np.uint64).astype(np.uint32).view(np.float32)  # every exponent, NaN, inf
+    scaled = (rng.standard_normal(8192) * 10.0 ** rng.uniform(-9, 6, 8192)).astype(np.float32)
+    bits = rng.integers(0, 2**32, 4096, dtype=np.uint64).astype(np.uint32)
+    ties = np.concatenate(
+        [
+            (bits & ~np.uint32(0xFFFF)) | np.uint32(0x8000),  # bf16 midpoints
+            (bits & ~np.uint32(0x1FFF)) | np.uint32(0x1000),
+        ]
+    ).view(np.float32)  # f16 midpoints
+    special = np.array(
+        [
+            0.0,
+            -0.0,
+            np.inf,
+            -np.inf,
+            np.nan,
+            448.0,
+            464.0,
+            57344.0,
+            6.0,
+            5.0,
+            0.25,
+            0.75,
+            65504.0,
+            65520.0,
+            2.0**-127,
+            1.5 * 2.0**-127,
+            2.0**-149,
+            3.0 * 2.0**-127,
+        ],
+        np.float32,
+    )
+    return np.concatenate([raw, scaled, ties, special, -special])
+
+
+ROUND_CASES = [
+    (to, mode)
+    for to in (tl.bfloat16, tl.float16, tl.float8e4nv, tl.float8e5, tl.float4e2m1, tl.float8e8m0)
+    for mode in ("rne", "rtz", "ru", "rs")
+]
+
+
+@pytest.mark.parametrize("to, mode", ROUND_CASES, ids=[f"{t.name}-{m}" for t, m in ROUND_CASES])
+def test_rounded_casts_match_the_interpreter_bit_for_bit(to, mode):
+    from kernels_dsl import convert
+
+    rng = np.random.default_rng()
+    x = _rounding_inputs(rng)
+    n = x.size
+    rbits = rng.integers(-(2**31), 2**31, n, dtype=np.int64).astype(np.int32)
+    code, back = np.full(n, -1, np.int16), np.full(n, np.nan, np.float32)
+    convert.convert_kernel[(tf.cdiv(n, 256),)](x, rbits, code, back, n, TO=to, MODE=mode, BLOCK=256)
+    gx, gb = torch.from_numpy(x).cuda(), torch.from_numpy(rbits).cuda()
+    gcode = torch.full((n,), -1, dtype=torch.int16, device="cuda")
+    gback = torch.full((n,), float("nan"), device="cuda")
+    convert.convert_kernel[(tf.cdiv(n, 256),)](gx, gb, gcode, gback, n, TO=to, MODE=mode, BLOCK=256)
+    torch.cuda.synchronize()
+    got = gcode.cpu().numpy()
+    bad = np.nonzero(got != code)[0]
+    assert bad.size == 0, f"{bad.size} codes differ, e.g. x={x[bad[:5]]!r}: gpu {got[bad[:5]]} interp {code[bad[:5]]}"
+    np.testing.assert_array_equal(gback.cpu().numpy().view(np.int32), back.view(np.int32))

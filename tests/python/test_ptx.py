@@ -10,6 +10,7 @@ import pytest
 import tilefuse as tf
 import tilefuse.language as tl
 
+from kernels_dsl import convert
 from kernels_dsl.tutorials import layernorm, matmul, softmax, vector_add
 
 PTXAS = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
@@ -78,16 +79,39 @@ def test_print_and_assert_assemble(arch, tmp_path):
     assert r.returncode == 0, r.stderr
 
 
+@tf.jit(noinline=True)
+def kept_call(x):
+    return x * 2.0
+
+
 @tf.jit
-def stochastic_kernel(x_ptr, bits_ptr, y_ptr):
+def noinline_kernel(x_ptr, y_ptr):
     offs = tl.arange(0, 16)
-    x = tl.load(x_ptr + offs)
-    tl.store(y_ptr + offs, x.to(tl.bfloat16, rounding="rs", rand_bits=tl.load(bits_ptr + offs)))
+    tl.store(y_ptr + offs, kept_call(tl.load(x_ptr + offs)))
 
 
 def test_unsupported_ops_name_the_kernel_line():
-    bits = np.zeros(16, np.int32)
-    with pytest.raises(tf.CompilationError, match="does not lower stochastic rounding yet") as e:
-        stochastic_kernel.warmup(f32, bits, np.zeros(16, ml_dtypes.bfloat16), grid=(1,), target="sm_90a")
+    with pytest.raises(tf.CompilationError, match="does not lower calls of noinline device functions yet") as e:
+        noinline_kernel.warmup(f32, f32, grid=(1,), target="sm_90a")
     assert e.value.file == __file__
-    assert "rand_bits" in e.value.source_line
+    assert "kept_call" in e.value.source_line
+
+
+ROUNDINGS = [
+    (to, mode)
+    for to in (tl.bfloat16, tl.float16, tl.float8e4nv, tl.float8e5, tl.float4e2m1, tl.float8e8m0)
+    for mode in ("rne", "rtz", "ru", "rs")
+]
+
+
+@pytest.mark.parametrize("to, mode", ROUNDINGS, ids=[f"{t.name}-{m}" for t, m in ROUNDINGS])
+def test_rounded_casts_assemble(to, mode, tmp_path):
+    i32 = np.zeros(64, np.int32)
+    i16 = np.zeros(64, np.int16)
+    k = convert.convert_kernel.warmup(f32, i32, i16, f32, 64, TO=to, MODE=mode, BLOCK=64, grid=(1,), target="sm_90a")
+    src = tmp_path / "k.ptx"
+    src.write_text(k.asm["ptx"])
+    r = subprocess.run(
+        [PTXAS, "-arch=sm_90a", str(src), "-o", str(tmp_path / "k.cubin")], capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr

@@ -178,6 +178,9 @@ class Lowering {
   void lowerOp(const Op& op);
   LVal* arith(const Op& op, const std::vector<LVal*>& a, const Type& t);
   LVal* castElem(const Op& op, LVal* v, const Type& from, const Type& to);
+  LVal* castRounded(const Op& op, LVal* v, const Type& from, const Type& to, LVal* rbits);
+  LVal* roundToFormat(LVal* x, DType to, const std::string& mode, LVal* rbits);
+  LVal* roundToE8M0(LVal* x, const std::string& mode, LVal* rbits);
   LVal* mathCall(const Op& op, const char* f32name, const char* f64name, LVal* x, DType d);
   void lowerMemory(const Op& op);
   void lowerDesc(const Op& op);
@@ -306,9 +309,7 @@ LVal* Lowering::castElem(const Op& op, LVal* v, const Type& from, const Type& to
   llvm::Type* dt = elemType(d);
   bool fp8 = s == DType::F8E4M3 || s == DType::F8E5M2 || d == DType::F8E4M3 || d == DType::F8E5M2;
   bool exotic = s == DType::E8M0 || s == DType::F4E2M1 || d == DType::E8M0 || d == DType::F4E2M1;
-  if (exotic) unsupported(op, "casts of e8m0 and f4e2m1");
-  if (op.kind() == OpKind::Cast && op.strAttr("rounding") != "rne")
-    unsupported(op, "casts with rounding '" + op.strAttr("rounding") + "'");
+  if (exotic) throw InternalError("castElem on e8m0/f4e2m1: castRounded handles those");
   if (fp8) {
     if (arch_ != "sm_89" && arch_.rfind("sm_9", 0) != 0) unsupported(op, "fp8 casts before sm_89");
     const char* fmt = (s == DType::F8E4M3 || d == DType::F8E4M3) ? "e4m3x2" : "e5m2x2";
@@ -334,6 +335,136 @@ LVal* Lowering::castElem(const Op& op, LVal* v, const Type& from, const Type& to
   if (isInt(s)) return s == DType::I1 ? b_.CreateUIToFP(v, dt) : b_.CreateSIToFP(v, dt);
   if (d == DType::I1) return b_.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0.0));
   return b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {dt, v->getType()}, {v});
+}
+
+// Casts with a rounding mode other than rne, and casts from or to e8m0 and f4e2m1:
+// the rounding of formats::roundToFloat, written with integer and f64 operations,
+// so the bits match the interpreter. Sources are widened to f32 (exact).
+LVal* Lowering::castRounded(const Op& op, LVal* v, const Type& from, const Type& to, LVal* rbits) {
+  DType s = from.elem, d = to.elem;
+  const std::string& mode = op.strAttr("rounding");
+  auto* f32 = b_.getFloatTy();
+  if (s == DType::E8M0 || s == DType::F4E2M1) {
+    LVal* x;
+    if (s == DType::E8M0) {
+      // Code c is 2^(c-127): the f32 with biased exponent c; c = 0 is the subnormal 2^-127, 255 is NaN.
+      LVal* c = b_.CreateZExt(v, b_.getInt32Ty());
+      LVal* bits = b_.CreateSelect(b_.CreateICmpEQ(c, idx(0)), idx(0x00400000),
+                                   b_.CreateSelect(b_.CreateICmpEQ(c, idx(255)), idx(0x7FC00000), b_.CreateShl(c, idx(23))));
+      x = b_.CreateBitCast(bits, f32);
+    } else {
+      // Magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6 by the low three bits; bit 3 is the sign.
+      static const float kMag[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+      LVal* code = b_.CreateAnd(b_.CreateZExt(v, b_.getInt32Ty()), idx(7));
+      LVal* mag = llvm::ConstantFP::get(f32, 0.0);
+      for (int i = 1; i < 8; ++i) mag = b_.CreateSelect(b_.CreateICmpEQ(code, idx(i)), llvm::ConstantFP::get(f32, kMag[i]), mag);
+      LVal* neg = b_.CreateICmpNE(b_.CreateAnd(v, b_.getInt8(8)), b_.getInt8(0));
+      x = b_.CreateSelect(neg, b_.CreateFNeg(mag), mag);
+    }
+    Type f32t = Type::scalar(DType::F32);
+    if (d == DType::F32) return x;
+    if (d == DType::E8M0) return roundToE8M0(x, mode, rbits);
+    if (mode != "rne" || d == DType::F4E2M1) return roundToFormat(x, d, mode, rbits);
+    return castElem(op, x, f32t, to);
+  }
+  if (!isFloat(s) || s == DType::F64) unsupported(op, "casts from " + from.elementType().str() + " with rounding '" + mode + "'");
+  if (!isFloat(d)) unsupported(op, "float-to-int casts with rounding '" + mode + "'");
+  LVal* x = s == DType::F32 ? v : (s == DType::F8E4M3 || s == DType::F8E5M2)
+                                      ? castElem(op, v, from, Type::scalar(DType::F32))
+                                      : b_.CreateFPExt(v, f32);
+  if (d == DType::E8M0) return roundToE8M0(x, mode, rbits);
+  if (d == DType::F32 || d == DType::F64) return d == DType::F64 ? b_.CreateFPExt(x, b_.getDoubleTy()) : x;
+  return roundToFormat(x, d, mode, rbits);
+}
+
+LVal* Lowering::roundToFormat(LVal* x, DType to, const std::string& mode, LVal* rbits) {
+  struct Fmt {
+    int mant, emin;
+    double maxFinite;
+    bool ieeeInf;  // overflow may give inf (f16, bf16); the others saturate
+  };
+  Fmt f = to == DType::F16      ? Fmt{10, -14, 65504.0, true}
+          : to == DType::BF16   ? Fmt{7, -126, 0x1.fep127, true}
+          : to == DType::F8E4M3 ? Fmt{3, -6, 448.0, false}
+          : to == DType::F8E5M2 ? Fmt{2, -14, 57344.0, false}
+                                : Fmt{1, 0, 6.0, false};  // f4e2m1
+  auto* f64 = b_.getDoubleTy();
+  auto* i64 = b_.getInt64Ty();
+  LVal* bits = b_.CreateBitCast(x, b_.getInt32Ty());
+  LVal* neg = b_.CreateICmpSLT(bits, idx(0));
+  LVal* isNan = b_.CreateFCmpUNO(x, x);
+  LVal* ax = b_.CreateIntrinsic(llvm::Intrinsic::fabs, {x->getType()}, {x});
+  LVal* isInf = b_.CreateFCmpOEQ(ax, llvm::ConstantFP::getInfinity(x->getType()));
+  LVal* ad = b_.CreateFPExt(ax, f64);
+  // The exponent of |x| (f32 subnormals are below every emin here), clamped to the format's emin.
+  LVal* e = b_.CreateSub(b_.CreateAnd(b_.CreateLShr(bits, idx(23)), idx(0xFF)), idx(127));
+  LVal* exp = b_.CreateIntrinsic(llvm::Intrinsic::smax, {b_.getInt32Ty()}, {e, idx(f.emin)});
+  LVal* k = b_.CreateSExt(b_.CreateSub(idx(f.mant), exp), i64);  // |x| / quantum = |x| * 2^k
+  auto pow2 = [&](LVal* p) { return b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(p, b_.getInt64(1023)), b_.getInt64(52)), f64); };
+  LVal* n = b_.CreateFMul(ad, pow2(k));  // exact
+  LVal* fl = b_.CreateIntrinsic(llvm::Intrinsic::floor, {f64}, {n});
+  LVal* r;
+  if (mode == "rne") {
+    r = b_.CreateIntrinsic(llvm::Intrinsic::rint, {f64}, {n});
+  } else if (mode == "rtz") {
+    r = fl;
+  } else if (mode == "ru") {
+    r = b_.CreateSelect(neg, fl, b_.CreateIntrinsic(llvm::Intrinsic::ceil, {f64}, {n}));
+  } else {
+    LVal* threshold = b_.CreateUIToFP(rbits, f64);
+    LVal* up = b_.CreateFCmpOGT(b_.CreateFMul(b_.CreateFSub(n, fl), llvm::ConstantFP::get(f64, 0x1p32)), threshold);
+    r = b_.CreateSelect(up, b_.CreateFAdd(fl, llvm::ConstantFP::get(f64, 1.0)), fl);
+  }
+  LVal* v = b_.CreateFMul(r, pow2(b_.CreateNeg(k)));
+  LVal* maxv = llvm::ConstantFP::get(f64, f.maxFinite);
+  LVal* inf = llvm::ConstantFP::getInfinity(f64);
+  // Overflow: inf for f16/bf16 unless rounding toward zero (or up, for negative values); else the max.
+  LVal* overTo = maxv;
+  if (f.ieeeInf && mode != "rtz") overTo = mode == "ru" ? b_.CreateSelect(neg, maxv, inf) : inf;
+  v = b_.CreateSelect(b_.CreateFCmpOGT(v, maxv), overTo, v);
+  v = b_.CreateSelect(isInf, f.ieeeInf ? inf : maxv, v);
+  v = b_.CreateSelect(neg, b_.CreateFNeg(v), v);
+  if (to == DType::F16 || to == DType::BF16) {
+    LVal* out = b_.CreateFPTrunc(v, elemType(to));  // exact: v is representable
+    return b_.CreateSelect(isNan, llvm::ConstantFP::getNaN(elemType(to)), out);
+  }
+  if (to == DType::F4E2M1) {
+    // Code = how many of the positive values .5 1 1.5 2 3 4 6 the magnitude reaches; NaN -> 0.
+    LVal* mag = b_.CreateIntrinsic(llvm::Intrinsic::fabs, {f64}, {v});
+    LVal* code = b_.getInt8(0);
+    for (double t : {0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0})
+      code = b_.CreateAdd(code, b_.CreateZExt(b_.CreateFCmpOGE(mag, llvm::ConstantFP::get(f64, t)), b_.getInt8Ty()));
+    code = b_.CreateOr(code, b_.CreateSelect(neg, b_.getInt8(8), b_.getInt8(0)));  // -0 keeps its sign
+    return b_.CreateSelect(isNan, b_.getInt8(0), code);
+  }
+  // fp8: the value is representable, so the saturating hardware conversion is exact.
+  LVal* v32 = b_.CreateSelect(isNan, llvm::ConstantFP::getNaN(b_.getFloatTy()), b_.CreateFPTrunc(v, b_.getFloatTy()));
+  const char* fmt = to == DType::F8E4M3 ? "e4m3x2" : "e5m2x2";
+  auto* asmTy = llvm::FunctionType::get(b_.getInt16Ty(), {b_.getFloatTy()}, false);
+  auto* ia = llvm::InlineAsm::get(asmTy, std::string("{ .reg .f32 z; mov.f32 z, 0f00000000; cvt.rn.satfinite.") + fmt +
+                                             ".f32 $0, z, $1; }", "=h,f", false);
+  return b_.CreateTrunc(b_.CreateCall(ia, {v32}), b_.getInt8Ty());
+}
+
+// e8m0 code = the f32 biased exponent of |x|, plus one when the mode rounds the
+// discarded mantissa up; f32 subnormals in [2^-127, 2^-126) start from code 0.
+LVal* Lowering::roundToE8M0(LVal* x, const std::string& mode, LVal* rbits) {
+  LVal* bits = b_.CreateBitCast(x, b_.getInt32Ty());
+  LVal* isNan = b_.CreateFCmpUNO(x, x);
+  LVal* E = b_.CreateAnd(b_.CreateLShr(bits, idx(23)), idx(0xFF));
+  LVal* M = b_.CreateAnd(bits, idx(0x7FFFFF));
+  LVal* sub = b_.CreateICmpEQ(E, idx(0));
+  LVal* tiny = b_.CreateAnd(sub, b_.CreateICmpULT(M, idx(0x400000)));  // below 2^-127: code 0 in every mode
+  LVal* frac = b_.CreateSelect(sub, b_.CreateAnd(b_.CreateShl(M, idx(1)), idx(0x7FFFFF)), M);
+  LVal* up;
+  if (mode == "rtz") up = b_.getFalse();
+  else if (mode == "ru") up = b_.CreateICmpNE(frac, idx(0));
+  else if (mode == "rne") up = b_.CreateICmpUGE(frac, idx(0x400000));  // ties up: the significand 1 is odd
+  else up = b_.CreateICmpUGT(b_.CreateShl(frac, idx(9)), rbits);
+  LVal* code = b_.CreateAdd(E, b_.CreateZExt(b_.CreateAnd(up, b_.CreateNot(tiny)), b_.getInt32Ty()));
+  code = b_.CreateIntrinsic(llvm::Intrinsic::umin, {b_.getInt32Ty()}, {code, idx(254)});
+  code = b_.CreateSelect(isNan, idx(255), code);
+  return b_.CreateTrunc(code, b_.getInt8Ty());
 }
 
 void Lowering::lowerMemory(const Op& op) {
@@ -911,9 +1042,17 @@ void Lowering::lowerOp(const Op& op) {
       const Regs &c = get(op.operand(0)), &x = get(op.operand(1)), &y = get(op.operand(2));
       return perSlot([&](int s) { return b_.CreateSelect(c.e[s], x.e[s], y.e[s]); });
     }
-    case OpKind::Cast:
-      if (op.numOperands() == 2) unsupported(op, "stochastic rounding");
+    case OpKind::Cast: {
+      const Type& in = op.operand(0)->type();
+      const std::string& mode = op.strAttr("rounding");
+      auto exotic = [](DType d) { return d == DType::E8M0 || d == DType::F4E2M1; };
+      if (mode != "rne" || exotic(in.elem) || exotic(t.elem)) {
+        const Regs& a = get(op.operand(0));
+        const Regs* rb = op.numOperands() == 2 ? &get(op.operand(1)) : nullptr;
+        return perSlot([&](int s) { return castRounded(op, a.e[s], in, t, rb ? rb->e[s] : nullptr); });
+      }
       [[fallthrough]];
+    }
     case OpKind::Bitcast: {
       const Type& in = op.operand(0)->type();
       const Regs& a = get(op.operand(0));
