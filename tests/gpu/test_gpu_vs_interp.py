@@ -386,7 +386,12 @@ def test_rounded_casts_match_the_interpreter_bit_for_bit(to, mode):
     gback = torch.full((n,), float("nan"), device="cuda")
     convert.convert_kernel[(tf.cdiv(n, 256),)](gx, gb, gcode, gback, n, TO=to, MODE=mode, BLOCK=256)
     torch.cuda.synchronize()
-    got = gcode.cpu().numpy()
-    bad = np.nonzero(got != code)[0]
+    got, gotback = gcode.cpu().numpy(), gback.cpu().numpy()
+    # NaN sign and payload are not specified (the GPU writes canonical NaNs): NaN inputs
+    # must give NaN (0 for f4e2m1, which has none); every other input the same bits.
+    nan = np.isnan(x)
+    bad = np.nonzero((got != code) & ~nan)[0]
     assert bad.size == 0, f"{bad.size} codes differ, e.g. x={x[bad[:5]]!r}: gpu {got[bad[:5]]} interp {code[bad[:5]]}"
-    np.testing.assert_array_equal(gback.cpu().numpy().view(np.int32), back.view(np.int32))
+    np.testing.assert_array_equal(gotback[~nan].view(np.int32), back[~nan].view(np.int32))
+    np.testing.assert_array_equal(np.isnan(gotback[nan]), np.isnan(back[nan]))
+    assert to == tl.float4e2m1 or np.isnan(gotback[nan]).all()
