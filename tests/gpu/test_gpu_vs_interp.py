@@ -395,3 +395,62 @@ def test_rounded_casts_match_the_interpreter_bit_for_bit(to, mode):
     np.testing.assert_array_equal(gotback[~nan].view(np.int32), back[~nan].view(np.int32))
     np.testing.assert_array_equal(np.isnan(gotback[nan]), np.isnan(back[nan]))
     assert to == tl.float4e2m1 or np.isnan(gotback[nan]).all()
+
+
+@tf.jit
+def dot_scaled_kernel(
+    a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, FMT: tl.constexpr
+):
+    KP: tl.constexpr = K // 2 if FMT == "e2m1" else K  # e2m1 comes packed two per byte along K
+    KS: tl.constexpr = K // 32
+    rm, rn = tl.arange(0, M), tl.arange(0, N)
+    a = tl.load(a_ptr + rm[:, None] * KP + tl.arange(0, KP)[None, :])
+    b = tl.load(b_ptr + tl.arange(0, KP)[:, None] * N + rn[None, :])
+    sa = tl.load(as_ptr + rm[:, None] * KS + tl.arange(0, KS)[None, :])
+    sb = tl.load(bs_ptr + rn[:, None] * KS + tl.arange(0, KS)[None, :])
+    tl.store(out_ptr + rm[:, None] * N + rn[None, :], tl.dot_scaled(a, sa, FMT, b, sb, FMT))
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2", "e2m1"])
+def test_dot_scaled(fmt):
+    rng = np.random.default_rng()
+    m, n, k = 32, 64, 128
+    if fmt == "e2m1":
+        a = rng.integers(-128, 128, (m, k // 2), dtype=np.int64).astype(np.int8)
+        b = rng.integers(-128, 128, (k // 2, n), dtype=np.int64).astype(np.int8)
+    else:
+        t = ml_dtypes.float8_e4m3fn if fmt == "e4m3" else ml_dtypes.float8_e5m2
+        a = rng.standard_normal((m, k)).astype(t).view(np.int8)
+        b = rng.standard_normal((k, n)).astype(t).view(np.int8)
+    sa = rng.integers(120, 135, (m, k // 32), dtype=np.int64).astype(np.int8)
+    sb = rng.integers(120, 135, (n, k // 32), dtype=np.int64).astype(np.int8)
+    out = np.full((m, n), np.nan, np.float32)
+    dot_scaled_kernel[(1,)](a, sa, b, sb, out, M=m, N=n, K=k, FMT=fmt)
+    dev = [torch.from_numpy(v).cuda() for v in (a, sa, b, sb)]
+    gout = torch.full((m, n), float("nan"), device="cuda")
+    dot_scaled_kernel[(1,)](*dev, gout, M=m, N=n, K=k, FMT=fmt)
+    torch.cuda.synchronize()
+    got = gout.cpu().numpy().astype(np.float64)
+    # Products of the dequantized operands are exact in fp32; only the K-term sums round,
+    # in a different order on each side: |difference| <= 2 K 2^-24 (|A| @ |B|).
+    A, B = _dequantize(a, sa, fmt, k_axis=1), _dequantize(b, sb, fmt, k_axis=0)
+    bound = 2 * k * 2.0**-24 * (np.abs(A) @ np.abs(B))
+    assert np.isfinite(got).all()
+    assert (np.abs(got - out) <= bound).all()
+    assert (np.abs(got - A @ B) <= bound).all()
+
+
+_E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
+
+
+def _dequantize(codes, scales, fmt, k_axis):
+    """float64 values of an operand: element times 2^(scale - 127) of its 32-wide K block."""
+    if fmt == "e2m1":
+        u = codes.view(np.uint8)
+        pairs = np.stack([_E2M1[u & 15], _E2M1[u >> 4]], axis=-1 if k_axis == 1 else 1)
+        v = pairs.reshape(codes.shape[0], -1) if k_axis == 1 else pairs.reshape(-1, codes.shape[1])
+    else:
+        v = codes.view(ml_dtypes.float8_e4m3fn if fmt == "e4m3" else ml_dtypes.float8_e5m2).astype(np.float64)
+    s = np.exp2(scales.view(np.uint8).astype(np.float64) - 127)
+    s = np.repeat(s, 32, axis=1)  # [rows of A or columns of B, K]
+    return v * s if k_axis == 1 else v * s.T

@@ -181,12 +181,18 @@ class Lowering {
   LVal* castRounded(const Op& op, LVal* v, const Type& from, const Type& to, LVal* rbits);
   LVal* roundToFormat(LVal* x, DType to, const std::string& mode, LVal* rbits);
   LVal* roundToE8M0(LVal* x, const std::string& mode, LVal* rbits);
+  LVal* decodeE8M0(LVal* v);
+  LVal* decodeF4(LVal* v);
+  Regs dequantize(const Op& op, const Type& t, const Regs& vals, const Type& st, const Regs& scales, bool kIsColumn);
+  void lowerDotScaled(const Op& op);
   LVal* mathCall(const Op& op, const char* f32name, const char* f64name, LVal* x, DType d);
   void lowerMemory(const Op& op);
   void lowerDesc(const Op& op);
   void lowerReduce(const Op& op);
   bool lowerReduceByShuffles(const Op& op);
   void lowerDot(const Op& op);
+  Regs dotRegs(const Op& op, const Type& at, const Regs& aRegs, const Type& bt, const Regs& bRegs, const Regs& acc,
+               const Type& ct);
   Regs dotByMma(const Type& at, const Type& bt, const Type& ct, const Regs& acc, int64_t aBytes);
   void lowerPrint(const Op& op);
   void lowerAssert(const Op& op);
@@ -345,22 +351,7 @@ LVal* Lowering::castRounded(const Op& op, LVal* v, const Type& from, const Type&
   const std::string& mode = op.strAttr("rounding");
   auto* f32 = b_.getFloatTy();
   if (s == DType::E8M0 || s == DType::F4E2M1) {
-    LVal* x;
-    if (s == DType::E8M0) {
-      // Code c is 2^(c-127): the f32 with biased exponent c; c = 0 is the subnormal 2^-127, 255 is NaN.
-      LVal* c = b_.CreateZExt(v, b_.getInt32Ty());
-      LVal* bits = b_.CreateSelect(b_.CreateICmpEQ(c, idx(0)), idx(0x00400000),
-                                   b_.CreateSelect(b_.CreateICmpEQ(c, idx(255)), idx(0x7FC00000), b_.CreateShl(c, idx(23))));
-      x = b_.CreateBitCast(bits, f32);
-    } else {
-      // Magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6 by the low three bits; bit 3 is the sign.
-      static const float kMag[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
-      LVal* code = b_.CreateAnd(b_.CreateZExt(v, b_.getInt32Ty()), idx(7));
-      LVal* mag = llvm::ConstantFP::get(f32, 0.0);
-      for (int i = 1; i < 8; ++i) mag = b_.CreateSelect(b_.CreateICmpEQ(code, idx(i)), llvm::ConstantFP::get(f32, kMag[i]), mag);
-      LVal* neg = b_.CreateICmpNE(b_.CreateAnd(v, b_.getInt8(8)), b_.getInt8(0));
-      x = b_.CreateSelect(neg, b_.CreateFNeg(mag), mag);
-    }
+    LVal* x = s == DType::E8M0 ? decodeE8M0(v) : decodeF4(v);
     Type f32t = Type::scalar(DType::F32);
     if (d == DType::F32) return x;
     if (d == DType::E8M0) return roundToE8M0(x, mode, rbits);
@@ -444,6 +435,25 @@ LVal* Lowering::roundToFormat(LVal* x, DType to, const std::string& mode, LVal* 
   auto* ia = llvm::InlineAsm::get(asmTy, std::string("{ .reg .f32 z; mov.f32 z, 0f00000000; cvt.rn.satfinite.") + fmt +
                                              ".f32 $0, z, $1; }", "=h,f", false);
   return b_.CreateTrunc(b_.CreateCall(ia, {v32}), b_.getInt8Ty());
+}
+
+// Code c is 2^(c-127): the f32 with biased exponent c; c = 0 is the subnormal 2^-127, 255 is NaN.
+LVal* Lowering::decodeE8M0(LVal* v) {
+  LVal* c = b_.CreateZExt(v, b_.getInt32Ty());
+  LVal* bits = b_.CreateSelect(b_.CreateICmpEQ(c, idx(0)), idx(0x00400000),
+                               b_.CreateSelect(b_.CreateICmpEQ(c, idx(255)), idx(0x7FC00000), b_.CreateShl(c, idx(23))));
+  return b_.CreateBitCast(bits, b_.getFloatTy());
+}
+
+// Magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6 by the low three bits; bit 3 is the sign.
+LVal* Lowering::decodeF4(LVal* v) {
+  static const float kMag[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+  auto* f32 = b_.getFloatTy();
+  LVal* code = b_.CreateAnd(b_.CreateZExt(v, b_.getInt32Ty()), idx(7));
+  LVal* mag = llvm::ConstantFP::get(f32, 0.0);
+  for (int i = 1; i < 8; ++i) mag = b_.CreateSelect(b_.CreateICmpEQ(code, idx(i)), llvm::ConstantFP::get(f32, kMag[i]), mag);
+  LVal* neg = b_.CreateICmpNE(b_.CreateAnd(v, b_.getInt8(8)), b_.getInt8(0));
+  return b_.CreateSelect(neg, b_.CreateFNeg(mag), mag);
 }
 
 // e8m0 code = the f32 biased exponent of |x|, plus one when the mode rounds the
@@ -662,24 +672,24 @@ void Lowering::lowerReduce(const Op& op) {
 }
 
 void Lowering::lowerDot(const Op& op) {
-  const Type& at = op.operand(0)->type();
-  const Type& bt = op.operand(1)->type();
-  const Type& ct = op.result()->type();
+  vals_[op.result()] = dotRegs(op, op.operand(0)->type(), get(op.operand(0)), op.operand(1)->type(),
+                               get(op.operand(1)), get(op.operand(2)), op.result()->type());
+}
+
+// C = A B + acc for A (type at) and B (type bt) in registers of the cyclic layout.
+Regs Lowering::dotRegs(const Op& op, const Type& at, const Regs& aRegs, const Type& bt, const Regs& bRegs,
+                       const Regs& acc, const Type& ct) {
   int64_t m = at.shape[0], k = at.shape[1], n = bt.shape[1];
   bool intDot = at.elem == DType::I8;
   llvm::Type* accTy = intDot ? b_.getInt32Ty() : b_.getFloatTy();
   // Operands go to shared memory in their own types; products accumulate in fp32 (i32).
   int64_t aBytes = m * k * storeBytes(at);
   barrier();
-  toSmem(get(op.operand(0)), at, 0);
-  toSmem(get(op.operand(1)), bt, aBytes);
+  toSmem(aRegs, at, 0);
+  toSmem(bRegs, bt, aBytes);
   barrier();
-  const Regs& acc = get(op.operand(2));
   bool halfs = at.elem == bt.elem && (at.elem == DType::BF16 || at.elem == DType::F16);
-  if (halfs && arch_ >= "sm_80") {
-    vals_[op.result()] = dotByMma(at, bt, ct, acc, aBytes);
-    return;
-  }
+  if (halfs && arch_ >= "sm_80") return dotByMma(at, bt, ct, acc, aBytes);
   auto widen = [&](LVal* v, DType d) -> LVal* {
     if (intDot) return b_.CreateSExt(v, accTy);
     if (d == DType::F8E4M3 || d == DType::F8E5M2) return castElem(op, v, Type::scalar(d), Type::scalar(DType::F32));
@@ -699,7 +709,41 @@ void Lowering::lowerDot(const Op& op) {
     out.e.push_back(fin[0]);
   }
   barrier();
-  vals_[op.result()] = std::move(out);
+  return out;
+}
+
+// dot_scaled: operands dequantized to f32 (element times 2^(scale-127) of its
+// 32-wide K block), then the f32 product.
+void Lowering::lowerDotScaled(const Op& op) {
+  const Type& at = op.operand(0)->type();
+  const Type& bt = op.operand(2)->type();
+  Regs a = dequantize(op, at, get(op.operand(0)), op.operand(1)->type(), get(op.operand(1)), true);
+  Regs b = dequantize(op, bt, get(op.operand(2)), op.operand(3)->type(), get(op.operand(3)), false);
+  vals_[op.result()] = dotRegs(op, at.withElem(DType::F32), a, bt.withElem(DType::F32), b, get(op.operand(4)),
+                               op.result()->type());
+}
+
+// `t` is [M, K] when kIsColumn (lhs), else [K, N] (rhs); scales `st` are [M or N, K/32].
+Regs Lowering::dequantize(const Op& op, const Type& t, const Regs& vals, const Type& st, const Regs& scales,
+                          bool kIsColumn) {
+  barrier();
+  toSmem(scales, st, 0);
+  barrier();
+  int64_t blocks = st.shape[1];
+  Regs out;
+  for (int s = 0; s < slots(t); ++s) {
+    LVal* e = flatIndex(t, s);
+    LVal* row = coord(e, t.shape, 0);
+    LVal* col = coord(e, t.shape, 1);
+    LVal* mn = kIsColumn ? row : col;
+    LVal* k = kIsColumn ? col : row;
+    LVal* scale = decodeE8M0(fromSmem(0, b_.CreateAdd(b_.CreateMul(mn, idx(blocks)), b_.CreateLShr(k, idx(5))), st));
+    LVal* x = t.elem == DType::F4E2M1 ? decodeF4(vals.e[s])
+                                      : castElem(op, vals.e[s], Type::scalar(t.elem), Type::scalar(DType::F32));
+    out.e.push_back(b_.CreateFMul(x, scale));
+  }
+  barrier();
+  return out;
 }
 
 // bf16/f16 products on the tensor cores: mma.sync.m16n8k16 with fp32 accumulators.
@@ -1081,7 +1125,7 @@ void Lowering::lowerOp(const Op& op) {
     case OpKind::For: return lowerFor(op);
     case OpKind::If: return lowerIf(op);
     case OpKind::While: return lowerWhile(op);
-    case OpKind::DotScaled: unsupported(op, "'dot_scaled'");
+    case OpKind::DotScaled: return lowerDotScaled(op);
     case OpKind::Call: unsupported(op, "calls of noinline device functions");
     case OpKind::Print: return lowerPrint(op);
     case OpKind::Assert: return lowerAssert(op);
