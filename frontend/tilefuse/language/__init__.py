@@ -6,6 +6,7 @@ from .core import (  # noqa: F401
     abs,
     arange,
     argmax,
+    argmin,
     atomic_add,
     atomic_max,
     bfloat16,

@@ -185,6 +185,9 @@ class tensor:
     def argmax(self, axis, keep_dims=False, _builder=None):
         return argmax(self, axis, keep_dims, _builder=_builder)
 
+    def argmin(self, axis, keep_dims=False, _builder=None):
+        return argmin(self, axis, keep_dims, _builder=_builder)
+
     def split(self, _builder=None):
         return split(self, _builder=_builder)
 
@@ -194,7 +197,19 @@ class tensor:
         raise AttributeError(f"tensor has no attribute '{name}'")
 
 
-TENSOR_METHODS = {"to", "reshape", "trans", "broadcast_to", "expand_dims", "sum", "max", "min", "argmax", "split"}
+TENSOR_METHODS = {
+    "to",
+    "reshape",
+    "trans",
+    "broadcast_to",
+    "expand_dims",
+    "sum",
+    "max",
+    "min",
+    "argmax",
+    "argmin",
+    "split",
+}
 
 
 def builtin(fn):
@@ -584,8 +599,23 @@ def max(input, axis=None, return_indices=False, keep_dims=False, _builder=None):
 @builtin
 def min(input, axis=None, return_indices=False, keep_dims=False, _builder=None):
     if _unwrap(return_indices):
-        raise NotImplementedError("tl.min(return_indices=True) is not supported; use tl.argmax on the negation")
+        return (
+            _reduce(_K.ReduceMin, input, axis, keep_dims, _builder),
+            argmin(input, axis, keep_dims, _builder=_builder),
+        )
     return _reduce(_K.ReduceMin, input, axis, keep_dims, _builder)
+
+
+@builtin
+def argmin(input, axis, keep_dims=False, _builder=None):
+    # The first minimum of x is the first maximum of an order-reversing map: -x for
+    # floats, ~x (= -x - 1, no overflow) for integers.
+    x = to_tensor(input, _builder)
+    if x.dtype.is_floating():
+        flipped = _builder.neg(x.handle)
+    else:
+        flipped = _builder.binary(_K.Xor, x.handle, to_tensor(-1, _builder, like=x).handle)
+    return _reduce(_K.Argmax, tensor(flipped), axis, keep_dims, _builder)
 
 
 @builtin

@@ -342,3 +342,29 @@ def test_tensor_descriptor_load_store(rng, dtype):
     want_y = np.full(y.shape, 77.0)
     want_y[:M, :N] = x64[:M, :N] * 2 + 1
     np.testing.assert_array_equal(y.astype(np.float64), want_y)
+
+
+@tf.jit
+def k_argmin(x_ptr, v_ptr, i_ptr, j_ptr, M: tl.constexpr, N: tl.constexpr):
+    rm, rn = tl.arange(0, M), tl.arange(0, N)
+    x = tl.load(x_ptr + rm[:, None] * N + rn[None, :])
+    v, i = tl.min(x, axis=1, return_indices=True)
+    tl.store(v_ptr + rm, v)
+    tl.store(i_ptr + rm, i)
+    tl.store(j_ptr + rn, x.argmin(0))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int8])
+def test_argmin_and_min_with_indices(rng, dtype):
+    m, n = 16, 32
+    if dtype == np.float32:
+        x = rng.standard_normal((m, n)).astype(dtype)
+    else:
+        info = np.iinfo(dtype)
+        x = rng.integers(info.min, info.max, (m, n), endpoint=True).astype(dtype)
+        x[0, :] = info.min  # ties at the type's minimum: the first index wins, and ~x cannot overflow
+    v, i, j = np.zeros(m, dtype), np.full(m, -1, np.int32), np.full(n, -1, np.int32)
+    k_argmin[(1,)](x, v, i, j, M=m, N=n)
+    np.testing.assert_array_equal(v, x.min(axis=1))
+    np.testing.assert_array_equal(i, x.argmin(axis=1))
+    np.testing.assert_array_equal(j, x.argmin(axis=0))
