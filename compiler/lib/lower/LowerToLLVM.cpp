@@ -196,6 +196,8 @@ class Lowering {
   Regs dotByMma(const Type& at, const Type& bt, const Type& ct, const Regs& acc, int64_t aBytes);
   void lowerPrint(const Op& op);
   void lowerAssert(const Op& op);
+  std::vector<Regs> loopPhis(const std::vector<Value*>& inits, llvm::BasicBlock* pre);
+  void closeLoop(const std::vector<Regs>& phis, const std::vector<Regs>& yields);
   void lowerFor(const Op& op);
   void lowerIf(const Op& op);
   void lowerWhile(const Op& op);
@@ -871,6 +873,28 @@ void Lowering::lowerAssert(const Op& op) {
   }
 }
 
+// One phi per register of each loop-carried value, entered from `pre`.
+std::vector<Regs> Lowering::loopPhis(const std::vector<Value*>& inits, llvm::BasicBlock* pre) {
+  std::vector<Regs> phis;
+  for (Value* v : inits) {
+    Regs r;
+    for (LVal* x : get(v).e) {
+      auto* p = b_.CreatePHI(x->getType(), 2);
+      p->addIncoming(x, pre);
+      r.e.push_back(p);
+    }
+    phis.push_back(std::move(r));
+  }
+  return phis;
+}
+
+// Feeds the yielded registers back into the loop's phis from the current block.
+void Lowering::closeLoop(const std::vector<Regs>& phis, const std::vector<Regs>& yields) {
+  llvm::BasicBlock* latch = b_.GetInsertBlock();
+  for (size_t i = 0; i < phis.size(); ++i)
+    for (size_t s = 0; s < phis[i].e.size(); ++s) llvm::cast<llvm::PHINode>(phis[i].e[s])->addIncoming(yields[i].e[s], latch);
+}
+
 void Lowering::lowerFor(const Op& op) {
   const Block& body = op.region(0);
   LVal* lb = get(op.operand(0)).e[0];
@@ -884,36 +908,19 @@ void Lowering::lowerFor(const Op& op) {
   b_.SetInsertPoint(header);
   auto* iv = b_.CreatePHI(lb->getType(), 2);
   iv->addIncoming(lb, pre);
-  std::vector<std::vector<llvm::PHINode*>> phis;
-  for (unsigned i = 3; i < op.numOperands(); ++i) {
-    const Regs& init = get(op.operand(i));
-    std::vector<llvm::PHINode*> ps;
-    Regs r;
-    for (LVal* v : init.e) {
-      auto* p = b_.CreatePHI(v->getType(), 2);
-      p->addIncoming(v, pre);
-      ps.push_back(p);
-      r.e.push_back(p);
-    }
-    vals_[body.arg(i - 2)] = r;
-    phis.push_back(ps);
-  }
+  std::vector<Value*> inits(op.operands().begin() + 3, op.operands().end());
+  std::vector<Regs> phis = loopPhis(inits, pre);
   vals_[body.arg(0)] = Regs{{iv}};
+  for (size_t i = 0; i < phis.size(); ++i) vals_[body.arg(i + 1)] = phis[i];
   b_.CreateCondBr(b_.CreateICmpSLT(iv, ub), bodyBB, exit);
   b_.SetInsertPoint(bodyBB);
   lowerBlock(body);
   auto yields = terminatorRegs(body);
-  llvm::BasicBlock* latch = b_.GetInsertBlock();
-  iv->addIncoming(b_.CreateAdd(iv, step), latch);
-  for (size_t i = 0; i < phis.size(); ++i)
-    for (size_t s = 0; s < phis[i].size(); ++s) phis[i][s]->addIncoming(yields[i].e[s], latch);
+  iv->addIncoming(b_.CreateAdd(iv, step), b_.GetInsertBlock());
+  closeLoop(phis, yields);
   b_.CreateBr(header);
   b_.SetInsertPoint(exit);
-  for (unsigned i = 0; i < op.numResults(); ++i) {
-    Regs r;
-    for (auto* p : phis[i]) r.e.push_back(p);
-    vals_[op.result(i)] = r;
-  }
+  for (unsigned i = 0; i < op.numResults(); ++i) vals_[op.result(i)] = phis[i];
 }
 
 void Lowering::lowerIf(const Op& op) {
@@ -953,19 +960,8 @@ void Lowering::lowerWhile(const Op& op) {
   auto* exit = llvm::BasicBlock::Create(ctx_, "while.exit", fn_);
   b_.CreateBr(header);
   b_.SetInsertPoint(header);
-  std::vector<std::vector<llvm::PHINode*>> phis;
-  for (unsigned i = 0; i < op.numOperands(); ++i) {
-    std::vector<llvm::PHINode*> ps;
-    Regs r;
-    for (LVal* v : get(op.operand(i)).e) {
-      auto* p = b_.CreatePHI(v->getType(), 2);
-      p->addIncoming(v, pre);
-      ps.push_back(p);
-      r.e.push_back(p);
-    }
-    vals_[before.arg(i)] = r;
-    phis.push_back(ps);
-  }
+  std::vector<Regs> phis = loopPhis(op.operands(), pre);
+  for (size_t i = 0; i < phis.size(); ++i) vals_[before.arg(i)] = phis[i];
   lowerBlock(before);
   auto cond = terminatorRegs(before);
   for (unsigned i = 0; i < after.numArgs(); ++i) vals_[after.arg(i)] = cond[i + 1];
@@ -973,10 +969,7 @@ void Lowering::lowerWhile(const Op& op) {
   b_.CreateCondBr(cond[0].e[0], bodyBB, exit);
   b_.SetInsertPoint(bodyBB);
   lowerBlock(after);
-  auto yields = terminatorRegs(after);
-  llvm::BasicBlock* latch = b_.GetInsertBlock();
-  for (size_t i = 0; i < phis.size(); ++i)
-    for (size_t s = 0; s < phis[i].size(); ++s) phis[i][s]->addIncoming(yields[i].e[s], latch);
+  closeLoop(phis, terminatorRegs(after));
   b_.CreateBr(header);
   b_.SetInsertPoint(exit);
 }
