@@ -94,6 +94,8 @@ def binary(kernel, arch: str, num_warps: int) -> tuple[bytes, dict]:
 
 def _pack(name, t, v, device):
     """A runtime.KernelArg for parameter `name` of type `t`."""
+    from .jit import _is_dlpack
+
     K = _R.ArgKind
     if t.is_ptr:
         if hasattr(v, "data_ptr"):
@@ -103,7 +105,7 @@ def _pack(name, t, v, device):
                 raise LaunchError(f"argument '{name}' is on cuda:{v.device.index} but the kernel runs on cuda:{device}")
             ptr = v.data_ptr()
             elem = v.element_size()
-        elif not hasattr(v, "__cuda_array_interface__") and hasattr(v, "__dlpack__"):
+        elif _is_dlpack(v):
             from .jit import DLPackArg
 
             info = DLPackArg(name, v)
@@ -136,7 +138,7 @@ def device_of(values) -> int:
     for v in values:
         if hasattr(v, "data_ptr") and getattr(getattr(v, "device", None), "type", None) == "cuda":
             return v.device.index
-        if _is_dlpack(v) and not hasattr(v, "__cuda_array_interface__"):
+        if _is_dlpack(v):
             info = DLPackArg("?", v)
             if info.on_gpu:
                 return info.device

@@ -83,7 +83,7 @@ def _array_dtype(name, x) -> _ir.DType:
 
 
 class DLPackArg:
-    """What a `__dlpack__` producer (JAX, CuPy, ...) describes: read once per launch."""
+    """What a `__dlpack__` producer (JAX, CuPy, ...) describes, read from a fresh capsule."""
 
     _DTYPES = {
         (0, 8): _D.i8,
@@ -112,7 +112,13 @@ class DLPackArg:
 
 
 def _is_dlpack(v) -> bool:
-    return hasattr(v, "__dlpack__") and not isinstance(v, np.ndarray) and not _is_torch_tensor(v)
+    """A DLPack producer other than numpy and torch; __cuda_array_interface__ wins when both exist."""
+    return (
+        hasattr(v, "__dlpack__")
+        and not hasattr(v, "__cuda_array_interface__")
+        and not isinstance(v, np.ndarray)
+        and not _is_torch_tensor(v)
+    )
 
 
 def _is_constexpr_param(p: inspect.Parameter) -> bool:
@@ -262,7 +268,7 @@ class JITFunction:
                 aligned = addr % 16 == 0
                 spec.append((name, "arg", _ir.Type.ptr(d), aligned))
                 key.append((name, "p", int(d), aligned))
-            elif _is_dlpack(v) and not hasattr(v, "__cuda_array_interface__"):
+            elif _is_dlpack(v):
                 info = DLPackArg(name, v)
                 spec.append((name, "arg", _ir.Type.ptr(info.dtype), info.ptr % 16 == 0))
                 key.append((name, "p", int(info.dtype), info.ptr % 16 == 0))
@@ -438,9 +444,7 @@ def select_backend(values) -> str:
         return "interp"
     if any(_is_torch_tensor(v) and str(getattr(v, "device", "cpu")) == "cpu" for v in values):
         return "interp"
-    if any(
-        _is_dlpack(v) and not hasattr(v, "__cuda_array_interface__") and not DLPackArg("?", v).on_gpu for v in values
-    ):
+    if any(_is_dlpack(v) and not DLPackArg("?", v).on_gpu for v in values):
         return "interp"
     if env == "cuda":
         if _device_count() == 0:
