@@ -467,12 +467,7 @@ class CodeGenerator(ast.NodeVisitor):
                 raise self.error(node, f"unsupported operator {type(op).__name__}")
             return fn(lhs, rhs)
         b = self.b
-        if _is_tensor(lhs):
-            a = lhs
-            c = tl.to_tensor(rhs, b, like=lhs)
-        else:
-            c = rhs
-            a = tl.to_tensor(lhs, b, like=rhs)
+        a, c = tl.to_tensors(lhs, rhs, b)
         if isinstance(op, ast.Div):
             if not a.type.is_ptr and a.dtype.is_int() and c.dtype.is_int():
                 a = tl.cast(a, tl.float32, _builder=b)
@@ -517,10 +512,7 @@ class CodeGenerator(ast.NodeVisitor):
             return _PY_CMPS[op](lhs, rhs)
         if op not in _CMPS:
             raise self.error(node, f"comparison {op.__name__} is not supported on tensors")
-        if _is_tensor(lhs):
-            a, c = lhs, tl.to_tensor(rhs, self.b, like=lhs)
-        else:
-            c, a = rhs, tl.to_tensor(lhs, self.b, like=rhs)
+        a, c = tl.to_tensors(lhs, rhs, self.b)
         return tl.tensor(self.b.cmp(_CMPS[op], a.handle, c.handle))
 
     def visit_BoolOp(self, node):

@@ -258,6 +258,16 @@ def to_tensor(v, b, like: tensor | None = None) -> tensor:
     raise TypeError(f"cannot use a value of type {type(v).__name__} in a kernel")
 
 
+def to_tensors(a, b, builder) -> tuple[tensor, tensor]:
+    """Both operands as tensors; a Python scalar beside a tensor takes its dtype where
+    that keeps its value (see to_tensor)."""
+    a, b = _unwrap(a), _unwrap(b)
+    if not isinstance(a, tensor) and isinstance(b, tensor):
+        return to_tensor(a, builder, like=b), b
+    at = to_tensor(a, builder)
+    return at, to_tensor(b, builder, like=at)
+
+
 def _fits(v: int, d: dtype) -> bool:
     bits = d.primitive_bitwidth
     return -(2 ** (bits - 1)) <= v < 2 ** (bits - 1)
@@ -389,23 +399,12 @@ def atomic_max(pointer, val, mask=None, sem=None, scope=None, _builder=None):
 
 @builtin
 def where(condition, x, y, _builder=None):
-    x, y = _unwrap(x), _unwrap(y)
-    if isinstance(x, tensor) or not isinstance(y, tensor):
-        xt = to_tensor(x, _builder)
-        yt = to_tensor(y, _builder, like=xt)
-    else:
-        yt = to_tensor(y, _builder)
-        xt = to_tensor(x, _builder, like=yt)
+    xt, yt = to_tensors(x, y, _builder)
     return tensor(_builder.select(to_tensor(condition, _builder).handle, xt.handle, yt.handle))
 
 
 def _binary_builtin(kind, a, b, builder):
-    a, b = _unwrap(a), _unwrap(b)
-    if not isinstance(a, tensor) and isinstance(b, tensor):
-        at, bt = to_tensor(a, builder, like=b), b
-    else:
-        at = to_tensor(a, builder)
-        bt = to_tensor(b, builder, like=at)
+    at, bt = to_tensors(a, b, builder)
     return tensor(builder.binary(kind, at.handle, bt.handle))
 
 
