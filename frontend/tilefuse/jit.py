@@ -113,12 +113,10 @@ class DLPackArg:
 
 def _is_dlpack(v) -> bool:
     """A DLPack producer other than numpy and torch; __cuda_array_interface__ wins when both exist."""
-    return (
-        hasattr(v, "__dlpack__")
-        and not hasattr(v, "__cuda_array_interface__")
-        and not isinstance(v, np.ndarray)
-        and not _is_torch_tensor(v)
-    )
+    # torch first: its __cuda_array_interface__ raises KeyError for dtypes like float8.
+    if isinstance(v, np.ndarray) or _is_torch_tensor(v):
+        return False
+    return hasattr(v, "__dlpack__") and not hasattr(v, "__cuda_array_interface__")
 
 
 def _is_constexpr_param(p: inspect.Parameter) -> bool:
