@@ -1,0 +1,225 @@
+// Elementwise arithmetic, libdevice math, casts and the rounding of number formats.
+#include "Lowering.h"
+
+namespace tilefuse::lower::detail {
+
+LVal* Lowering::mathCall(const Op& op, const char* f32name, const char* f64name, LVal* x, DType d) {
+  bool wide = d == DType::F64;
+  llvm::Type* ft = wide ? b_.getDoubleTy() : b_.getFloatTy();
+  LVal* in = (d == DType::F16 || d == DType::BF16) ? b_.CreateFPExt(x, ft) : x;
+  auto callee = mod_.getOrInsertFunction(wide ? f64name : f32name, llvm::FunctionType::get(ft, {ft}, false));
+  LVal* r = b_.CreateCall(callee, {in});
+  return (d == DType::F16 || d == DType::BF16) ? b_.CreateFPTrunc(r, elemType(d)) : r;
+}
+
+LVal* Lowering::arith(const Op& op, const std::vector<LVal*>& a, const Type& t) {
+  bool f = isFloat(t.elem);
+  DType d = t.elem;
+  llvm::Type* ty = elemType(d);
+  auto intr = [&](llvm::Intrinsic::ID id, std::vector<LVal*> args) { return b_.CreateIntrinsic(id, {ty}, args); };
+  switch (op.kind()) {
+    case OpKind::Add: return f ? b_.CreateFAdd(a[0], a[1]) : b_.CreateAdd(a[0], a[1]);
+    case OpKind::Sub: return f ? b_.CreateFSub(a[0], a[1]) : b_.CreateSub(a[0], a[1]);
+    case OpKind::Mul: return f ? b_.CreateFMul(a[0], a[1]) : b_.CreateMul(a[0], a[1]);
+    case OpKind::Div: return f ? b_.CreateFDiv(a[0], a[1]) : b_.CreateSDiv(a[0], a[1]);
+    case OpKind::Rem: return f ? b_.CreateFRem(a[0], a[1]) : b_.CreateSRem(a[0], a[1]);
+    case OpKind::And: return b_.CreateAnd(a[0], a[1]);
+    case OpKind::Or: return b_.CreateOr(a[0], a[1]);
+    case OpKind::Xor: return b_.CreateXor(a[0], a[1]);
+    case OpKind::Shl:
+    case OpKind::Shr: {
+      // Shifts by the width or more give 0 (or the sign) as in the interpreter, not poison.
+      unsigned w = ty->getIntegerBitWidth();
+      LVal* big = b_.CreateICmpUGE(a[1], llvm::ConstantInt::get(ty, w));
+      LVal* amt = b_.CreateSelect(big, llvm::ConstantInt::get(ty, 0), a[1]);
+      if (op.kind() == OpKind::Shl) return b_.CreateSelect(big, llvm::ConstantInt::get(ty, 0), b_.CreateShl(a[0], amt));
+      LVal* sign = b_.CreateAShr(a[0], llvm::ConstantInt::get(ty, w - 1));
+      return b_.CreateSelect(big, sign, b_.CreateAShr(a[0], amt));
+    }
+    case OpKind::Min: return f ? intr(llvm::Intrinsic::minnum, a) : intr(llvm::Intrinsic::smin, a);
+    case OpKind::Max: return f ? intr(llvm::Intrinsic::maxnum, a) : intr(llvm::Intrinsic::smax, a);
+    case OpKind::Neg: return f ? b_.CreateFNeg(a[0]) : b_.CreateNeg(a[0]);
+    case OpKind::Fma: return intr(llvm::Intrinsic::fma, a);
+    case OpKind::Abs: return f ? intr(llvm::Intrinsic::fabs, a) : b_.CreateIntrinsic(llvm::Intrinsic::abs, {ty}, {a[0], b_.getFalse()});
+    case OpKind::Sqrt: return intr(llvm::Intrinsic::sqrt, a);
+    case OpKind::Floor: return intr(llvm::Intrinsic::floor, a);
+    case OpKind::Ceil: return intr(llvm::Intrinsic::ceil, a);
+    case OpKind::Exp: return mathCall(op, "__nv_expf", "__nv_exp", a[0], d);
+    case OpKind::Exp2: return mathCall(op, "__nv_exp2f", "__nv_exp2", a[0], d);
+    case OpKind::Log: return mathCall(op, "__nv_logf", "__nv_log", a[0], d);
+    case OpKind::Log2: return mathCall(op, "__nv_log2f", "__nv_log2", a[0], d);
+    case OpKind::Rsqrt: return mathCall(op, "__nv_rsqrtf", "__nv_rsqrt", a[0], d);
+    case OpKind::Tanh: return mathCall(op, "__nv_tanhf", "__nv_tanh", a[0], d);
+    case OpKind::Erf: return mathCall(op, "__nv_erff", "__nv_erf", a[0], d);
+    default: unsupported(op, "'" + std::string(op.mnemonic()) + "'");
+  }
+}
+
+LVal* Lowering::castElem(const Op& op, LVal* v, const Type& from, const Type& to) {
+  DType s = from.elem, d = to.elem;
+  llvm::Type* dt = elemType(d);
+  bool fp8 = s == DType::F8E4M3 || s == DType::F8E5M2 || d == DType::F8E4M3 || d == DType::F8E5M2;
+  bool exotic = s == DType::E8M0 || s == DType::F4E2M1 || d == DType::E8M0 || d == DType::F4E2M1;
+  if (exotic) throw InternalError("castElem on e8m0/f4e2m1: castRounded handles those");
+  if (fp8) {
+    if (arch_ != "sm_89" && arch_.rfind("sm_9", 0) != 0) unsupported(op, "fp8 casts before sm_89");
+    const char* fmt = (s == DType::F8E4M3 || d == DType::F8E4M3) ? "e4m3x2" : "e5m2x2";
+    if (d == DType::F8E4M3 || d == DType::F8E5M2) {
+      LVal* x = isFloat(s) ? (s == DType::F32 ? v : b_.CreateFPCast(v, b_.getFloatTy())) : b_.CreateSIToFP(v, b_.getFloatTy());
+      auto* asmTy = llvm::FunctionType::get(b_.getInt16Ty(), {b_.getFloatTy()}, false);
+      auto* ia = llvm::InlineAsm::get(asmTy, std::string("{ .reg .f32 z; mov.f32 z, 0f00000000; cvt.rn.satfinite.") + fmt +
+                                                 ".f32 $0, z, $1; }", "=h,f", false);
+      return b_.CreateTrunc(b_.CreateCall(ia, {x}), b_.getInt8Ty());
+    }
+    auto* asmTy = llvm::FunctionType::get(b_.getInt32Ty(), {b_.getInt16Ty()}, false);
+    auto* ia = llvm::InlineAsm::get(asmTy, std::string("cvt.rn.f16x2.") + fmt + " $0, $1;", "=r,h", false);
+    LVal* pair = b_.CreateCall(ia, {b_.CreateZExt(v, b_.getInt16Ty())});
+    LVal* h = b_.CreateBitCast(b_.CreateTrunc(pair, b_.getInt16Ty()), b_.getHalfTy());
+    Type f16 = Type::scalar(DType::F16);
+    return d == DType::F16 ? h : castElem(op, h, f16, to);
+  }
+  if (isFloat(s) && isFloat(d)) return b_.CreateFPCast(v, dt);
+  if (isInt(s) && isInt(d)) {
+    if (d == DType::I1) return b_.CreateICmpNE(v, llvm::ConstantInt::get(v->getType(), 0));
+    return s == DType::I1 ? b_.CreateZExt(v, dt) : b_.CreateSExtOrTrunc(v, dt);
+  }
+  if (isInt(s)) return s == DType::I1 ? b_.CreateUIToFP(v, dt) : b_.CreateSIToFP(v, dt);
+  if (d == DType::I1) return b_.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0.0));
+  return b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {dt, v->getType()}, {v});
+}
+
+// Casts with a rounding mode other than rne, and casts from or to e8m0 and f4e2m1:
+// the rounding of formats::roundToFloat, written with integer and f64 operations,
+// so the bits match the interpreter. Sources are widened to f32 (exact).
+LVal* Lowering::castRounded(const Op& op, LVal* v, const Type& from, const Type& to, LVal* rbits) {
+  DType s = from.elem, d = to.elem;
+  const std::string& mode = op.strAttr("rounding");
+  auto* f32 = b_.getFloatTy();
+  if (s == DType::E8M0 || s == DType::F4E2M1) {
+    LVal* x = s == DType::E8M0 ? decodeE8M0(v) : decodeF4(v);
+    Type f32t = Type::scalar(DType::F32);
+    if (d == DType::F32) return x;
+    if (d == DType::E8M0) return roundToE8M0(x, mode, rbits);
+    if (mode != "rne" || d == DType::F4E2M1) return roundToFormat(x, d, mode, rbits);
+    return castElem(op, x, f32t, to);
+  }
+  if (!isFloat(s) || s == DType::F64) unsupported(op, "casts from " + from.elementType().str() + " with rounding '" + mode + "'");
+  if (!isFloat(d)) unsupported(op, "float-to-int casts with rounding '" + mode + "'");
+  LVal* x = s == DType::F32 ? v : (s == DType::F8E4M3 || s == DType::F8E5M2)
+                                      ? castElem(op, v, from, Type::scalar(DType::F32))
+                                      : b_.CreateFPExt(v, f32);
+  if (d == DType::E8M0) return roundToE8M0(x, mode, rbits);
+  if (d == DType::F32 || d == DType::F64) return d == DType::F64 ? b_.CreateFPExt(x, b_.getDoubleTy()) : x;
+  return roundToFormat(x, d, mode, rbits);
+}
+
+LVal* Lowering::roundToFormat(LVal* x, DType to, const std::string& mode, LVal* rbits) {
+  struct Fmt {
+    int mant, emin;
+    double maxFinite;
+    bool ieeeInf;  // overflow may give inf (f16, bf16); the others saturate
+  };
+  Fmt f = to == DType::F16      ? Fmt{10, -14, 65504.0, true}
+          : to == DType::BF16   ? Fmt{7, -126, 0x1.fep127, true}
+          : to == DType::F8E4M3 ? Fmt{3, -6, 448.0, false}
+          : to == DType::F8E5M2 ? Fmt{2, -14, 57344.0, false}
+                                : Fmt{1, 0, 6.0, false};  // f4e2m1
+  auto* f64 = b_.getDoubleTy();
+  auto* i64 = b_.getInt64Ty();
+  LVal* bits = b_.CreateBitCast(x, b_.getInt32Ty());
+  LVal* neg = b_.CreateICmpSLT(bits, idx(0));
+  LVal* isNan = b_.CreateFCmpUNO(x, x);
+  LVal* ax = b_.CreateIntrinsic(llvm::Intrinsic::fabs, {x->getType()}, {x});
+  LVal* isInf = b_.CreateFCmpOEQ(ax, llvm::ConstantFP::getInfinity(x->getType()));
+  LVal* ad = b_.CreateFPExt(ax, f64);
+  // The exponent of |x| (f32 subnormals are below every emin here), clamped to the format's emin.
+  LVal* e = b_.CreateSub(b_.CreateAnd(b_.CreateLShr(bits, idx(23)), idx(0xFF)), idx(127));
+  LVal* exp = b_.CreateIntrinsic(llvm::Intrinsic::smax, {b_.getInt32Ty()}, {e, idx(f.emin)});
+  LVal* k = b_.CreateSExt(b_.CreateSub(idx(f.mant), exp), i64);  // |x| / quantum = |x| * 2^k
+  auto pow2 = [&](LVal* p) { return b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(p, b_.getInt64(1023)), b_.getInt64(52)), f64); };
+  LVal* n = b_.CreateFMul(ad, pow2(k));  // exact
+  LVal* fl = b_.CreateIntrinsic(llvm::Intrinsic::floor, {f64}, {n});
+  LVal* r;
+  if (mode == "rne") {
+    r = b_.CreateIntrinsic(llvm::Intrinsic::rint, {f64}, {n});
+  } else if (mode == "rtz") {
+    r = fl;
+  } else if (mode == "ru") {
+    r = b_.CreateSelect(neg, fl, b_.CreateIntrinsic(llvm::Intrinsic::ceil, {f64}, {n}));
+  } else {
+    LVal* threshold = b_.CreateUIToFP(rbits, f64);
+    LVal* up = b_.CreateFCmpOGT(b_.CreateFMul(b_.CreateFSub(n, fl), llvm::ConstantFP::get(f64, 0x1p32)), threshold);
+    r = b_.CreateSelect(up, b_.CreateFAdd(fl, llvm::ConstantFP::get(f64, 1.0)), fl);
+  }
+  LVal* v = b_.CreateFMul(r, pow2(b_.CreateNeg(k)));
+  LVal* maxv = llvm::ConstantFP::get(f64, f.maxFinite);
+  LVal* inf = llvm::ConstantFP::getInfinity(f64);
+  // Overflow: inf for f16/bf16 unless rounding toward zero (or up, for negative values); else the max.
+  LVal* overTo = maxv;
+  if (f.ieeeInf && mode != "rtz") overTo = mode == "ru" ? b_.CreateSelect(neg, maxv, inf) : inf;
+  v = b_.CreateSelect(b_.CreateFCmpOGT(v, maxv), overTo, v);
+  v = b_.CreateSelect(isInf, f.ieeeInf ? inf : maxv, v);
+  v = b_.CreateSelect(neg, b_.CreateFNeg(v), v);
+  if (to == DType::F16 || to == DType::BF16) {
+    LVal* out = b_.CreateFPTrunc(v, elemType(to));  // exact: v is representable
+    return b_.CreateSelect(isNan, llvm::ConstantFP::getNaN(elemType(to)), out);
+  }
+  if (to == DType::F4E2M1) {
+    // Code = how many of the positive values .5 1 1.5 2 3 4 6 the magnitude reaches; NaN -> 0.
+    LVal* mag = b_.CreateIntrinsic(llvm::Intrinsic::fabs, {f64}, {v});
+    LVal* code = b_.getInt8(0);
+    for (double t : {0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0})
+      code = b_.CreateAdd(code, b_.CreateZExt(b_.CreateFCmpOGE(mag, llvm::ConstantFP::get(f64, t)), b_.getInt8Ty()));
+    code = b_.CreateOr(code, b_.CreateSelect(neg, b_.getInt8(8), b_.getInt8(0)));  // -0 keeps its sign
+    return b_.CreateSelect(isNan, b_.getInt8(0), code);
+  }
+  // fp8: the value is representable, so the saturating hardware conversion is exact.
+  LVal* v32 = b_.CreateSelect(isNan, llvm::ConstantFP::getNaN(b_.getFloatTy()), b_.CreateFPTrunc(v, b_.getFloatTy()));
+  const char* fmt = to == DType::F8E4M3 ? "e4m3x2" : "e5m2x2";
+  auto* asmTy = llvm::FunctionType::get(b_.getInt16Ty(), {b_.getFloatTy()}, false);
+  auto* ia = llvm::InlineAsm::get(asmTy, std::string("{ .reg .f32 z; mov.f32 z, 0f00000000; cvt.rn.satfinite.") + fmt +
+                                             ".f32 $0, z, $1; }", "=h,f", false);
+  return b_.CreateTrunc(b_.CreateCall(ia, {v32}), b_.getInt8Ty());
+}
+
+// Code c is 2^(c-127): the f32 with biased exponent c; c = 0 is the subnormal 2^-127, 255 is NaN.
+LVal* Lowering::decodeE8M0(LVal* v) {
+  LVal* c = b_.CreateZExt(v, b_.getInt32Ty());
+  LVal* bits = b_.CreateSelect(b_.CreateICmpEQ(c, idx(0)), idx(0x00400000),
+                               b_.CreateSelect(b_.CreateICmpEQ(c, idx(255)), idx(0x7FC00000), b_.CreateShl(c, idx(23))));
+  return b_.CreateBitCast(bits, b_.getFloatTy());
+}
+
+// Magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6 by the low three bits; bit 3 is the sign.
+LVal* Lowering::decodeF4(LVal* v) {
+  static const float kMag[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+  auto* f32 = b_.getFloatTy();
+  LVal* code = b_.CreateAnd(b_.CreateZExt(v, b_.getInt32Ty()), idx(7));
+  LVal* mag = llvm::ConstantFP::get(f32, 0.0);
+  for (int i = 1; i < 8; ++i) mag = b_.CreateSelect(b_.CreateICmpEQ(code, idx(i)), llvm::ConstantFP::get(f32, kMag[i]), mag);
+  LVal* neg = b_.CreateICmpNE(b_.CreateAnd(v, b_.getInt8(8)), b_.getInt8(0));
+  return b_.CreateSelect(neg, b_.CreateFNeg(mag), mag);
+}
+
+// e8m0 code = the f32 biased exponent of |x|, plus one when the mode rounds the
+// discarded mantissa up; f32 subnormals in [2^-127, 2^-126) start from code 0.
+LVal* Lowering::roundToE8M0(LVal* x, const std::string& mode, LVal* rbits) {
+  LVal* bits = b_.CreateBitCast(x, b_.getInt32Ty());
+  LVal* isNan = b_.CreateFCmpUNO(x, x);
+  LVal* E = b_.CreateAnd(b_.CreateLShr(bits, idx(23)), idx(0xFF));
+  LVal* M = b_.CreateAnd(bits, idx(0x7FFFFF));
+  LVal* sub = b_.CreateICmpEQ(E, idx(0));
+  LVal* tiny = b_.CreateAnd(sub, b_.CreateICmpULT(M, idx(0x400000)));  // below 2^-127: code 0 in every mode
+  LVal* frac = b_.CreateSelect(sub, b_.CreateAnd(b_.CreateShl(M, idx(1)), idx(0x7FFFFF)), M);
+  LVal* up;
+  if (mode == "rtz") up = b_.getFalse();
+  else if (mode == "ru") up = b_.CreateICmpNE(frac, idx(0));
+  else if (mode == "rne") up = b_.CreateICmpUGE(frac, idx(0x400000));  // ties up: the significand 1 is odd
+  else up = b_.CreateICmpUGT(b_.CreateShl(frac, idx(9)), rbits);
+  LVal* code = b_.CreateAdd(E, b_.CreateZExt(b_.CreateAnd(up, b_.CreateNot(tiny)), b_.getInt32Ty()));
+  code = b_.CreateIntrinsic(llvm::Intrinsic::umin, {b_.getInt32Ty()}, {code, idx(254)});
+  code = b_.CreateSelect(isNan, idx(255), code);
+  return b_.CreateTrunc(code, b_.getInt8Ty());
+}
+
+}  // namespace tilefuse::lower::detail

@@ -1,0 +1,258 @@
+// The lowering of one kernel from tile IR to LLVM IR (nvptx64); its methods are
+// split by area: LowerToLLVM.cpp (kernel, control flow, elementwise dispatch),
+// LowerArith.cpp (arithmetic, math, casts and rounding), LowerMemory.cpp,
+// LowerReduce.cpp and LowerDot.cpp.
+#pragma once
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/InlineAsm.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsNVPTX.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+
+#include <functional>
+#include <unordered_map>
+
+#include "tilefuse/interp/Formats.h"
+#include "tilefuse/lower/LowerToLLVM.h"
+
+namespace tilefuse::lower::detail {
+
+using llvm::IRBuilder;
+using LVal = llvm::Value;
+
+// The per-thread registers of one tile-IR value: one LLVM value per slot.
+// A tensor descriptor keeps [base, sizes..., strides...] (uniform scalars).
+struct Regs {
+  std::vector<LVal*> e;
+};
+
+class Lowering {
+ public:
+  Lowering(llvm::LLVMContext& ctx, llvm::Module& mod, const LowerOptions& opts)
+      : ctx_(ctx), mod_(mod), b_(ctx), threads_(32 * opts.numWarps), arch_(opts.arch) {}
+
+  int sharedBytes() const { return static_cast<int>(smemBytes_); }
+
+  void lowerKernel(const Op& f) {
+    const Block& body = f.region(0);
+    std::vector<llvm::Type*> params;
+    for (Value* a : body.args()) params.push_back(scalarType(a->type()));
+    auto* fnTy = llvm::FunctionType::get(b_.getVoidTy(), params, false);
+    fn_ = llvm::Function::Create(fnTy, llvm::Function::ExternalLinkage, funcName(f), mod_);
+    if (const Attr* al = f.attr("aligned16"); al && std::holds_alternative<std::vector<int64_t>>(*al))
+      for (int64_t i : std::get<std::vector<int64_t>>(*al))
+        if (body.arg(static_cast<unsigned>(i))->type().isPtr())
+          fn_->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::getWithAlignment(ctx_, llvm::Align(16)));
+    auto* md = mod_.getOrInsertNamedMetadata("nvvm.annotations");
+    auto* i32 = b_.getInt32Ty();
+    md->addOperand(llvm::MDNode::get(ctx_, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, "kernel"),
+                                            llvm::ValueAsMetadata::get(llvm::ConstantInt::get(i32, 1))}));
+    md->addOperand(llvm::MDNode::get(ctx_, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, "maxntidx"),
+                                            llvm::ValueAsMetadata::get(llvm::ConstantInt::get(i32, threads_))}));
+    b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn_));
+    tid_ = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {}, {});
+    for (unsigned i = 0; i < body.numArgs(); ++i) {
+      fn_->getArg(i)->setName(body.arg(i)->name());
+      vals_[body.arg(i)] = Regs{{fn_->getArg(i)}};
+    }
+    lowerBlock(body);
+    b_.CreateRetVoid();
+  }
+
+ private:
+  // --- types and layout ---
+
+  llvm::Type* elemType(DType d) {
+    switch (d) {
+      case DType::I1: return b_.getInt1Ty();
+      case DType::I8: case DType::F8E4M3: case DType::F8E5M2: case DType::E8M0: case DType::F4E2M1:
+        return b_.getInt8Ty();
+      case DType::I16: return b_.getInt16Ty();
+      case DType::I32: return b_.getInt32Ty();
+      case DType::I64: return b_.getInt64Ty();
+      case DType::F16: return b_.getHalfTy();
+      case DType::BF16: return b_.getBFloatTy();
+      case DType::F32: return b_.getFloatTy();
+      case DType::F64: return b_.getDoubleTy();
+    }
+    throw InternalError("elemType");
+  }
+  llvm::Type* scalarType(const Type& t) {
+    if (t.isPtr()) return llvm::PointerType::get(ctx_, 1);
+    return elemType(t.elem);
+  }
+  static int64_t numel(const Type& t) { return t.isTile() ? t.numel() : 1; }
+  int slots(const Type& t) const { return static_cast<int>((numel(t) + threads_ - 1) / threads_); }
+  LVal* idx(int64_t v) { return b_.getInt32(static_cast<int32_t>(v)); }
+  // Flat element index of slot s in this thread (N is a power of two).
+  LVal* flatIndex(const Type& t, int s) {
+    LVal* i = b_.CreateAdd(idx(int64_t(s) * threads_), tid_);
+    return numel(t) >= threads_ ? i : b_.CreateAnd(i, idx(numel(t) - 1));
+  }
+  LVal* owner(const Type& t, int s) { return b_.CreateICmpULT(b_.CreateAdd(idx(int64_t(s) * threads_), tid_), idx(numel(t))); }
+  // Coordinate `d` of flat index e in a row-major shape of power-of-two dims.
+  LVal* coord(LVal* e, const std::vector<int64_t>& shape, size_t d) {
+    int64_t inner = 1;
+    for (size_t k = d + 1; k < shape.size(); ++k) inner *= shape[k];
+    return b_.CreateAnd(b_.CreateLShr(e, idx(__builtin_ctzll(inner))), idx(shape[d] - 1));
+  }
+  LVal* flatten(const std::vector<LVal*>& c, const std::vector<int64_t>& shape) {
+    LVal* e = idx(0);
+    for (size_t d = 0; d < shape.size(); ++d) e = b_.CreateAdd(b_.CreateMul(e, idx(shape[d])), c[d]);
+    return e;
+  }
+
+  const Regs& get(const Value* v) {
+    auto it = vals_.find(v);
+    if (it == vals_.end()) throw InternalError("lowering: value used before definition");
+    return it->second;
+  }
+  [[noreturn]] void unsupported(const Op& op, const std::string& what) {
+    throw UserError(op.loc(), "the GPU backend does not lower " + what + " yet (the interpreter runs it)");
+  }
+
+  // --- shared memory round trips ---
+
+  llvm::GlobalVariable* smem() {
+    if (!smem_) {
+      auto* ty = llvm::ArrayType::get(b_.getInt8Ty(), 0);
+      smem_ = new llvm::GlobalVariable(mod_, ty, false, llvm::GlobalValue::ExternalLinkage, nullptr, "tf_smem",
+                                       nullptr, llvm::GlobalValue::NotThreadLocal, 3);
+      smem_->setAlignment(llvm::Align(16));
+    }
+    return smem_;
+  }
+  // The type an element of `t` takes in shared memory: i1 as a byte, pointers as pointers.
+  llvm::Type* smemType(const Type& t) {
+    if (t.isPtr()) return llvm::PointerType::get(ctx_, 1);
+    return t.elem == DType::I1 ? b_.getInt8Ty() : elemType(t.elem);
+  }
+  int storeBytes(const Type& t) { return static_cast<int>(mod_.getDataLayout().getTypeAllocSize(smemType(t))); }
+  LVal* smemAddr(int64_t base, LVal* index, const Type& t) {
+    LVal* off = b_.CreateAdd(idx(base), b_.CreateMul(index, idx(storeBytes(t))));
+    return b_.CreateGEP(b_.getInt8Ty(), smem(), off);
+  }
+  void barrier() { b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {}); }
+  bool isBool(const Type& t) { return !t.isPtr() && t.elem == DType::I1; }
+  // Writes every element of `r` (type t) at smem[base + flat * size]; duplicates write equal values.
+  void toSmem(const Regs& r, const Type& t, int64_t base) {
+    smemBytes_ = std::max<uint64_t>(smemBytes_, base + numel(t) * storeBytes(t));
+    for (int s = 0; s < slots(t); ++s) {
+      LVal* v = isBool(t) ? b_.CreateZExt(r.e[s], b_.getInt8Ty()) : r.e[s];
+      b_.CreateStore(v, smemAddr(base, flatIndex(t, s), t));
+    }
+  }
+  LVal* fromSmem(int64_t base, LVal* index, const Type& t) {
+    LVal* v = b_.CreateLoad(smemType(t), smemAddr(base, index, t));
+    return isBool(t) ? b_.CreateTrunc(v, b_.getInt1Ty()) : v;
+  }
+  // Result[e] = source element srcIndex(e), through shared memory.
+  Regs gather(const Regs& src, const Type& srcT, const Type& dstT, const std::function<LVal*(LVal*)>& srcIndex) {
+    barrier();
+    toSmem(src, srcT, 0);
+    barrier();
+    Regs out;
+    for (int s = 0; s < slots(dstT); ++s) out.e.push_back(fromSmem(0, srcIndex(flatIndex(dstT, s)), srcT));
+    return out;
+  }
+
+  // --- blocks ---
+
+  void lowerBlock(const Block& b) {
+    for (const auto& o : b.ops())
+      if (!o->has(Terminator)) lowerOp(*o);
+  }
+  std::vector<Regs> terminatorRegs(const Block& b) {
+    std::vector<Regs> r;
+    for (Value* v : b.terminator()->operands()) r.push_back(get(v));
+    return r;
+  }
+
+  void lowerOp(const Op& op);
+  LVal* arith(const Op& op, const std::vector<LVal*>& a, const Type& t);
+  LVal* castElem(const Op& op, LVal* v, const Type& from, const Type& to);
+  LVal* castRounded(const Op& op, LVal* v, const Type& from, const Type& to, LVal* rbits);
+  LVal* roundToFormat(LVal* x, DType to, const std::string& mode, LVal* rbits);
+  LVal* roundToE8M0(LVal* x, const std::string& mode, LVal* rbits);
+  LVal* decodeE8M0(LVal* v);
+  LVal* decodeF4(LVal* v);
+  Regs dequantize(const Op& op, const Type& t, const Regs& vals, const Type& st, const Regs& scales, bool kIsColumn);
+  void lowerDotScaled(const Op& op);
+  LVal* mathCall(const Op& op, const char* f32name, const char* f64name, LVal* x, DType d);
+  void lowerMemory(const Op& op);
+  void lowerDesc(const Op& op);
+  void lowerReduce(const Op& op);
+  bool lowerReduceByShuffles(const Op& op);
+  void lowerDot(const Op& op);
+  Regs dotRegs(const Op& op, const Type& at, const Regs& aRegs, const Type& bt, const Regs& bRegs, const Regs& acc,
+               const Type& ct);
+  Regs dotByMma(const Type& at, const Type& bt, const Type& ct, const Regs& acc, int64_t aBytes);
+  void lowerPrint(const Op& op);
+  void lowerAssert(const Op& op);
+  std::vector<Regs> loopPhis(const std::vector<Value*>& inits, llvm::BasicBlock* pre);
+  void closeLoop(const std::vector<Regs>& phis, const std::vector<Regs>& yields);
+  void lowerFor(const Op& op);
+  void lowerIf(const Op& op);
+  void lowerWhile(const Op& op);
+
+  // Runs `body` only when `cond`; returns the phi of body's value and `otherwise`.
+  LVal* guarded(LVal* cond, const std::function<LVal*()>& body, LVal* otherwise) {
+    llvm::BasicBlock* from = b_.GetInsertBlock();
+    auto* then = llvm::BasicBlock::Create(ctx_, "g.then", fn_);
+    auto* done = llvm::BasicBlock::Create(ctx_, "g.done", fn_);
+    b_.CreateCondBr(cond, then, done);
+    b_.SetInsertPoint(then);
+    LVal* v = body();
+    llvm::BasicBlock* thenEnd = b_.GetInsertBlock();
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+    if (!otherwise) return nullptr;
+    auto* phi = b_.CreatePHI(otherwise->getType(), 2);
+    phi->addIncoming(v, thenEnd);
+    phi->addIncoming(otherwise, from);
+    return phi;
+  }
+
+  // Emits `for (k = from; k < to; ++k) carried = step(k, carried)` as an LLVM loop
+  // (not unrolled) and returns the final carried values. Needs from < to.
+  std::vector<LVal*> countedLoop(int64_t from, int64_t to, std::vector<LVal*> carried,
+                                 const std::function<std::vector<LVal*>(LVal*, const std::vector<LVal*>&)>& step) {
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* loop = llvm::BasicBlock::Create(ctx_, "loop", fn_);
+    auto* exit = llvm::BasicBlock::Create(ctx_, "loop.done", fn_);
+    b_.CreateBr(loop);
+    b_.SetInsertPoint(loop);
+    auto* k = b_.CreatePHI(b_.getInt32Ty(), 2);
+    k->addIncoming(idx(from), pre);
+    std::vector<llvm::PHINode*> phis;
+    std::vector<LVal*> cur;
+    for (LVal* v : carried) {
+      phis.push_back(b_.CreatePHI(v->getType(), 2));
+      phis.back()->addIncoming(v, pre);
+      cur.push_back(phis.back());
+    }
+    std::vector<LVal*> next = step(k, cur);
+    LVal* k1 = b_.CreateAdd(k, idx(1));
+    llvm::BasicBlock* latch = b_.GetInsertBlock();
+    k->addIncoming(k1, latch);
+    for (size_t i = 0; i < phis.size(); ++i) phis[i]->addIncoming(next[i], latch);
+    b_.CreateCondBr(b_.CreateICmpSLT(k1, idx(to)), loop, exit);
+    b_.SetInsertPoint(exit);
+    return next;  // defined in the loop block, which dominates the exit
+  }
+
+  llvm::LLVMContext& ctx_;
+  llvm::Module& mod_;
+  IRBuilder<> b_;
+  int threads_;
+  std::string arch_;
+  llvm::Function* fn_ = nullptr;
+  LVal* tid_ = nullptr;
+  llvm::GlobalVariable* smem_ = nullptr;
+  uint64_t smemBytes_ = 0;
+  std::unordered_map<const Value*, Regs> vals_;
+};
+
+}  // namespace tilefuse::lower::detail
