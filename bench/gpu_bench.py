@@ -156,12 +156,7 @@ def main():
     grid = ((4096 // 64) * (4096 // 64),)
     res["matmul_4096_bf16_tflops"] = {
         "tilefuse": tflops(lambda: matmul.matmul_kernel[grid](*margs, **mkw), flop)[0],
-        "tilefuse_128x128x32_8warps": tflops(
-            lambda: matmul.matmul_kernel[(32 * 32,)](
-                *margs, BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, BLOCK_SIZE_K=32, GROUP_SIZE_M=8, ACTIVATION="", num_warps=8
-            ),
-            flop,
-        )[0],
+
         "torch": tflops(lambda: torch.matmul(a, b, out=c), flop)[0],
         "triton": tflops(
             lambda: _triton_matmul[(32, 32)](
@@ -170,6 +165,12 @@ def main():
             flop,
         )[0],
     }
+    for bm, bn, bk, w in [(128, 128, 64, 4), (128, 128, 64, 8), (128, 256, 64, 8), (256, 128, 64, 8), (128, 128, 32, 8)]:
+        kw = dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=8, ACTIVATION="", num_warps=w)
+        g = ((4096 // bm) * (4096 // bn),)
+        res["matmul_4096_bf16_tflops"][f"tilefuse_{bm}x{bn}x{bk}_{w}warps"] = tflops(
+            lambda g=g, kw=kw: matmul.matmul_kernel[g](*margs, **kw), flop
+        )[0]
     with open(args.out, "w") as f:
         json.dump(res, f, indent=2)
     print(json.dumps(res, indent=2))

@@ -109,7 +109,12 @@ def test_softmax(shape):
     np.testing.assert_allclose(pairs[0][0], torch.softmax(x.double(), 1).cpu().numpy(), rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("tiles", [(64, 64, 32, 4), (128, 128, 32, 8)])
+# bf16/f16 tilings cover wgmma with 32-, 64- and 128-byte swizzles, several K blocks,
+# warpgroups split along M and along N, and several N blocks per instruction.
+@pytest.mark.parametrize(
+    "tiles",
+    [(64, 64, 32, 4), (128, 128, 32, 8), (128, 128, 64, 4), (128, 256, 64, 8), (64, 32, 16, 4), (64, 128, 128, 8)],
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("mnk", [(64, 64, 64), (100, 77, 50), (256, 192, 128)])
 def test_matmul(mnk, dtype, tiles):
@@ -122,7 +127,7 @@ def test_matmul(mnk, dtype, tiles):
     args = (m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
     meta = dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=8, ACTIVATION="")
     host = [to_numpy(t).copy() for t in (a, b, c)]
-    matmul.matmul_kernel[grid](a, b, c, *args, num_warps=warps, **meta)  # bf16/f16: mma.sync tensor cores
+    matmul.matmul_kernel[grid](a, b, c, *args, num_warps=warps, **meta)  # bf16/f16: wgmma on sm_90a
     torch.cuda.synchronize()
     matmul.matmul_kernel[grid](*host, *args, **meta)
     ref = (a.double() @ b.double()).cpu().numpy()

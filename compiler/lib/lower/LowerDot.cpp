@@ -4,11 +4,14 @@
 namespace tilefuse::lower::detail {
 
 void Lowering::lowerDot(const Op& op) {
+  WgmmaShape w;
+  if (wgmmaApplies(op, arch_, threads_, &w)) return lowerWgmma(op, w);
   vals_[op.result()] = dotRegs(op, op.operand(0)->type(), get(op.operand(0)), op.operand(1)->type(),
-                               get(op.operand(1)), get(op.operand(2)), op.result()->type());
+                               get(op.operand(1)), in(op.operand(2), layoutOf(op.result())), op.result()->type());
 }
 
-// C = A B + acc for A (type at) and B (type bt) in registers of the cyclic layout.
+// C = A B + acc for A (type at) and B (type bt) in registers; acc and C in the
+// result's layout.
 Regs Lowering::dotRegs(const Op& op, const Type& at, const Regs& aRegs, const Type& bt, const Regs& bRegs,
                        const Regs& acc, const Type& ct) {
   int64_t m = at.shape[0], k = at.shape[1], n = bt.shape[1];
@@ -21,15 +24,16 @@ Regs Lowering::dotRegs(const Op& op, const Type& at, const Regs& aRegs, const Ty
   toSmem(bRegs, bt, aBytes);
   barrier();
   bool halfs = at.elem == bt.elem && (at.elem == DType::BF16 || at.elem == DType::F16);
-  if (halfs && arch_ >= "sm_80") return dotByMma(at, bt, ct, acc, aBytes);
+  if (halfs && arch_ >= "sm_80") return dotByMma(at, bt, ct, acc, aBytes, layoutOf(op.result()));
   auto widen = [&](LVal* v, DType d) -> LVal* {
     if (intDot) return b_.CreateSExt(v, accTy);
     if (d == DType::F8E4M3 || d == DType::F8E5M2) return castElem(op, v, Type::scalar(d), Type::scalar(DType::F32));
     return d == DType::F32 ? v : b_.CreateFPExt(v, accTy);
   };
-  Regs out;
-  for (int s = 0; s < slots(ct); ++s) {
-    LVal* e = flatIndex(ct, s);
+  const Layout& L = layoutOf(op.result());
+  Regs out{{}, L};
+  for (int s = 0; s < slots(L); ++s) {
+    LVal* e = flatIndex(L, s);
     LVal* row = coord(e, ct.shape, 0);
     LVal* col = coord(e, ct.shape, 1);
     auto fin = countedLoop(0, k, {acc.e[s]}, [&](LVal* kk, const std::vector<LVal*>& sum) -> std::vector<LVal*> {
@@ -51,7 +55,7 @@ void Lowering::lowerDotScaled(const Op& op) {
   const Type& bt = op.operand(2)->type();
   Regs a = dequantize(op, at, get(op.operand(0)), op.operand(1)->type(), get(op.operand(1)), true);
   Regs b = dequantize(op, bt, get(op.operand(2)), op.operand(3)->type(), get(op.operand(3)), false);
-  vals_[op.result()] = dotRegs(op, at.withElem(DType::F32), a, bt.withElem(DType::F32), b, get(op.operand(4)),
+  vals_[op.result()] = dotRegs(op, at.withElem(DType::F32), a, bt.withElem(DType::F32), b, in(op.operand(4), layoutOf(op.result())),
                                op.result()->type());
 }
 
@@ -62,9 +66,9 @@ Regs Lowering::dequantize(const Op& op, const Type& t, const Regs& vals, const T
   toSmem(scales, st, 0);
   barrier();
   int64_t blocks = st.shape[1];
-  Regs out;
-  for (int s = 0; s < slots(t); ++s) {
-    LVal* e = flatIndex(t, s);
+  Regs out{{}, vals.L};
+  for (int s = 0; s < slots(vals.L); ++s) {
+    LVal* e = flatIndex(vals.L, s);
     LVal* row = coord(e, t.shape, 0);
     LVal* col = coord(e, t.shape, 1);
     LVal* mn = kIsColumn ? row : col;
@@ -83,7 +87,8 @@ Regs Lowering::dequantize(const Op& op, const Type& t, const Regs& vals, const T
 // too, each warp takes 16x8 output tiles round robin, and the results return to
 // the cyclic layout through shared memory. Fragment layouts: PTX ISA, "Matrix
 // Fragments for mma.m16n8k16 with floating point type".
-Regs Lowering::dotByMma(const Type& at, const Type& bt, const Type& ct, const Regs& acc, int64_t aBytes) {
+Regs Lowering::dotByMma(const Type& at, const Type& bt, const Type& ct, const Regs& acc, int64_t aBytes,
+                        const Layout& L) {
   int64_t m = at.shape[0], k = at.shape[1], n = bt.shape[1];
   int64_t cBase = aBytes + k * n * storeBytes(bt);
   toSmem(acc, ct, cBase);
@@ -141,8 +146,8 @@ Regs Lowering::dotByMma(const Type& at, const Type& bt, const Type& ct, const Re
     b_.SetInsertPoint(done);
   }
   barrier();
-  Regs out;
-  for (int s = 0; s < slots(ct); ++s) out.e.push_back(fromSmem(cBase, flatIndex(ct, s), ct));
+  Regs out{{}, L};
+  for (int s = 0; s < slots(L); ++s) out.e.push_back(fromSmem(cBase, flatIndex(L, s), ct));
   return out;
 }
 

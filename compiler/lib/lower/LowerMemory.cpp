@@ -10,14 +10,26 @@ void Lowering::lowerMemory(const Op& op) {
   llvm::Type* et = elemType(d);
   llvm::Type* mt = d == DType::I1 ? b_.getInt8Ty() : et;
   const Regs& p = get(op.operand(0));
+  const Layout& L = p.L;
   bool load = op.kind() == OpKind::Load;
   unsigned maskIdx = load ? 1 : 2;
-  const Regs* mask = op.numOperands() > maskIdx ? &get(op.operand(maskIdx)) : nullptr;
-  Regs out;
-  for (int s = 0; s < slots(pt); ++s) {
+  Regs maskRegs = op.numOperands() > maskIdx ? in(op.operand(maskIdx), L) : Regs{};
+  const Regs* mask = maskRegs.e.empty() ? nullptr : &maskRegs;
+  Regs otherRegs = load && op.numOperands() > 2 ? in(op.operand(2), L) : Regs{};
+  const Regs* other = otherRegs.e.empty() ? nullptr : &otherRegs;
+  Regs value = load ? Regs{} : in(op.operand(1), L);
+  Regs out{{}, L};
+  if (op.kind() != OpKind::AtomicAdd && op.kind() != OpKind::AtomicMax && d != DType::I1) {
+    int64_t width = std::min<int64_t>(vectorRun(L), axis_->vectorWidth(op.operand(0), mask ? op.operand(maskIdx) : nullptr));
+    if (width > 1) {
+      lowerVectorAccess(op, p, mask, other, value, width, out);
+      if (load) vals_[op.result()] = std::move(out);
+      return;
+    }
+  }
+  for (int s = 0; s < slots(L); ++s) {
     LVal* ptr = p.e[s];
     if (load) {
-      const Regs* other = op.numOperands() > 2 ? &get(op.operand(2)) : nullptr;
       auto doLoad = [&]() -> LVal* {
         LVal* v = b_.CreateLoad(mt, ptr);
         return d == DType::I1 ? b_.CreateICmpNE(v, b_.getInt8(0)) : v;
@@ -30,9 +42,13 @@ void Lowering::lowerMemory(const Op& op) {
       }
       continue;
     }
-    LVal* cond = owner(pt, s);
+    if (!slotOwned(L, s)) {
+      out.e.push_back(llvm::Constant::getNullValue(et));  // atomics: only the owning copy returns the old value
+      continue;
+    }
+    LVal* cond = owner(L);
     if (mask) cond = b_.CreateAnd(cond, mask->e[s]);
-    LVal* v = get(op.operand(1)).e[s];
+    LVal* v = value.e[s];
     if (op.kind() == OpKind::Store) {
       guarded(cond, [&]() -> LVal* {
         b_.CreateStore(d == DType::I1 ? b_.CreateZExt(v, b_.getInt8Ty()) : v, ptr);
@@ -50,6 +66,39 @@ void Lowering::lowerMemory(const Op& op) {
   if (op.numResults()) vals_[op.result()] = std::move(out);
 }
 
+// Loads or stores `width` consecutive slots (consecutive, aligned elements in memory,
+// with one mask value: AxisAnalysis::vectorWidth) as one vector access.
+void Lowering::lowerVectorAccess(const Op& op, const Regs& p, const Regs* mask, const Regs* other, const Regs& value,
+                                 int64_t width, Regs& out) {
+  DType d = op.operand(0)->type().elem;
+  llvm::Type* et = elemType(d);
+  auto* vt = llvm::FixedVectorType::get(et, static_cast<unsigned>(width));
+  llvm::Align align(width * mod_.getDataLayout().getTypeAllocSize(et));
+  auto pack = [&](const Regs& r, int s) {
+    LVal* v = llvm::PoisonValue::get(vt);
+    for (int i = 0; i < width; ++i) v = b_.CreateInsertElement(v, r.e[s + i], b_.getInt32(i));
+    return v;
+  };
+  const Layout& L = p.L;
+  for (int s = 0; s < slots(L); s += static_cast<int>(width)) {
+    LVal* ptr = p.e[s];
+    if (op.kind() == OpKind::Load) {
+      auto doLoad = [&]() -> LVal* { return b_.CreateAlignedLoad(vt, ptr, align); };
+      LVal* v = mask ? guarded(mask->e[s], doLoad, other ? pack(*other, s) : llvm::Constant::getNullValue(vt)) : doLoad();
+      for (int i = 0; i < width; ++i) out.e.push_back(b_.CreateExtractElement(v, b_.getInt32(i)));
+      continue;
+    }
+    if (!slotOwned(L, s)) continue;
+    LVal* cond = owner(L);
+    if (mask) cond = b_.CreateAnd(cond, mask->e[s]);
+    LVal* v = pack(value, s);
+    guarded(cond, [&]() -> LVal* {
+      b_.CreateAlignedStore(v, ptr, align);
+      return nullptr;
+    }, nullptr);
+  }
+}
+
 void Lowering::lowerDesc(const Op& op) {
   if (op.kind() == OpKind::MakeDesc) {
     Regs r;
@@ -65,12 +114,13 @@ void Lowering::lowerDesc(const Op& op) {
   size_t rank = dt.shape.size();
   bool load = op.kind() == OpKind::DescLoad;
   unsigned first = load ? 1 : 2;
-  Type tile = Type::tile(dt.elem, dt.shape);
   llvm::Type* et = elemType(dt.elem);
-  Regs out;
-  for (int s = 0; s < slots(tile); ++s) {
-    LVal* e = flatIndex(tile, s);
-    LVal* inside = load ? b_.getTrue() : owner(tile, s);
+  const Layout& L = load ? layoutOf(op.result()) : get(op.operand(1)).L;
+  Regs out{{}, L};
+  for (int s = 0; s < slots(L); ++s) {
+    if (!load && !slotOwned(L, s)) continue;
+    LVal* e = flatIndex(L, s);
+    LVal* inside = load ? b_.getTrue() : owner(L);
     LVal* elem = b_.getInt64(0);
     for (size_t a = 0; a < rank; ++a) {
       LVal* c = b_.CreateSExt(b_.CreateAdd(get(op.operand(first + a)).e[0], coord(e, dt.shape, a)), b_.getInt64Ty());

@@ -29,8 +29,10 @@ bool Lowering::lowerReduceByShuffles(const Op& op) {
     identity = op.kind() == OpKind::ReduceMax ? b_.getInt32(INT32_MIN) : b_.getInt32(INT32_MAX);
   const Regs& r = get(op.operand(0));
   LVal* acc = nullptr;
-  for (int s = 0; s < slots(in); ++s) {
-    LVal* v = numel(in) < threads_ ? b_.CreateSelect(owner(in, s), r.e[s], identity) : r.e[s];
+  LVal* own = owner(r.L);
+  for (int s = 0; s < slots(r.L); ++s) {
+    if (!slotOwned(r.L, s)) continue;
+    LVal* v = own == b_.getTrue() ? r.e[s] : b_.CreateSelect(own, r.e[s], identity);
     acc = acc ? combine(acc, v) : v;
   }
   LVal* mask = b_.getInt32(-1);
@@ -56,7 +58,7 @@ bool Lowering::lowerReduceByShuffles(const Op& op) {
     for (int w = 1; w < warps; ++w) acc = combine(acc, fromSmem(0, idx(w), partial));
     barrier();
   }
-  vals_[op.result()] = Regs{{acc}};
+  vals_[op.result()] = Regs{{acc}, layoutOf(op.result())};
   return true;
 }
 
@@ -70,10 +72,11 @@ void Lowering::lowerReduce(const Op& op) {
   toSmem(get(op.operand(0)), in, 0);
   barrier();
   bool f = isFloat(in.elem);
-  Regs out;
-  for (int s = 0; s < slots(outT); ++s) {
+  const Layout& L = layoutOf(op.result());
+  Regs out{{}, L};
+  for (int s = 0; s < slots(L); ++s) {
     // Coordinates of this output element, with the reduced axis re-inserted at 0.
-    LVal* e = flatIndex(outT, s);
+    LVal* e = outT.isTile() ? flatIndex(L, s) : idx(0);
     std::vector<LVal*> c;
     for (size_t d = 0; d < outT.shape.size(); ++d) c.push_back(coord(e, outT.shape, d));
     c.insert(c.begin() + axis, idx(0));

@@ -1,5 +1,5 @@
-// Tile IR -> LLVM IR (nvptx64) with the cyclic layout of LowerToLLVM.h, then
-// libdevice linking, the O3 pipeline and PTX emission.
+// Tile IR -> LLVM IR (nvptx64) with the layouts of Layout.h, then libdevice
+// linking, the O3 pipeline and PTX emission.
 #include "tilefuse/lower/LowerToLLVM.h"
 
 #include "Lowering.h"
@@ -16,6 +16,146 @@
 
 namespace tilefuse::lower {
 namespace detail {
+
+void Lowering::lowerKernel(const Op& f) {
+  const Block& body = f.region(0);
+  std::vector<llvm::Type*> params;
+  for (Value* a : body.args()) params.push_back(scalarType(a->type()));
+  auto* fnTy = llvm::FunctionType::get(b_.getVoidTy(), params, false);
+  fn_ = llvm::Function::Create(fnTy, llvm::Function::ExternalLinkage, funcName(f), mod_);
+  if (const Attr* al = f.attr("aligned16"); al && std::holds_alternative<std::vector<int64_t>>(*al))
+    for (int64_t i : std::get<std::vector<int64_t>>(*al))
+      if (body.arg(static_cast<unsigned>(i))->type().isPtr())
+        fn_->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::getWithAlignment(ctx_, llvm::Align(16)));
+  auto* md = mod_.getOrInsertNamedMetadata("nvvm.annotations");
+  auto* i32 = b_.getInt32Ty();
+  md->addOperand(llvm::MDNode::get(ctx_, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, "kernel"),
+                                          llvm::ValueAsMetadata::get(llvm::ConstantInt::get(i32, 1))}));
+  md->addOperand(llvm::MDNode::get(ctx_, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, "maxntidx"),
+                                          llvm::ValueAsMetadata::get(llvm::ConstantInt::get(i32, threads_))}));
+  plan_ = planLayouts(f, arch_, threads_);
+  axis_ = std::make_unique<AxisAnalysis>(f);
+  entry_ = llvm::BasicBlock::Create(ctx_, "entry", fn_);
+  b_.SetInsertPoint(entry_);
+  tid_ = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {}, {});
+  auto* start = llvm::BasicBlock::Create(ctx_, "body", fn_);
+  b_.SetInsertPoint(start);
+  for (unsigned i = 0; i < body.numArgs(); ++i) {
+    fn_->getArg(i)->setName(body.arg(i)->name());
+    vals_[body.arg(i)] = Regs{{fn_->getArg(i)}, layoutOf(body.arg(i))};
+  }
+  reserveWgmmaOperands(body);
+  lowerBlock(body);
+  b_.CreateRetVoid();
+  b_.SetInsertPoint(entry_);
+  b_.CreateBr(start);
+}
+
+// The thread's share of the flat index: the thread bases of the set bits of tid,
+// computed once in the entry block. Runs of bits with consecutive bases are one
+// shift-and-mask.
+LVal* Lowering::threadPart(const Layout& l) {
+  auto [it, fresh] = threadParts_.try_emplace(l.thr, nullptr);
+  if (!fresh) return it->second;
+  IRBuilder<> eb(entry_);
+  LVal* sum = eb.getInt32(0);
+  for (size_t j = 0; j < l.thr.size();) {
+    if (!l.thr[j]) {
+      ++j;
+      continue;
+    }
+    size_t len = 1;
+    while (j + len < l.thr.size() && l.thr[j + len] == l.thr[j] << len) ++len;
+    LVal* bits = eb.CreateAnd(eb.CreateLShr(tid_, j), (1u << len) - 1);
+    sum = eb.CreateOr(sum, eb.CreateShl(bits, __builtin_ctzll(l.thr[j])));
+    j += len;
+  }
+  return it->second = sum;
+}
+
+LVal* Lowering::owner(const Layout& l) {
+  uint32_t copies = 0;
+  for (size_t j = 0; j < l.thr.size(); ++j)
+    if (!l.thr[j]) copies |= 1u << j;
+  if (!copies) return b_.getTrue();
+  auto [it, fresh] = owners_.try_emplace(l.thr, nullptr);
+  if (fresh) {
+    IRBuilder<> eb(entry_);
+    it->second = eb.CreateICmpEQ(eb.CreateAnd(tid_, copies), eb.getInt32(0));
+  }
+  return it->second;
+}
+
+Regs Lowering::convert(const Regs& r, const Type& t, const Layout& to) {
+  if (r.L == to) return r;
+  return gather(r, t, to, [](LVal* e) { return e; });
+}
+
+Regs Lowering::in(const Value* v, const Layout& l) {
+  const Regs& r = get(v);
+  if (r.L == l) return r;
+  // Scalars, constants and splats hold one value everywhere: any layout is a copy.
+  const Op* def = v->definingOp();
+  if (!v->type().isTile() || (def && (def->kind() == OpKind::Constant || def->kind() == OpKind::Splat)))
+    return Regs{std::vector<LVal*>(slots(l), r.e[0]), l};
+  // Index math (aranges, masks, pointer offsets) is cheaper to recompute in the
+  // layout wanted than to move through shared memory.
+  int budget = 24;
+  if (rematerializable(v, budget)) return remat(v, l);
+  return convert(r, v->type(), l);
+}
+
+bool Lowering::rematerializable(const Value* v, int& budget) {
+  if (!v->type().isTile()) return true;
+  const Op* def = v->definingOp();
+  if (!def || --budget < 0) return false;
+  switch (def->kind()) {
+    case OpKind::Constant:
+    case OpKind::Splat:
+    case OpKind::Arange: return true;
+    case OpKind::ExpandDims:
+    case OpKind::Reshape:
+    case OpKind::Broadcast: return rematerializable(def->operand(0), budget);
+    default: break;
+  }
+  if (!def->has(Elementwise) || def->numResults() != 1) return false;
+  for (Value* o : def->operands())
+    if (!rematerializable(o, budget)) return false;
+  return true;
+}
+
+// Lowers v's defining op again with result layout l (its operands follow through in()).
+Regs Lowering::remat(const Value* v, const Layout& l) {
+  Regs saved = get(v);
+  Layout planned = layoutOf(v);
+  plan_[v] = l;
+  lowerOp(*v->definingOp());
+  Regs out = get(v);
+  vals_[v] = std::move(saved);
+  plan_[v] = std::move(planned);
+  return out;
+}
+
+// The layout of a broadcast's operand (shape `from`) that puts each source element in
+// the registers of the result elements (layout l, shape `to`) it is broadcast to.
+Layout Lowering::sliceLayout(const Layout& l, const std::vector<int64_t>& to, const std::vector<int64_t>& from) {
+  auto project = [&](int64_t b) -> int64_t {
+    if (!b) return 0;
+    std::vector<int64_t> c(to.size());
+    int64_t rest = b;
+    for (size_t d = to.size(); d-- > 0;) {
+      c[d] = rest % to[d];
+      rest /= to[d];
+    }
+    int64_t e = 0;
+    for (size_t d = 0; d < to.size(); ++d) e = e * from[d] + (from[d] == 1 ? 0 : c[d]);
+    return e;
+  };
+  Layout s;
+  for (int64_t b : l.reg) s.reg.push_back(project(b));
+  for (int64_t b : l.thr) s.thr.push_back(project(b));
+  return s;
+}
 
 // device_print: every owned element prints "pid (x, y, z) idx (flat) <prefix><value>" through vprintf.
 void Lowering::lowerPrint(const Op& op) {
@@ -35,12 +175,13 @@ void Lowering::lowerPrint(const Op& op) {
     llvm::Type* valTy = fl ? b_.getDoubleTy() : wide ? b_.getInt64Ty() : b_.getInt32Ty();
     auto* argsTy = llvm::StructType::get(ctx_, {b_.getInt32Ty(), b_.getInt32Ty(), b_.getInt32Ty(), b_.getInt32Ty(), valTy});
     const Regs& r = get(v);
-    for (int s = 0; s < slots(t); ++s) {
-      guarded(owner(t, s), [&]() -> LVal* {
+    for (int s = 0; s < slots(r.L); ++s) {
+      if (!slotOwned(r.L, s)) continue;
+      guarded(owner(r.L), [&]() -> LVal* {
         llvm::IRBuilder<> entry(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
         LVal* buf = entry.CreateAlloca(argsTy);
         for (unsigned a = 0; a < 3; ++a) b_.CreateStore(b_.CreateIntrinsic(ctaid[a], {}, {}), b_.CreateStructGEP(argsTy, buf, a));
-        b_.CreateStore(t.isTile() ? flatIndex(t, s) : idx(0), b_.CreateStructGEP(argsTy, buf, 3));
+        b_.CreateStore(t.isTile() ? flatIndex(r.L, s) : idx(0), b_.CreateStructGEP(argsTy, buf, 3));
         LVal* x = r.e[s];
         if (fl && (t.elem == DType::F8E4M3 || t.elem == DType::F8E5M2))
           x = castElem(op, x, Type::scalar(t.elem), Type::scalar(DType::F32));
@@ -61,25 +202,37 @@ void Lowering::lowerAssert(const Op& op) {
   auto* ptrTy = llvm::PointerType::get(ctx_, 0);
   auto fail = mod_.getOrInsertFunction(
       "__assertfail", llvm::FunctionType::get(b_.getVoidTy(), {ptrTy, ptrTy, b_.getInt32Ty(), ptrTy, b_.getInt64Ty()}, false));
-  const Type& t = op.operand(0)->type();
   const Regs& r = get(op.operand(0));
   LVal* msg = b_.CreateGlobalStringPtr(op.strAttr("message"));
   LVal* file = b_.CreateGlobalStringPtr(op.loc().known() ? *op.loc().file : "<unknown>");
   LVal* func = b_.CreateGlobalStringPtr(fn_->getName());
-  for (int s = 0; s < slots(t); ++s) {
-    guarded(b_.CreateAnd(owner(t, s), b_.CreateNot(r.e[s])), [&]() -> LVal* {
+  for (int s = 0; s < slots(r.L); ++s) {
+    if (!slotOwned(r.L, s)) continue;
+    guarded(b_.CreateAnd(owner(r.L), b_.CreateNot(r.e[s])), [&]() -> LVal* {
       b_.CreateCall(fail, {msg, file, b_.getInt32(op.loc().line), func, b_.getInt64(1)});
       return nullptr;
     }, nullptr);
   }
 }
 
+// The registers of `vals` in the layouts the plan gives `to` (one per value).
+std::vector<Regs> Lowering::inLayouts(const std::vector<Value*>& vals, const std::vector<Value*>& to) {
+  std::vector<Regs> out;
+  for (size_t i = 0; i < vals.size(); ++i) out.push_back(in(vals[i], layoutOf(to[i])));
+  return out;
+}
+
+std::vector<Value*> Lowering::yieldedValues(const Block& b, unsigned first) {
+  const auto& ops = b.terminator()->operands();
+  return std::vector<Value*>(ops.begin() + first, ops.end());
+}
+
 // One phi per register of each loop-carried value, entered from `pre`.
-std::vector<Regs> Lowering::loopPhis(const std::vector<Value*>& inits, llvm::BasicBlock* pre) {
+std::vector<Regs> Lowering::loopPhis(const std::vector<Regs>& inits, llvm::BasicBlock* pre) {
   std::vector<Regs> phis;
-  for (Value* v : inits) {
-    Regs r;
-    for (LVal* x : get(v).e) {
+  for (const Regs& v : inits) {
+    Regs r{{}, v.L};
+    for (LVal* x : v.e) {
       auto* p = b_.CreatePHI(x->getType(), 2);
       p->addIncoming(x, pre);
       r.e.push_back(p);
@@ -101,6 +254,9 @@ void Lowering::lowerFor(const Op& op) {
   LVal* lb = get(op.operand(0)).e[0];
   LVal* ub = get(op.operand(1)).e[0];
   LVal* step = get(op.operand(2)).e[0];
+  std::vector<Value*> carried = body.args();
+  carried.erase(carried.begin());
+  auto inits = inLayouts(std::vector<Value*>(op.operands().begin() + 3, op.operands().end()), carried);
   llvm::BasicBlock* pre = b_.GetInsertBlock();
   auto* header = llvm::BasicBlock::Create(ctx_, "for.header", fn_);
   auto* bodyBB = llvm::BasicBlock::Create(ctx_, "for.body", fn_);
@@ -109,14 +265,23 @@ void Lowering::lowerFor(const Op& op) {
   b_.SetInsertPoint(header);
   auto* iv = b_.CreatePHI(lb->getType(), 2);
   iv->addIncoming(lb, pre);
-  std::vector<Value*> inits(op.operands().begin() + 3, op.operands().end());
   std::vector<Regs> phis = loopPhis(inits, pre);
-  vals_[body.arg(0)] = Regs{{iv}};
-  for (size_t i = 0; i < phis.size(); ++i) vals_[body.arg(i + 1)] = phis[i];
+  vals_[body.arg(0)] = Regs{{iv}, layoutOf(body.arg(0))};
+  for (size_t i = 0; i < phis.size(); ++i) vals_[carried[i]] = phis[i];
+  // Accumulators a wgmma dot yields are still in flight when the next iteration, or
+  // the code after the loop, reads them.
+  std::vector<Value*> yielded = yieldedValues(body);
+  WgmmaShape w;
+  for (size_t i = 0; i < carried.size(); ++i) {
+    const Op* def = yielded[i]->definingOp();
+    if (def && wgmmaApplies(*def, arch_, threads_, &w)) wgmmaPending_.insert(carried[i]);
+  }
   b_.CreateCondBr(b_.CreateICmpSLT(iv, ub), bodyBB, exit);
   b_.SetInsertPoint(bodyBB);
   lowerBlock(body);
-  auto yields = terminatorRegs(body);
+  for (size_t i = 0; i < carried.size(); ++i)
+    if (wgmmaPending_.count(yielded[i])) wgmmaPending_.insert(op.result(i));
+  auto yields = inLayouts(yielded, carried);
   iv->addIncoming(b_.CreateAdd(iv, step), b_.GetInsertBlock());
   closeLoop(phis, yields);
   b_.CreateBr(header);
@@ -130,18 +295,19 @@ void Lowering::lowerIf(const Op& op) {
   auto* elseBB = llvm::BasicBlock::Create(ctx_, "if.else", fn_);
   auto* merge = llvm::BasicBlock::Create(ctx_, "if.end", fn_);
   b_.CreateCondBr(c, thenBB, elseBB);
+  std::vector<Value*> results = op.results();
   std::vector<std::vector<Regs>> outs;
   std::vector<llvm::BasicBlock*> ends;
   for (unsigned r = 0; r < 2; ++r) {
     b_.SetInsertPoint(r ? elseBB : thenBB);
     lowerBlock(op.region(r));
-    outs.push_back(terminatorRegs(op.region(r)));
+    outs.push_back(inLayouts(yieldedValues(op.region(r)), results));
     ends.push_back(b_.GetInsertBlock());
     b_.CreateBr(merge);
   }
   b_.SetInsertPoint(merge);
   for (unsigned i = 0; i < op.numResults(); ++i) {
-    Regs r;
+    Regs r{{}, outs[0][i].L};
     for (size_t s = 0; s < outs[0][i].e.size(); ++s) {
       auto* p = b_.CreatePHI(outs[0][i].e[s]->getType(), 2);
       p->addIncoming(outs[0][i].e[s], ends[0]);
@@ -155,33 +321,40 @@ void Lowering::lowerIf(const Op& op) {
 void Lowering::lowerWhile(const Op& op) {
   const Block& before = op.region(0);
   const Block& after = op.region(1);
+  std::vector<Value*> beforeArgs = before.args(), afterArgs = after.args(), results = op.results();
+  auto inits = inLayouts(op.operands(), beforeArgs);
   llvm::BasicBlock* pre = b_.GetInsertBlock();
   auto* header = llvm::BasicBlock::Create(ctx_, "while.before", fn_);
   auto* bodyBB = llvm::BasicBlock::Create(ctx_, "while.after", fn_);
   auto* exit = llvm::BasicBlock::Create(ctx_, "while.exit", fn_);
   b_.CreateBr(header);
   b_.SetInsertPoint(header);
-  std::vector<Regs> phis = loopPhis(op.operands(), pre);
+  std::vector<Regs> phis = loopPhis(inits, pre);
   for (size_t i = 0; i < phis.size(); ++i) vals_[before.arg(i)] = phis[i];
   lowerBlock(before);
-  auto cond = terminatorRegs(before);
-  for (unsigned i = 0; i < after.numArgs(); ++i) vals_[after.arg(i)] = cond[i + 1];
-  for (unsigned i = 0; i < op.numResults(); ++i) vals_[op.result(i)] = cond[i + 1];
-  b_.CreateCondBr(cond[0].e[0], bodyBB, exit);
+  LVal* cond = get(before.terminator()->operand(0)).e[0];
+  auto passed = inLayouts(yieldedValues(before, 1), afterArgs);
+  for (unsigned i = 0; i < after.numArgs(); ++i) vals_[after.arg(i)] = passed[i];
+  for (unsigned i = 0; i < op.numResults(); ++i) vals_[op.result(i)] = passed[i];
+  b_.CreateCondBr(cond, bodyBB, exit);
   b_.SetInsertPoint(bodyBB);
   lowerBlock(after);
-  closeLoop(phis, terminatorRegs(after));
+  closeLoop(phis, inLayouts(yieldedValues(after), beforeArgs));
   b_.CreateBr(header);
   b_.SetInsertPoint(exit);
 }
 
 void Lowering::lowerOp(const Op& op) {
+  waitPending(op);
   const Type& t = op.numResults() ? op.result()->type() : Type{};
+  static const Layout none;
+  const Layout& L = op.numResults() ? layoutOf(op.result()) : none;
   auto perSlot = [&](const std::function<LVal*(int)>& f) {
-    Regs r;
-    for (int s = 0; s < slots(t); ++s) r.e.push_back(f(s));
+    Regs r{{}, L};
+    for (int s = 0; s < slots(L); ++s) r.e.push_back(f(s));
     vals_[op.result()] = std::move(r);
   };
+  auto operand = [&](unsigned i) { return in(op.operand(i), L); };
   switch (op.kind()) {
     case OpKind::Constant: {
       const Attr& v = *op.attr("value");
@@ -203,28 +376,30 @@ void Lowering::lowerOp(const Op& op) {
       return perSlot([&](int) { return v; });
     }
     case OpKind::Arange:
-      return perSlot([&](int s) { return b_.CreateAdd(flatIndex(t, s), idx(op.intAttr("start"))); });
+      return perSlot([&](int s) { return b_.CreateAdd(flatIndex(L, s), idx(op.intAttr("start"))); });
     case OpKind::Splat: {
       LVal* v = get(op.operand(0)).e[0];
       return perSlot([&](int) { return v; });
     }
     case OpKind::ExpandDims:
-    case OpKind::Reshape:
-      vals_[op.result()] = get(op.operand(0));  // same element count: same registers
+    case OpKind::Reshape: {
+      // Same row-major order: equal layouts share the registers.
+      Regs r = get(op.operand(0));
+      vals_[op.result()] = r.L == L ? r : convert(r, op.operand(0)->type(), L);
+      vals_[op.result()].L = L;
       return;
+    }
     case OpKind::Broadcast: {
-      const Type& in = op.operand(0)->type();
-      vals_[op.result()] = gather(get(op.operand(0)), in, t, [&](LVal* e) {
-        std::vector<LVal*> c;
-        for (size_t d = 0; d < t.shape.size(); ++d) c.push_back(in.shape[d] == 1 ? idx(0) : coord(e, t.shape, d));
-        return flatten(c, in.shape);
-      });
+      // Registers of the operand in the sliced layout are already the result's.
+      Regs r = in(op.operand(0), sliceLayout(L, t.shape, op.operand(0)->type().shape));
+      r.L = L;
+      vals_[op.result()] = std::move(r);
       return;
     }
     case OpKind::Trans: {
       const Type& in = op.operand(0)->type();
       const auto& perm = op.intsAttr("perm");
-      vals_[op.result()] = gather(get(op.operand(0)), in, t, [&](LVal* e) {
+      vals_[op.result()] = gather(get(op.operand(0)), in, L, [&](LVal* e) {
         std::vector<LVal*> c(in.shape.size());
         for (size_t d = 0; d < t.shape.size(); ++d) c[perm[d]] = coord(e, t.shape, d);
         return flatten(c, in.shape);
@@ -238,7 +413,7 @@ void Lowering::lowerOp(const Op& op) {
       toSmem(get(op.operand(1)), in, numel(in) * storeBytes(in));
       barrier();
       perSlot([&](int s) {
-        LVal* e = flatIndex(t, s);
+        LVal* e = flatIndex(L, s);
         LVal* src = b_.CreateAdd(b_.CreateMul(b_.CreateAnd(e, idx(1)), idx(numel(in))), b_.CreateLShr(e, idx(1)));
         return fromSmem(0, src, in);
       });
@@ -248,7 +423,7 @@ void Lowering::lowerOp(const Op& op) {
     case OpKind::Split: {
       const Type& in = op.operand(0)->type();
       for (unsigned r = 0; r < 2; ++r) {
-        vals_[op.result(r)] = gather(get(op.operand(0)), in, op.result(r)->type(), [&](LVal* e) {
+        vals_[op.result(r)] = gather(get(op.operand(0)), in, layoutOf(op.result(r)), [&](LVal* e) {
           return b_.CreateAdd(b_.CreateShl(e, idx(1)), idx(r));
         });
       }
@@ -256,16 +431,14 @@ void Lowering::lowerOp(const Op& op) {
       return;
     }
     case OpKind::PtrAdd: {
-      const Regs& p = get(op.operand(0));
-      const Regs& off = get(op.operand(1));
+      Regs p = operand(0), off = operand(1);
       llvm::Type* et = t.elem == DType::I1 ? b_.getInt8Ty() : elemType(t.elem);
       if (t.elem == DType::F4E2M1) unsupported(op, "f4e2m1 pointers");
       return perSlot([&](int s) { return b_.CreateGEP(et, p.e[s], b_.CreateSExt(off.e[s], b_.getInt64Ty())); });
     }
     case OpKind::Cmp: {
       const Type& in = op.operand(0)->type();
-      const Regs& a = get(op.operand(0));
-      const Regs& c = get(op.operand(1));
+      Regs a = operand(0), c = operand(1);
       const std::string& p = op.strAttr("predicate");
       bool f = in.isNumeric() && isFloat(in.elem);
       using P = llvm::CmpInst::Predicate;
@@ -277,7 +450,7 @@ void Lowering::lowerOp(const Op& op) {
       return perSlot([&](int s) { return f ? b_.CreateFCmp(pred, a.e[s], c.e[s]) : b_.CreateICmp(pred, a.e[s], c.e[s]); });
     }
     case OpKind::Select: {
-      const Regs &c = get(op.operand(0)), &x = get(op.operand(1)), &y = get(op.operand(2));
+      Regs c = operand(0), x = operand(1), y = operand(2);
       return perSlot([&](int s) { return b_.CreateSelect(c.e[s], x.e[s], y.e[s]); });
     }
     case OpKind::Cast: {
@@ -285,15 +458,15 @@ void Lowering::lowerOp(const Op& op) {
       const std::string& mode = op.strAttr("rounding");
       auto exotic = [](DType d) { return d == DType::E8M0 || d == DType::F4E2M1; };
       if (mode != "rne" || exotic(in.elem) || exotic(t.elem)) {
-        const Regs& a = get(op.operand(0));
-        const Regs* rb = op.numOperands() == 2 ? &get(op.operand(1)) : nullptr;
-        return perSlot([&](int s) { return castRounded(op, a.e[s], in, t, rb ? rb->e[s] : nullptr); });
+        Regs a = operand(0);
+        Regs rb = op.numOperands() == 2 ? operand(1) : Regs{};
+        return perSlot([&](int s) { return castRounded(op, a.e[s], in, t, rb.e.empty() ? nullptr : rb.e[s]); });
       }
       [[fallthrough]];
     }
     case OpKind::Bitcast: {
       const Type& in = op.operand(0)->type();
-      const Regs& a = get(op.operand(0));
+      Regs a = operand(0);
       if (op.kind() == OpKind::Bitcast) {
         if (t.isPtr()) return perSlot([&](int s) { return a.e[s]; });
         bool fp4 = in.elem == DType::F4E2M1 || t.elem == DType::F4E2M1;
@@ -326,11 +499,11 @@ void Lowering::lowerOp(const Op& op) {
     default: break;
   }
   if (!op.has(Elementwise)) unsupported(op, "'" + std::string(op.mnemonic()) + "'");
-  std::vector<const Regs*> ins;
-  for (Value* v : op.operands()) ins.push_back(&get(v));
+  std::vector<Regs> ins;
+  for (unsigned i = 0; i < op.numOperands(); ++i) ins.push_back(operand(i));
   perSlot([&](int s) {
     std::vector<LVal*> a;
-    for (auto* r : ins) a.push_back(r->e[s]);
+    for (auto& r : ins) a.push_back(r.e[s]);
     return arith(op, a, t);
   });
 }

@@ -12,20 +12,26 @@
 #include <llvm/IR/Module.h>
 
 #include <functional>
+#include <map>
+#include <memory>
+#include <set>
 #include <unordered_map>
 
 #include "tilefuse/interp/Formats.h"
+#include "tilefuse/lower/AxisInfo.h"
 #include "tilefuse/lower/LowerToLLVM.h"
+#include "Layout.h"
 
 namespace tilefuse::lower::detail {
 
 using llvm::IRBuilder;
 using LVal = llvm::Value;
 
-// The per-thread registers of one tile-IR value: one LLVM value per slot.
-// A tensor descriptor keeps [base, sizes..., strides...] (uniform scalars).
+// The per-thread registers of one tile-IR value: one LLVM value per slot of its
+// layout. A tensor descriptor keeps [base, sizes..., strides...] (uniform scalars).
 struct Regs {
   std::vector<LVal*> e;
+  Layout L;
 };
 
 class Lowering {
@@ -34,32 +40,7 @@ class Lowering {
       : ctx_(ctx), mod_(mod), b_(ctx), threads_(32 * opts.numWarps), arch_(opts.arch) {}
 
   int sharedBytes() const { return static_cast<int>(smemBytes_); }
-
-  void lowerKernel(const Op& f) {
-    const Block& body = f.region(0);
-    std::vector<llvm::Type*> params;
-    for (Value* a : body.args()) params.push_back(scalarType(a->type()));
-    auto* fnTy = llvm::FunctionType::get(b_.getVoidTy(), params, false);
-    fn_ = llvm::Function::Create(fnTy, llvm::Function::ExternalLinkage, funcName(f), mod_);
-    if (const Attr* al = f.attr("aligned16"); al && std::holds_alternative<std::vector<int64_t>>(*al))
-      for (int64_t i : std::get<std::vector<int64_t>>(*al))
-        if (body.arg(static_cast<unsigned>(i))->type().isPtr())
-          fn_->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::getWithAlignment(ctx_, llvm::Align(16)));
-    auto* md = mod_.getOrInsertNamedMetadata("nvvm.annotations");
-    auto* i32 = b_.getInt32Ty();
-    md->addOperand(llvm::MDNode::get(ctx_, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, "kernel"),
-                                            llvm::ValueAsMetadata::get(llvm::ConstantInt::get(i32, 1))}));
-    md->addOperand(llvm::MDNode::get(ctx_, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, "maxntidx"),
-                                            llvm::ValueAsMetadata::get(llvm::ConstantInt::get(i32, threads_))}));
-    b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn_));
-    tid_ = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {}, {});
-    for (unsigned i = 0; i < body.numArgs(); ++i) {
-      fn_->getArg(i)->setName(body.arg(i)->name());
-      vals_[body.arg(i)] = Regs{{fn_->getArg(i)}};
-    }
-    lowerBlock(body);
-    b_.CreateRetVoid();
-  }
+  void lowerKernel(const Op& f);
 
  private:
   // --- types and layout ---
@@ -84,14 +65,39 @@ class Lowering {
     return elemType(t.elem);
   }
   static int64_t numel(const Type& t) { return t.isTile() ? t.numel() : 1; }
-  int slots(const Type& t) const { return static_cast<int>((numel(t) + threads_ - 1) / threads_); }
+  static int slots(const Layout& l) { return l.slots(); }
   LVal* idx(int64_t v) { return b_.getInt32(static_cast<int32_t>(v)); }
-  // Flat element index of slot s in this thread (N is a power of two).
-  LVal* flatIndex(const Type& t, int s) {
-    LVal* i = b_.CreateAdd(idx(int64_t(s) * threads_), tid_);
-    return numel(t) >= threads_ ? i : b_.CreateAnd(i, idx(numel(t) - 1));
+  // The planned layout; values the plan never reached (unused block arguments) are blocked.
+  const Layout& layoutOf(const Value* v) {
+    auto it = plan_.find(v);
+    if (it == plan_.end()) {
+      const Type& t = v->type();
+      it = plan_.emplace(v, t.isTile() ? blockedLayout(t.shape, threads_) : scalarLayout(threads_)).first;
+    }
+    return it->second;
   }
-  LVal* owner(const Type& t, int s) { return b_.CreateICmpULT(b_.CreateAdd(idx(int64_t(s) * threads_), tid_), idx(numel(t))); }
+  // Flat element index of slot s in this thread.
+  LVal* flatIndex(const Layout& l, int s) {
+    int64_t c = 0;
+    for (size_t i = 0; i < l.reg.size(); ++i)
+      if (s >> i & 1) c += l.reg[i];
+    return b_.CreateAdd(threadPart(l), idx(c), "", true, true);
+  }
+  // Whether slot s is the copy that performs side effects (static), and whether this
+  // thread holds that copy (dynamic).
+  static bool slotOwned(const Layout& l, int s) {
+    for (size_t i = 0; i < l.reg.size(); ++i)
+      if ((s >> i & 1) && l.reg[i] == 0) return false;
+    return true;
+  }
+  LVal* owner(const Layout& l);
+  LVal* threadPart(const Layout& l);
+  // Registers of `v` in layout `l` (a copy through shared memory when they differ).
+  Regs in(const Value* v, const Layout& l);
+  Regs convert(const Regs& r, const Type& t, const Layout& to);
+  bool rematerializable(const Value* v, int& budget);
+  Regs remat(const Value* v, const Layout& l);
+  static Layout sliceLayout(const Layout& l, const std::vector<int64_t>& to, const std::vector<int64_t>& from);
   // Coordinate `d` of flat index e in a row-major shape of power-of-two dims.
   LVal* coord(LVal* e, const std::vector<int64_t>& shape, size_t d) {
     int64_t inner = 1;
@@ -120,7 +126,7 @@ class Lowering {
       auto* ty = llvm::ArrayType::get(b_.getInt8Ty(), 0);
       smem_ = new llvm::GlobalVariable(mod_, ty, false, llvm::GlobalValue::ExternalLinkage, nullptr, "tf_smem",
                                        nullptr, llvm::GlobalValue::NotThreadLocal, 3);
-      smem_->setAlignment(llvm::Align(16));
+      smem_->setAlignment(llvm::Align(1024));  // swizzled wgmma operands need 1024-byte atoms
     }
     return smem_;
   }
@@ -131,30 +137,31 @@ class Lowering {
   }
   int storeBytes(const Type& t) { return static_cast<int>(mod_.getDataLayout().getTypeAllocSize(smemType(t))); }
   LVal* smemAddr(int64_t base, LVal* index, const Type& t) {
-    LVal* off = b_.CreateAdd(idx(base), b_.CreateMul(index, idx(storeBytes(t))));
+    LVal* off = b_.CreateAdd(idx(scratch_ + base), b_.CreateMul(index, idx(storeBytes(t))));
     return b_.CreateGEP(b_.getInt8Ty(), smem(), off);
   }
   void barrier() { b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {}); }
   bool isBool(const Type& t) { return !t.isPtr() && t.elem == DType::I1; }
-  // Writes every element of `r` (type t) at smem[base + flat * size]; duplicates write equal values.
+  // Writes every element of `r` (type t) at smem[base + flat * size]; copies write equal values.
   void toSmem(const Regs& r, const Type& t, int64_t base) {
-    smemBytes_ = std::max<uint64_t>(smemBytes_, base + numel(t) * storeBytes(t));
-    for (int s = 0; s < slots(t); ++s) {
+    smemBytes_ = std::max<uint64_t>(smemBytes_, scratch_ + base + numel(t) * storeBytes(t));
+    for (int s = 0; s < slots(r.L); ++s) {
+      if (!slotOwned(r.L, s)) continue;
       LVal* v = isBool(t) ? b_.CreateZExt(r.e[s], b_.getInt8Ty()) : r.e[s];
-      b_.CreateStore(v, smemAddr(base, flatIndex(t, s), t));
+      b_.CreateStore(v, smemAddr(base, flatIndex(r.L, s), t));
     }
   }
   LVal* fromSmem(int64_t base, LVal* index, const Type& t) {
     LVal* v = b_.CreateLoad(smemType(t), smemAddr(base, index, t));
     return isBool(t) ? b_.CreateTrunc(v, b_.getInt1Ty()) : v;
   }
-  // Result[e] = source element srcIndex(e), through shared memory.
-  Regs gather(const Regs& src, const Type& srcT, const Type& dstT, const std::function<LVal*(LVal*)>& srcIndex) {
+  // Result[e] (layout `to`) = source element srcIndex(e), through shared memory.
+  Regs gather(const Regs& src, const Type& srcT, const Layout& to, const std::function<LVal*(LVal*)>& srcIndex) {
     barrier();
     toSmem(src, srcT, 0);
     barrier();
-    Regs out;
-    for (int s = 0; s < slots(dstT); ++s) out.e.push_back(fromSmem(0, srcIndex(flatIndex(dstT, s)), srcT));
+    Regs out{{}, to};
+    for (int s = 0; s < slots(to); ++s) out.e.push_back(fromSmem(0, srcIndex(flatIndex(to, s)), srcT));
     return out;
   }
 
@@ -164,11 +171,8 @@ class Lowering {
     for (const auto& o : b.ops())
       if (!o->has(Terminator)) lowerOp(*o);
   }
-  std::vector<Regs> terminatorRegs(const Block& b) {
-    std::vector<Regs> r;
-    for (Value* v : b.terminator()->operands()) r.push_back(get(v));
-    return r;
-  }
+  std::vector<Regs> inLayouts(const std::vector<Value*>& vals, const std::vector<Value*>& to);
+  std::vector<Value*> yieldedValues(const Block& b, unsigned first = 0);
 
   void lowerOp(const Op& op);
   LVal* arith(const Op& op, const std::vector<LVal*>& a, const Type& t);
@@ -182,16 +186,30 @@ class Lowering {
   void lowerDotScaled(const Op& op);
   LVal* mathCall(const Op& op, const char* f32name, const char* f64name, LVal* x, DType d);
   void lowerMemory(const Op& op);
+  void lowerVectorAccess(const Op& op, const Regs& p, const Regs* mask, const Regs* other, const Regs& value,
+                         int64_t width, Regs& out);
+  // How many leading slots of `l` hold consecutive elements (a power of two).
+  static int64_t vectorRun(const Layout& l) {
+    int64_t run = 1;
+    while (static_cast<size_t>(__builtin_ctzll(run)) < l.reg.size() && l.reg[__builtin_ctzll(run)] == run) run *= 2;
+    return run;
+  }
   void lowerDesc(const Op& op);
   void lowerReduce(const Op& op);
   bool lowerReduceByShuffles(const Op& op);
   void lowerDot(const Op& op);
   Regs dotRegs(const Op& op, const Type& at, const Regs& aRegs, const Type& bt, const Regs& bRegs, const Regs& acc,
                const Type& ct);
-  Regs dotByMma(const Type& at, const Type& bt, const Type& ct, const Regs& acc, int64_t aBytes);
+  Regs dotByMma(const Type& at, const Type& bt, const Type& ct, const Regs& acc, int64_t aBytes, const Layout& L);
+  void reserveWgmmaOperands(const Block& body);
+  void lowerWgmma(const Op& op, const WgmmaShape& w);
+  void stageOperand(const Regs& r, const Type& t, LVal* base);
+  void ptx(const std::string& text);
+  Regs waitWgmma(const Regs& r, int pending);
+  void waitPending(const Op& user);
   void lowerPrint(const Op& op);
   void lowerAssert(const Op& op);
-  std::vector<Regs> loopPhis(const std::vector<Value*>& inits, llvm::BasicBlock* pre);
+  std::vector<Regs> loopPhis(const std::vector<Regs>& inits, llvm::BasicBlock* pre);
   void closeLoop(const std::vector<Regs>& phis, const std::vector<Regs>& yields);
   void lowerFor(const Op& op);
   void lowerIf(const Op& op);
@@ -253,6 +271,16 @@ class Lowering {
   llvm::GlobalVariable* smem_ = nullptr;
   uint64_t smemBytes_ = 0;
   std::unordered_map<const Value*, Regs> vals_;
+  LayoutPlan plan_;
+  std::unique_ptr<AxisAnalysis> axis_;
+  llvm::BasicBlock* entry_ = nullptr;  // thread-invariant index math goes here, ahead of the body
+  std::map<std::vector<int64_t>, LVal*> threadParts_, owners_;
+  // Shared memory: [0, scratch_) holds the operands of in-flight wgmma dots; layout
+  // conversions and reductions use the space after it, one at a time between barriers.
+  int64_t scratch_ = 0;
+  int64_t wgmmaStageBytes_ = 0;
+  llvm::AllocaInst* wgmmaStage_ = nullptr;
+  std::set<const Value*> wgmmaPending_;
 };
 
 }  // namespace tilefuse::lower::detail

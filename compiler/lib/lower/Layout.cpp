@@ -1,0 +1,194 @@
+// Layout factories and the layout plan of a kernel (see Layout.h).
+#include "Layout.h"
+
+#include <algorithm>
+#include <functional>
+
+namespace tilefuse::lower::detail {
+
+std::string Layout::str() const {
+  std::string s = "reg[";
+  for (int64_t r : reg) s += std::to_string(r) + ",";
+  s += "] thr[";
+  for (int64_t t : thr) s += std::to_string(t) + ",";
+  return s + "]";
+}
+
+Layout scalarLayout(int threads) {
+  Layout l;
+  for (int t = 1; t < threads; t *= 2) l.thr.push_back(0);
+  return l;
+}
+
+Layout blockedLayout(const std::vector<int64_t>& shape, int threads) {
+  if (shape.empty()) return scalarLayout(threads);
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  int64_t v = std::min<int64_t>({8, std::max<int64_t>(1, n / threads), shape.back()});
+  Layout l;
+  for (int64_t b = 1; b < v; b *= 2) l.reg.push_back(b);
+  int64_t next = v;
+  for (int t = 1; t < threads; t *= 2) {
+    l.thr.push_back(next < n ? next : 0);
+    if (next < n) next *= 2;
+  }
+  for (; next < n; next *= 2) l.reg.push_back(next);
+  return l;
+}
+
+Layout wgmmaAccLayout(int64_t m, int64_t n, const WgmmaShape& w, int threads) {
+  Layout l;
+  // One instruction: d[i] holds row 8*(i/2 % 2), column (i % 2) + 8*(i/4) of the
+  // thread's quad position.
+  l.reg = {1, 8 * n};
+  for (int64_t c = 8; c < w.instrN; c *= 2) l.reg.push_back(c);
+  for (int64_t r = 1; r < w.repN; r *= 2) l.reg.push_back(r * w.instrN);
+  for (int64_t r = 1; r < w.repM; r *= 2) l.reg.push_back(r * 64 * n);
+  // Lanes: columns 2 and 4 within the quad, then rows 1, 2, 4; warps of the
+  // warpgroup: rows 16, 32; warpgroups split M first, then N.
+  l.thr = {2, 4, n, 2 * n, 4 * n, 16 * n, 32 * n};
+  for (int64_t g = 1; g < w.wgM; g *= 2) l.thr.push_back(g * (m / w.wgM) * n);
+  for (int64_t g = 1; g < w.wgN; g *= 2) l.thr.push_back(g * (n / w.wgN));
+  while (static_cast<int64_t>(l.thr.size()) < __builtin_ctz(threads)) l.thr.push_back(0);
+  return l;
+}
+
+bool wgmmaApplies(const Op& dot, const std::string& arch, int threads, WgmmaShape* w) {
+  if (dot.kind() != OpKind::Dot || arch != "sm_90a" || threads % 128) return false;
+  const Type& a = dot.operand(0)->type();
+  const Type& b = dot.operand(1)->type();
+  if (a.elem != b.elem || (a.elem != DType::BF16 && a.elem != DType::F16)) return false;
+  if (dot.result()->type().elem != DType::F32) return false;
+  int64_t m = a.shape[0], k = a.shape[1], n = b.shape[1];
+  int64_t groups = threads / 128;
+  if (m % 64 || k % 16) return false;
+  WgmmaShape s;
+  s.wgM = std::min(groups, m / 64);
+  s.wgN = groups / s.wgM;
+  int64_t perN = n / s.wgN;
+  // Operand B is staged in swizzled rows of at least 32 bytes (16 columns).
+  if (n % s.wgN || perN < 16) return false;
+  s.instrN = std::min<int64_t>(256, perN);
+  s.repN = perN / s.instrN;
+  s.repM = m / s.wgM / 64;
+  *w = s;
+  return true;
+}
+
+namespace {
+
+class Planner {
+ public:
+  Planner(const std::string& arch, int threads) : arch_(arch), threads_(threads) {}
+
+  void block(const Block& b) {
+    for (const auto& o : b.ops()) op(*o);
+  }
+  LayoutPlan plan;
+
+ private:
+  Layout blocked(const Value* v) {
+    const Type& t = v->type();
+    return t.isTile() ? blockedLayout(t.shape, threads_) : scalarLayout(threads_);
+  }
+  const Layout& of(const Value* v) {
+    auto it = plan.find(v);
+    if (it == plan.end()) it = plan.emplace(v, blocked(v)).first;
+    return it->second;
+  }
+  std::vector<Layout> yielded(const Block& b, unsigned first = 0) {
+    std::vector<Layout> out;
+    const auto& ops = b.terminator()->operands();
+    for (size_t i = first; i < ops.size(); ++i) out.push_back(of(ops[i]));
+    return out;
+  }
+  // Runs `body` until the layouts it yields match the ones its carried arguments had.
+  std::vector<Layout> fixpoint(std::vector<Layout> cur, const std::function<std::vector<Layout>(const std::vector<Layout>&)>& body) {
+    for (int round = 0; round < 4; ++round) {
+      std::vector<Layout> next = body(cur);
+      if (next == cur) return cur;
+      cur = std::move(next);
+    }
+    throw InternalError("layout plan: loop-carried layouts do not settle");
+  }
+
+  void op(const Op& o) {
+    switch (o.kind()) {
+      case OpKind::Dot: {
+        WgmmaShape w;
+        const Type& t = o.result()->type();
+        plan[o.result()] = wgmmaApplies(o, arch_, threads_, &w) ? wgmmaAccLayout(t.shape[0], t.shape[1], w, threads_)
+                                                                : blocked(o.result());
+        return;
+      }
+      case OpKind::Load:
+      case OpKind::AtomicAdd:
+      case OpKind::AtomicMax: plan[o.result()] = of(o.operand(0)); return;
+      case OpKind::For: {
+        const Block& body = o.region(0);
+        std::vector<Layout> init;
+        for (unsigned i = 3; i < o.numOperands(); ++i) init.push_back(of(o.operand(i)));
+        auto fin = fixpoint(init, [&](const std::vector<Layout>& cur) {
+          for (size_t i = 0; i < cur.size(); ++i) plan[body.arg(i + 1)] = cur[i];
+          block(body);
+          return yielded(body);
+        });
+        for (size_t i = 0; i < fin.size(); ++i) plan[o.result(i)] = fin[i];
+        return;
+      }
+      case OpKind::While: {
+        const Block& before = o.region(0);
+        const Block& after = o.region(1);
+        std::vector<Layout> init;
+        for (Value* v : o.operands()) init.push_back(of(v));
+        auto fin = fixpoint(init, [&](const std::vector<Layout>& cur) {
+          for (size_t i = 0; i < cur.size(); ++i) plan[before.arg(i)] = cur[i];
+          block(before);
+          auto passed = yielded(before, 1);
+          for (size_t i = 0; i < passed.size(); ++i) plan[after.arg(i)] = passed[i];
+          block(after);
+          return yielded(after);
+        });
+        for (size_t i = 0; i < fin.size(); ++i) plan[before.arg(i)] = fin[i];
+        block(before);
+        auto passed = yielded(before, 1);
+        for (size_t i = 0; i < passed.size(); ++i) plan[o.result(i)] = passed[i];
+        return;
+      }
+      case OpKind::If: {
+        block(o.region(0));
+        block(o.region(1));
+        auto a = yielded(o.region(0));
+        auto b = yielded(o.region(1));
+        for (unsigned i = 0; i < o.numResults(); ++i) plan[o.result(i)] = a[i] == b[i] ? a[i] : blocked(o.result(i));
+        return;
+      }
+      default: break;
+    }
+    for (unsigned i = 0; i < o.numResults(); ++i) {
+      const Value* r = o.result(i);
+      Layout l = blocked(r);
+      if (o.has(Elementwise) && r->type().isTile())
+        for (Value* v : o.operands())
+          if (v->type().isTile() && !(of(v) == blocked(v))) {
+            l = of(v);
+            break;
+          }
+      plan[r] = l;
+    }
+  }
+
+  std::string arch_;
+  int threads_;
+};
+
+}  // namespace
+
+LayoutPlan planLayouts(const Op& func, const std::string& arch, int threads) {
+  Planner p(arch, threads);
+  for (Value* a : func.region(0).args()) p.plan[a] = scalarLayout(threads);
+  p.block(func.region(0));
+  return std::move(p.plan);
+}
+
+}  // namespace tilefuse::lower::detail

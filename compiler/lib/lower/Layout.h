@@ -1,0 +1,53 @@
+// Distributed layouts: how the elements of a tile spread over the threads of a block.
+//
+// A layout maps (slot s, thread t) to the flat row-major index of the element that
+// slot s of thread t holds: the sum of reg[i] over the set bits i of s plus thr[j]
+// over the set bits j of t. Every basis is a distinct power of two, or 0 where that
+// bit replicates: the thread (or slot) holds a copy, and only the copy whose
+// replicating bits are clear performs side effects.
+//
+// - blocked: runs of V consecutive elements of the last dimension per thread (V up
+//   to 8, so 16-byte accesses for 16-bit types), consecutive threads on consecutive
+//   runs: global accesses vectorize and coalesce.
+// - wgmma accumulator: the fragment of wgmma.m64nNk16 (PTX ISA, "Matrix fragments for
+//   wgmma .m64nNk16"), so dot results stay in registers across a K loop.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tilefuse/ir/IR.h"
+
+namespace tilefuse::lower::detail {
+
+struct Layout {
+  std::vector<int64_t> reg, thr;
+  int slots() const { return 1 << reg.size(); }
+  bool operator==(const Layout&) const = default;
+  std::string str() const;
+};
+
+// How a warpgroup-wide wgmma covers an [M, N] accumulator: wgM x wgN warpgroups,
+// each issuing repM x repN instructions of shape m64 n(instrN) per K step.
+struct WgmmaShape {
+  int64_t wgM = 1, wgN = 1, repM = 1, repN = 1, instrN = 8;
+};
+
+Layout scalarLayout(int threads);
+Layout blockedLayout(const std::vector<int64_t>& shape, int threads);
+Layout wgmmaAccLayout(int64_t m, int64_t n, const WgmmaShape& w, int threads);
+
+// wgmma applies to a dot of bf16/f16 operands on sm_90a with 4k warps and M, N, K that
+// the warpgroups can split; fills `w` when it does.
+bool wgmmaApplies(const Op& dot, const std::string& arch, int threads, WgmmaShape* w);
+
+// The layout each tile value of `func` gets. Dots on wgmma produce the accumulator
+// layout; elementwise ops follow their first operand of a non-blocked layout (so an
+// epilogue stays in registers); loads follow their pointers; loop-carried values take
+// the layout their loop body yields; everything else is blocked.
+using LayoutPlan = std::unordered_map<const Value*, Layout>;
+LayoutPlan planLayouts(const Op& func, const std::string& arch, int threads);
+
+}  // namespace tilefuse::lower::detail

@@ -1,0 +1,203 @@
+// dot on Hopper tensor cores: wgmma.mma_async (sm_90a) with both operands in
+// swizzled shared memory and the fp32 accumulator in registers (Layout.h's wgmma
+// layout), so a K loop keeps it there.
+//
+// Each dot writes A (K-major) and B (N-major) into one of two shared-memory stages,
+// issues its wgmma group and returns without waiting: the next loop iteration's
+// global loads overlap the tensor cores. A dot first waits until at most one group
+// is in flight (the group two dots back read the stage it overwrites); any other use
+// of a dot result waits for all groups (waitPending).
+//
+// Shared-memory operand layout (PTX ISA, "Shared Memory Matrix Layout"): a tile of
+// rows x cols 16-bit elements is stored as column blocks of R/2 elements (R = 32, 64
+// or 128 bytes, the swizzle width), each block rows x R bytes, with the 16-byte
+// chunks of a row XOR-swizzled by the row within its 8-row group
+// (address bits [4,7) ^= bits [7,10), masked to the swizzle width).
+#include "Lowering.h"
+
+namespace tilefuse::lower::detail {
+namespace {
+
+int64_t roundUp(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+// Swizzle width for rows of `cols` 16-bit elements.
+int64_t swizzleBytes(int64_t cols) { return std::min<int64_t>(128, cols * 2); }
+int swizzleMode(int64_t r) { return r == 128 ? 1 : r == 64 ? 2 : 3; }
+
+struct Operands {
+  int64_t aBytes, bBytes;
+};
+Operands operandBytes(const Op& dot) {
+  const Type& a = dot.operand(0)->type();
+  const Type& b = dot.operand(1)->type();
+  return {roundUp(a.numel() * 2, 1024), roundUp(b.numel() * 2, 1024)};
+}
+
+}  // namespace
+
+void Lowering::reserveWgmmaOperands(const Block& body) {
+  std::function<void(const Block&)> walk = [&](const Block& b) {
+    for (const auto& o : b.ops()) {
+      WgmmaShape w;
+      if (wgmmaApplies(*o, arch_, threads_, &w)) {
+        Operands s = operandBytes(*o);
+        wgmmaStageBytes_ = std::max(wgmmaStageBytes_, s.aBytes + s.bBytes);
+      }
+      for (unsigned r = 0; r < o->numRegions(); ++r) walk(o->region(r));
+    }
+  };
+  walk(body);
+  scratch_ = 2 * wgmmaStageBytes_;
+  smemBytes_ = std::max<uint64_t>(smemBytes_, scratch_);
+}
+
+// Inline PTX with no results, ordered against memory accesses.
+void Lowering::ptx(const std::string& text) {
+  auto* ty = llvm::FunctionType::get(b_.getVoidTy(), {}, false);
+  b_.CreateCall(llvm::InlineAsm::get(ty, text, "~{memory}", true), {});
+}
+
+// wgmma.wait_group N, with `r`'s registers passing through so that no use of them
+// moves above the wait.
+Regs Lowering::waitWgmma(const Regs& r, int pending) {
+  std::string text = "wgmma.wait_group.sync.aligned " + std::to_string(pending) + ";";
+  if (r.e.empty()) {
+    ptx(text);
+    return r;
+  }
+  std::vector<llvm::Type*> tys(r.e.size(), b_.getFloatTy());
+  std::string cons;
+  for (size_t i = 0; i < r.e.size(); ++i) cons += "=f,";
+  for (size_t i = 0; i < r.e.size(); ++i) cons += std::to_string(i) + ",";
+  cons += "~{memory}";
+  auto* ret = llvm::StructType::get(ctx_, tys);
+  auto* call = b_.CreateCall(llvm::InlineAsm::get(llvm::FunctionType::get(ret, tys, false), text, cons, true), r.e);
+  Regs out{{}, r.L};
+  for (unsigned i = 0; i < r.e.size(); ++i) out.e.push_back(b_.CreateExtractValue(call, i));
+  return out;
+}
+
+// Before `user` reads a dot result still being written by the tensor cores, wait for
+// every group (a later wgmma accumulating into it needs no wait).
+void Lowering::waitPending(const Op& user) {
+  if (wgmmaPending_.empty()) return;
+  WgmmaShape w;
+  bool chained = wgmmaApplies(user, arch_, threads_, &w);
+  for (unsigned i = 0; i < user.numOperands(); ++i) {
+    const Value* v = user.operand(i);
+    if (!wgmmaPending_.count(v) || (chained && i == 2)) continue;
+    vals_[v] = waitWgmma(get(v), 0);
+    wgmmaPending_.erase(v);
+  }
+}
+
+// Writes `r` (a rows x cols tile of 16-bit elements) at smem byte `base` in the
+// swizzled block layout above; runs of consecutive elements go as one vector store.
+void Lowering::stageOperand(const Regs& r, const Type& t, LVal* base) {
+  int64_t rows = t.shape[0], cols = t.shape[1];
+  int64_t R = swizzleBytes(cols);
+  int run = static_cast<int>(std::min<int64_t>(8, vectorRun(r.L)));
+  llvm::Type* et = elemType(t.elem);
+  for (int s = 0; s < slots(r.L); s += run) {
+    if (!slotOwned(r.L, s)) continue;
+    LVal* e = flatIndex(r.L, s);
+    LVal* row = coord(e, t.shape, 0);
+    LVal* col = coord(e, t.shape, 1);
+    LVal* block = b_.CreateLShr(col, idx(__builtin_ctzll(R / 2)));
+    LVal* off = b_.CreateAdd(b_.CreateMul(block, idx(rows * R)),
+                             b_.CreateAdd(b_.CreateMul(row, idx(R)), b_.CreateShl(b_.CreateAnd(col, idx(R / 2 - 1)), idx(1))));
+    off = b_.CreateXor(off, b_.CreateShl(b_.CreateAnd(b_.CreateLShr(off, idx(7)), idx(R / 16 - 1)), idx(4)));
+    LVal* v = llvm::PoisonValue::get(llvm::FixedVectorType::get(et, run));
+    for (int i = 0; i < run; ++i) v = b_.CreateInsertElement(v, r.e[s + i], b_.getInt32(i));
+    LVal* addr = b_.CreateGEP(b_.getInt8Ty(), smem(), b_.CreateAdd(base, off));
+    b_.CreateAlignedStore(v, addr, llvm::Align(2 * run));
+  }
+}
+
+void Lowering::lowerWgmma(const Op& op, const WgmmaShape& w) {
+  const Type& at = op.operand(0)->type();
+  const Type& bt = op.operand(1)->type();
+  int64_t m = at.shape[0], k = at.shape[1], n = bt.shape[1];
+  const Layout& L = layoutOf(op.result());
+  Regs acc = in(op.operand(2), L);
+  auto* i32 = b_.getInt32Ty();
+  auto* i64 = b_.getInt64Ty();
+  if (!wgmmaStage_) {
+    IRBuilder<> eb(entry_);
+    wgmmaStage_ = eb.CreateAlloca(i32);
+    eb.CreateStore(eb.getInt32(0), wgmmaStage_);
+  }
+  // Alternate between the two stages; mem2reg turns the counter into phis.
+  LVal* stage = b_.CreateLoad(i32, wgmmaStage_);
+  b_.CreateStore(b_.CreateXor(stage, idx(1)), wgmmaStage_);
+  Operands sizes = operandBytes(op);
+  LVal* aBase = b_.CreateMul(stage, idx(wgmmaStageBytes_));
+  LVal* bBase = b_.CreateAdd(aBase, idx(sizes.aBytes));
+  ptx("wgmma.wait_group.sync.aligned 1;");
+  barrier();
+  stageOperand(get(op.operand(0)), at, aBase);
+  stageOperand(get(op.operand(1)), bt, bBase);
+  ptx("fence.proxy.async.shared::cta;");
+  barrier();
+  ptx("wgmma.fence.sync.aligned;");
+
+  LVal* smemAddr0 = b_.CreatePtrToInt(smem(), i64);
+  LVal* group = b_.CreateLShr(tid_, idx(7));
+  LVal* wgm = b_.CreateAnd(group, idx(w.wgM - 1));
+  LVal* wgn = b_.CreateLShr(group, idx(__builtin_ctzll(w.wgM)));
+  int64_t rA = swizzleBytes(k), rB = swizzleBytes(w.instrN);
+  // Descriptor: start >> 4 (bits 0-13), leading byte offset >> 4 (16-29), stride
+  // byte offset >> 4 (32-45), swizzle mode (62-63).
+  auto desc = [&](LVal* byteOff, int64_t lbo, int64_t sbo, int64_t r) {
+    LVal* addr = b_.CreateAdd(smemAddr0, b_.CreateZExt(byteOff, i64));
+    LVal* d = b_.CreateLShr(b_.CreateAnd(addr, b_.getInt64(0x3FFFF)), b_.getInt64(4));
+    uint64_t fixed = (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32) | (uint64_t(swizzleMode(r)) << 62);
+    return b_.CreateOr(d, b_.getInt64(fixed));
+  };
+  const char* ty = at.elem == DType::BF16 ? "bf16" : "f16";
+  int64_t nregs = w.instrN / 2;
+  std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n" + std::to_string(w.instrN) +
+                     "k16.f32." + ty + "." + ty + " {";
+  std::string cons;
+  for (int64_t i = 0; i < nregs; ++i) {
+    text += (i ? ",$" : "$") + std::to_string(i);
+    cons += "=f,";
+  }
+  text += "}, $" + std::to_string(2 * nregs) + ", $" + std::to_string(2 * nregs + 1) + ", p, 1, 1, 0, 1;\n}";
+  for (int64_t i = 0; i < nregs; ++i) cons += std::to_string(i) + ",";
+  cons += "l,l,~{memory}";
+  std::vector<llvm::Type*> argTys(nregs, b_.getFloatTy());
+  auto* retTy = llvm::StructType::get(ctx_, argTys);
+  argTys.push_back(i64);
+  argTys.push_back(i64);
+  auto* mma = llvm::InlineAsm::get(llvm::FunctionType::get(retTy, argTys, false), text, cons, true);
+
+  LVal* rowBand = b_.CreateMul(wgm, idx(m / w.wgM));
+  LVal* colBand = b_.CreateMul(wgn, idx(n / w.wgN));
+  for (int64_t kk = 0; kk < k; kk += 16) {
+    for (int64_t rm = 0; rm < w.repM; ++rm) {
+      // A, K-major: rows at SBO = 8 rows apart; K steps move within the swizzled row.
+      LVal* row0 = b_.CreateAdd(rowBand, idx(rm * 64));
+      LVal* aOff = b_.CreateAdd(aBase, b_.CreateAdd(idx((kk * 2 / rA) * m * rA + (kk * 2) % rA), b_.CreateMul(row0, idx(rA))));
+      LVal* da = desc(aOff, 16, 8 * rA, rA);
+      for (int64_t rn = 0; rn < w.repN; ++rn) {
+        // B, N-major: column blocks LBO = k * R bytes apart, 8-row groups SBO = 8 R.
+        LVal* col0 = b_.CreateAdd(colBand, idx(rn * w.instrN));
+        LVal* bOff = b_.CreateAdd(bBase, b_.CreateAdd(b_.CreateMul(b_.CreateLShr(col0, idx(__builtin_ctzll(rB / 2))), idx(k * rB)),
+                                                      idx(kk * rB)));
+        LVal* db = desc(bOff, k * rB, 8 * rB, rB);
+        int64_t first = (rn + w.repN * rm) * nregs;
+        std::vector<LVal*> args(acc.e.begin() + first, acc.e.begin() + first + nregs);
+        args.push_back(da);
+        args.push_back(db);
+        LVal* res = b_.CreateCall(mma, args);
+        for (int64_t i = 0; i < nregs; ++i) acc.e[first + i] = b_.CreateExtractValue(res, static_cast<unsigned>(i));
+      }
+    }
+  }
+  ptx("wgmma.commit_group.sync.aligned;");
+  vals_[op.result()] = std::move(acc);
+  wgmmaPending_.insert(op.result());
+}
+
+}  // namespace tilefuse::lower::detail
