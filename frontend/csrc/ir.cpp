@@ -128,6 +128,7 @@ void init_ir(py::module_& m) {
       .def("expand_dims", &Builder::expandDims, ref)
       .def("reshape", &Builder::reshape, ref)
       .def("trans", &Builder::trans, ref, py::arg("value"), py::arg("perm") = std::vector<int64_t>{})
+      .def("hint", &Builder::hint, ref, py::arg("value"), py::arg("divisibility"), py::arg("contiguity"))
       .def("join", &Builder::join, ref)
       .def("split", &Builder::split, ref)
       .def("full", &Builder::full, ref)

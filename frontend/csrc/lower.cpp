@@ -16,10 +16,11 @@ void init_lower(py::module_& m) {
       .def_readonly("shared_bytes", &lower::LoweredKernel::sharedBytes);
   l.def(
       "compile",
-      [](const Module& m, const std::string& kernel, const std::string& arch, int numWarps, const std::string& libdevice) {
+      [](const Module& m, const std::string& kernel, const std::string& arch, int numWarps, int numStages,
+         const std::string& libdevice) {
         py::gil_scoped_release release;
-        return lower::compileKernel(m, kernel, {arch, numWarps, libdevice});
+        return lower::compileKernel(m, kernel, {arch, numWarps, numStages, libdevice});
       },
       py::arg("module"), py::arg("kernel"), py::arg("arch") = "sm_90a", py::arg("num_warps") = 4,
-      py::arg("libdevice") = "");
+      py::arg("num_stages") = 3, py::arg("libdevice") = "");
 }

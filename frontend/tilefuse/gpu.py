@@ -16,6 +16,23 @@ from .errors import CompilationError, LaunchError
 _D = _C.ir.DType
 _R = _C.runtime
 _VERSION = "0.1.0"
+_compiler_id = None
+
+
+def _compiler_fingerprint() -> str:
+    """A hash of the compiler library, so that a rebuilt compiler never reuses cubins
+    that an older one produced."""
+    global _compiler_id
+    if _compiler_id is None:
+        lib = os.path.join(os.path.dirname(__file__), "libtilefuse_compiler.so")
+        if not os.path.exists(lib):  # a build that links the compiler into the extension
+            lib = _C.__file__
+        h = hashlib.blake2b(digest_size=16)
+        with open(lib, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        _compiler_id = h.hexdigest()
+    return _compiler_id
 
 _CAI_DTYPES = {
     "|b1": _D.i1,
@@ -41,17 +58,17 @@ def arch_of_device(device: int) -> str:
     raise LaunchError(f"{info.name} (sm_{cc}) is older than sm_80, which tilefuse needs")
 
 
-def lower(kernel, arch: str, num_warps: int) -> dict:
+def lower(kernel, arch: str, num_warps: int, num_stages: int = 3) -> dict:
     """PTX and LLVM IR for a compiled kernel (no GPU needed)."""
     try:
-        low = _C.lower.compile(kernel.module, kernel.name, arch, num_warps)
+        low = _C.lower.compile(kernel.module, kernel.name, arch, num_warps, num_stages)
     except _C.UserError as e:
         raise CompilationError(e.message, e.file, e.line, e.col) from None
     return {"llir": low.llir, "ptx": low.ptx, "num_threads": low.num_threads, "shared_bytes": low.shared_bytes}
 
 
-def _cache_key(kernel, arch: str, num_warps: int) -> str:
-    text = "\n".join([_VERSION, arch, str(num_warps), kernel.asm["tile"]])
+def _cache_key(kernel, arch: str, num_warps: int, num_stages: int) -> str:
+    text = "\n".join([_VERSION, _compiler_fingerprint(), arch, str(num_warps), str(num_stages), kernel.asm["tile"]])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -75,17 +92,17 @@ def _ptxas(ptx: str, arch: str) -> bytes | None:
             return f.read()
 
 
-def binary(kernel, arch: str, num_warps: int) -> tuple[bytes, dict]:
+def binary(kernel, arch: str, num_warps: int, num_stages: int) -> tuple[bytes, dict]:
     """The loadable image (cubin, or PTX when ptxas is absent) and launch metadata,
     from the disk cache when present. A corrupted entry reads as missing."""
     cache = _R.DiskCache()
-    key = _cache_key(kernel, arch, num_warps)
+    key = _cache_key(kernel, arch, num_warps, num_stages)
     blob = cache.get(key)
     if blob is not None:
         threads, shared, n = struct.unpack_from("<iiI", blob)
         meta = {"num_threads": threads, "shared_bytes": shared}
         return blob[12 + n :], dict(meta, ptx=blob[12 : 12 + n].decode())
-    low = lower(kernel, arch, num_warps)
+    low = lower(kernel, arch, num_warps, num_stages)
     image = _ptxas(low["ptx"], arch) or (low["ptx"].encode() + b"\0")
     ptx = low["ptx"].encode()
     cache.put(key, struct.pack("<iiI", low["num_threads"], low["shared_bytes"], len(ptx)) + ptx + image)
@@ -177,12 +194,12 @@ _torch = None
 _STRUCT = {_D.i32: "i", _D.i64: "q", _D.f32: "f"}
 
 
-def fast_launcher(kernel, spec, names, grid, num_warps: int, device: int):
+def fast_launcher(kernel, spec, names, grid, num_warps: int, num_stages: int, device: int):
     """A closure that launches `kernel` again for arguments of the same specialization:
     it packs the runtime arguments with one struct.pack and skips every check the
     first launch made (the caller keys it on dtypes, alignment and devices). None for
     parameter types whose packed layout is not plain C (i1)."""
-    loaded = kernel.loaded[(device, num_warps)]
+    loaded = kernel.loaded[(device, num_warps, num_stages)]
     fmt, getters = "@", []
     for s in spec:
         if s[1] != "arg":
@@ -207,14 +224,14 @@ def fast_launcher(kernel, spec, names, grid, num_warps: int, device: int):
     return go
 
 
-def launch(kernel, spec, bound, grid, num_warps: int):
+def launch(kernel, spec, bound, grid, num_warps: int, num_stages: int):
     device = device_of(bound.values())
     _R.use_device(device)
-    loaded = kernel.loaded.get((device, num_warps))
+    loaded = kernel.loaded.get((device, num_warps, num_stages))
     if loaded is None:
-        image, meta = binary(kernel, arch_of_device(device), num_warps)
+        image, meta = binary(kernel, arch_of_device(device), num_warps, num_stages)
         kernel.asm.setdefault("ptx", meta["ptx"])
         loaded = _R.LoadedKernel(device, image, kernel.name, meta["num_threads"], meta["shared_bytes"])
-        kernel.loaded[(device, num_warps)] = loaded
+        kernel.loaded[(device, num_warps, num_stages)] = loaded
     args = [_pack(s[0], s[2], bound[s[0]], device) for s in spec if s[1] == "arg"]
     loaded.launch(grid, _current_stream(device), args)

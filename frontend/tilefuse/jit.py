@@ -134,7 +134,7 @@ class CompiledKernel:
         self.module = module
         self.asm = asm
         self.signature = signature
-        self.loaded = {}  # (device, num_warps) -> runtime.LoadedKernel
+        self.loaded = {}  # (device, num_warps, num_stages) -> runtime.LoadedKernel
 
 
 class _Compiler:
@@ -348,7 +348,7 @@ class JITFunction:
     # --- launch ---
 
     def run(self, *args, grid, num_warps=4, num_stages=3, **kwargs):
-        fast_key = self._fast_key(args, kwargs, grid, num_warps)
+        fast_key = self._fast_key(args, kwargs, grid, num_warps, num_stages)
         if fast_key is not None:
             go = self._fast.get(fast_key[0])
             if go is not None:
@@ -367,19 +367,19 @@ class JITFunction:
         if select_backend(bound.values()) == "cuda":
             from . import gpu
 
-            gpu.launch(kernel, spec, bound, g, num_warps)
+            gpu.launch(kernel, spec, bound, g, num_warps, num_stages)
             if fast_key is not None and all(
                 _is_torch_tensor(v) or type(v) in (int, float, bool) for v in bound.values()
             ):
                 device = gpu.device_of(bound.values())
-                go = gpu.fast_launcher(kernel, spec, self._names, g, num_warps, device)
+                go = gpu.fast_launcher(kernel, spec, self._names, g, num_warps, num_stages, device)
                 if go is not None:
                     self._fast[fast_key[0]] = go
         else:
             _launch_interp(kernel, spec, bound, g)
         return kernel
 
-    def _fast_key(self, args, kwargs, grid, num_warps):
+    def _fast_key(self, args, kwargs, grid, num_warps, num_stages):
         """(key, values) for the launch fast path, or None when these arguments cannot
         use it. The key holds what specialization and the checks of a launch depend on:
         constexpr values, dtypes, 16-byte alignment, devices, int ranges, the grid."""
@@ -387,7 +387,7 @@ class JITFunction:
             return None
         try:
             vals = self._binder(*args, **kwargs)
-            key = [grid, num_warps]
+            key = [grid, num_warps, num_stages]
             for c, v in zip(self._is_const, vals):
                 t = type(v)
                 if c:
@@ -414,7 +414,7 @@ class JITFunction:
         kernel = self.compile(*args, **kwargs)
         if target is None:
             target = gpu.arch_of_device(0) if _C.runtime.device_count() > 0 else "sm_90a"
-        low = gpu.lower(kernel, target, num_warps)
+        low = gpu.lower(kernel, target, num_warps, num_stages)
         kernel.asm["llir"], kernel.asm["ptx"] = low["llir"], low["ptx"]
         return kernel
 

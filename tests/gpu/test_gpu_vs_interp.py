@@ -139,6 +139,38 @@ def test_matmul(mnk, dtype, tiles):
     np.testing.assert_allclose(got, host[2].astype(np.float64), rtol=tol, atol=tol * np.sqrt(k))
 
 
+@pytest.mark.parametrize("stages", [1, 2, 3, 4])
+@pytest.mark.parametrize("mnk", [(256, 192, 208), (128, 256, 64), (192, 128, 1024)])
+def test_matmul_pipelined(mnk, stages):
+    # K = 208: a masked K tail; K = 64: fewer iterations than stages (the prologue's
+    # copies past the end are predicated off); 1 stage: no pipelining.
+    m, n, k = mnk
+    a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    b = torch.randn(k, n, device="cuda").to(torch.bfloat16)
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    args = (m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
+    meta = dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64, GROUP_SIZE_M=8, ACTIVATION="")
+    kernel = matmul.matmul_kernel.warmup(a, b, c, *args, grid=(1,), num_warps=8, num_stages=stages, **meta)
+    assert ("cp.async" in kernel.asm["ptx"]) == (stages > 1)
+    matmul.matmul_kernel[(tf.cdiv(m, 128) * tf.cdiv(n, 128),)](a, b, c, *args, num_warps=8, num_stages=stages, **meta)
+    ref = (a.double() @ b.double()).cpu().numpy()
+    np.testing.assert_allclose(to_numpy(c).astype(np.float64), ref, rtol=2**-7, atol=2**-7 * np.sqrt(k))
+
+
+def test_hinted_vector_accesses():
+    import sys
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parents[1] / "python" / "language"))
+    from test_hints import k_wrapped_copy
+
+    x = torch.randint(-1000, 1000, (8192,), device="cuda", dtype=torch.int32)
+    y = torch.zeros_like(x)
+    k_wrapped_copy[(4,)](x, y, 4096, 2048, HINT=True, BLOCK=1024)
+    idx = (2048 + torch.arange(4096, device="cuda")) % 4096
+    torch.testing.assert_close(y[idx], x[idx] * 3)
+    assert int(y[4096:].abs().sum()) == 0
+
+
 def test_layernorm_forward():
     m, n = 64, 1000
     x = torch.randn(m, n, device="cuda")

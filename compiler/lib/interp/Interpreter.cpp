@@ -419,6 +419,7 @@ void Machine::execShape(const Op& op) {
       set(op.result(), std::move(r));
       return;
     }
+    case OpKind::Hint:
     case OpKind::ExpandDims:
     case OpKind::Reshape: {
       TV r = get(op.operand(0));
@@ -787,6 +788,7 @@ void Machine::exec(const Op& op) {
     case OpKind::Arange:
     case OpKind::ProgramId:
     case OpKind::NumPrograms:
+    case OpKind::Hint:
     case OpKind::ExpandDims:
     case OpKind::Reshape:
     case OpKind::Splat:

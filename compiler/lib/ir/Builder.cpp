@@ -277,6 +277,19 @@ Value* Builder::reshape(Value* v, const std::vector<int64_t>& shape) {
   return checked(create(OpKind::Reshape, {v}, {v->type().withShape(shape)}));
 }
 
+Value* Builder::hint(Value* v, std::vector<int64_t> divisibility, std::vector<int64_t> contiguity) {
+  const Type& t = v->type();
+  if ((!t.isNumeric() && !t.isPtr()) || t.isFloatLike())
+    fail("hints apply to integer or pointer values, got " + t.str());
+  size_t rank = std::max<size_t>(1, t.shape.size());
+  std::map<std::string, Attr> attrs;
+  for (auto* list : {&divisibility, &contiguity}) {
+    if (list->size() == 1) list->assign(rank, list->front());
+    if (!list->empty()) attrs[list == &divisibility ? "divisibility" : "contiguity"] = *list;
+  }
+  return checked(create(OpKind::Hint, {v}, {t}, attrs));
+}
+
 Value* Builder::trans(Value* v, std::vector<int64_t> perm) {
   int rank = v->type().rank();
   if (perm.empty())

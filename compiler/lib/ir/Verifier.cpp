@@ -27,6 +27,29 @@ void requireAttr(const Op& op, const std::string& name, size_t index) {
   }
 }
 
+// hint: an int or pointer value passed through, with per-dim facts that are
+// positive powers of two no larger than the dim (contiguity) .
+void verifyHint(const Op& op) {
+  const Type& t = op.operand(0)->type();
+  if ((!t.isNumeric() && !t.isPtr()) || t.isFloatLike())
+    fail(op, "applies to integer or pointer values, got " + t.str());
+  if (op.result()->type() != t) fail(op, "result must be " + t.str() + ", got " + op.result()->type().str());
+  size_t rank = std::max<size_t>(1, t.shape.size());
+  for (const char* name : {"divisibility", "contiguity"}) {
+    if (!op.attr(name)) continue;
+    requireAttr(op, name, 4);
+    const auto& v = op.intsAttr(name);
+    if (v.size() != rank)
+      fail(op, std::string("needs one ") + name + " per dimension (" + std::to_string(rank) + "), got " + shapeStr(v));
+    for (size_t d = 0; d < v.size(); ++d) {
+      int64_t dim = t.shape.empty() ? 1 : t.shape[d];
+      if (v[d] < 1 || (v[d] & (v[d] - 1)) || (name[0] == 'c' && v[d] > dim))
+        fail(op, std::string(name) + " must be powers of two" + (name[0] == 'c' ? " no larger than the dimension" : "") +
+                     ", got " + shapeStr(v));
+    }
+  }
+}
+
 int64_t axisAttr(const Op& op, int rankBound) {
   requireAttr(op, "axis", 1);
   int64_t axis = op.intAttr("axis");
@@ -500,6 +523,7 @@ void verifyOp(const Op& op) {
     case OpKind::Trans:
     case OpKind::Join:
     case OpKind::Split: return verifyShapeOp(op);
+    case OpKind::Hint: return verifyHint(op);
     case OpKind::ProgramId:
     case OpKind::NumPrograms:
       axisAttr(op, 3);

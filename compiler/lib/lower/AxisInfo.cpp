@@ -3,6 +3,7 @@
 #include "tilefuse/lower/AxisInfo.h"
 
 #include <algorithm>
+#include <bit>
 #include <optional>
 #include <string>
 
@@ -16,9 +17,7 @@ constexpr int kMaxLoopIterations = 32;
 
 // The largest power of two dividing x, capped (0 is a multiple of everything).
 int64_t pow2Div(int64_t x) {
-  uint64_t u = static_cast<uint64_t>(x);
-  uint64_t low = u & (~u + 1);
-  return u == 0 || low >= static_cast<uint64_t>(kMaxDiv) ? kMaxDiv : static_cast<int64_t>(low);
+  return x == 0 ? kMaxDiv : int64_t{1} << std::min(30, std::countr_zero(static_cast<uint64_t>(x)));
 }
 
 int64_t capMul(int64_t a, int64_t b) { return std::min(kMaxDiv, a * b); }
@@ -35,11 +34,6 @@ int64_t dimSize(const Type& t, size_t d) { return t.rank() == 0 ? 1 : t.shape[d]
 Fact bottom(const Type& t) {
   std::vector<int64_t> ones(numDims(t), 1);
   return {{ones, ones, ones}, false};
-}
-
-bool same(const Fact& a, const Fact& b) {
-  return a.nonNeg == b.nonNeg && a.info.contiguity == b.info.contiguity && a.info.divisibility == b.info.divisibility &&
-         a.info.constancy == b.info.constancy;
 }
 
 // Divisibility of the elements at multiples of g along d: run starts when g is a multiple of the
@@ -71,18 +65,13 @@ Fact meet(const Fact& a, const Fact& b, const Type& t) {
 
 // The integer every element of v equals, when v is a constant or a reshaped splat of one.
 std::optional<int64_t> constInt(const Value* v) {
-  for (const Op* op = v->definingOp(); op; op = op->operand(0)->definingOp()) {
-    if (op->kind() == OpKind::Constant) {
-      const Attr* a = op->attr("value");
-      const int64_t* i = a ? std::get_if<int64_t>(a) : nullptr;
-      return i ? std::optional<int64_t>(*i) : std::nullopt;
-    }
-    OpKind k = op->kind();
-    if (k != OpKind::Splat && k != OpKind::Broadcast && k != OpKind::ExpandDims && k != OpKind::Reshape &&
-        k != OpKind::Trans)
-      return std::nullopt;
-  }
-  return std::nullopt;
+  const Op* op = v->definingOp();
+  auto k = [&] { return op ? op->kind() : OpKind::Constant; };
+  while (k() == OpKind::Splat || k() == OpKind::Broadcast || k() == OpKind::ExpandDims || k() == OpKind::Reshape ||
+         k() == OpKind::Trans)
+    op = op->operand(0)->definingOp();
+  const int64_t* i = op && op->kind() == OpKind::Constant ? std::get_if<int64_t>(op->attr("value")) : nullptr;
+  return i ? std::optional<int64_t>(*i) : std::nullopt;
 }
 
 void copyDim(AxisInfo& r, size_t to, const AxisInfo& a, size_t from) {
@@ -150,7 +139,7 @@ void AxisAnalysis::solveLoop(const std::vector<Value*>& args, const std::vector<
     for (size_t i = 0; i < args.size(); ++i) {
       const Type& t = args[i]->type();
       Fact m = i < back.size() ? meet(fact(inits[i]), fact(back[i]), t) : bottom(t);
-      if (same(m, facts_[args[i]])) continue;
+      if (m == facts_[args[i]]) continue;
       facts_[args[i]] = m;
       changed = true;
     }
@@ -164,6 +153,9 @@ void AxisAnalysis::solveLoop(const std::vector<Value*>& args, const std::vector<
 }
 
 void AxisAnalysis::visitOp(const Op& op) {
+  auto forward = [&](const std::vector<Value*>& to, const std::vector<Value*>& from) {
+    for (size_t i = 0; i < to.size(); ++i) facts_[to[i]] = i < from.size() ? fact(from[i]) : bottom(to[i]->type());
+  };
   switch (op.kind()) {
     case OpKind::For: {
       const Block& body = op.region(0);
@@ -181,23 +173,18 @@ void AxisAnalysis::visitOp(const Op& op) {
         return terminatorOperands(body, 0);
       });
       // The loop leaves with the initial values or the last yielded ones: the carried facts cover both.
-      for (unsigned i = 0; i < op.numResults(); ++i)
-        facts_[op.result(i)] = i < args.size() ? fact(args[i]) : bottom(op.result(i)->type());
+      forward(op.results(), args);
       return;
     }
     case OpKind::While: {
       const Block &before = op.region(0), &after = op.region(1);
       solveLoop(before.args(), op.operands(), [&] {
         visitBlock(before);
-        std::vector<Value*> fwd = terminatorOperands(before, 1);
-        for (unsigned i = 0; i < after.numArgs(); ++i)
-          facts_[after.arg(i)] = i < fwd.size() ? fact(fwd[i]) : bottom(after.arg(i)->type());
+        forward(after.args(), terminatorOperands(before, 1));
         visitBlock(after);
         return terminatorOperands(after, 0);
       });
-      std::vector<Value*> fwd = terminatorOperands(before, 1);
-      for (unsigned i = 0; i < op.numResults(); ++i)
-        facts_[op.result(i)] = i < fwd.size() ? fact(fwd[i]) : bottom(op.result(i)->type());
+      forward(op.results(), terminatorOperands(before, 1));
       return;
     }
     case OpKind::If: {
@@ -210,11 +197,7 @@ void AxisAnalysis::visitOp(const Op& op) {
       }
       return;
     }
-    default:
-      for (unsigned r = 0; r < op.numRegions(); ++r) {
-        for (Value* a : op.region(r).args()) facts_[a] = bottom(a->type());
-        visitBlock(op.region(r));
-      }
+    default:  // no other op has regions
       if (op.numResults() == 1) {
         facts_[op.result()] = transfer(op);
       } else {
@@ -239,14 +222,26 @@ Fact AxisAnalysis::transfer(const Op& op) const {
     }
   }
   switch (op.kind()) {
-    case OpKind::Constant: {  // one value everywhere
+    case OpKind::Hint: {  // the kernel author's word (tl.multiple_of, tl.max_contiguous)
+      r = in(0);
+      for (const char* name : {"divisibility", "contiguity"}) {
+        if (!op.attr(name)) continue;
+        const auto& v = op.intsAttr(name);
+        auto& field = name[0] == 'd' ? R.divisibility : R.contiguity;
+        for (size_t d = 0; d < n && d < v.size(); ++d) field[d] = std::max(field[d], std::min<int64_t>(v[d], int64_t(1) << 30));
+      }
+      return r;
+    }
+    case OpKind::Constant:
+    case OpKind::Splat: {  // one value everywhere
+      bool splat = op.kind() == OpKind::Splat;
       const Attr* v = op.attr("value");
       const int64_t* i = v ? std::get_if<int64_t>(v) : nullptr;
       for (size_t d = 0; d < n; ++d) {
         R.constancy[d] = dimSize(t, d);
-        if (i) R.divisibility[d] = pow2Div(*i);
+        R.divisibility[d] = splat ? in(0).info.divisibility[0] : i ? pow2Div(*i) : 1;
       }
-      r.nonNeg = i && *i >= 0;
+      r.nonNeg = splat ? in(0).nonNeg : i && *i >= 0;
       break;
     }
     case OpKind::Arange: {  // one run start, start + 1, ...
@@ -259,13 +254,6 @@ Fact AxisAnalysis::transfer(const Op& op) const {
     case OpKind::ProgramId:
     case OpKind::NumPrograms:
       r.nonNeg = true;
-      break;
-    case OpKind::Splat:  // the scalar everywhere
-      for (size_t d = 0; d < n; ++d) {
-        R.constancy[d] = dimSize(t, d);
-        R.divisibility[d] = in(0).info.divisibility[0];
-      }
-      r.nonNeg = in(0).nonNeg;
       break;
     case OpKind::Add:
     case OpKind::Sub:

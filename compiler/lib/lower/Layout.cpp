@@ -121,6 +121,7 @@ class Planner {
                                                                 : blocked(o.result());
         return;
       }
+      case OpKind::Hint:
       case OpKind::Load:
       case OpKind::AtomicAdd:
       case OpKind::AtomicMax: plan[o.result()] = of(o.operand(0)); return;

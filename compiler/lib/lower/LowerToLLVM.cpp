@@ -113,6 +113,7 @@ bool Lowering::rematerializable(const Value* v, int& budget) {
     case OpKind::Constant:
     case OpKind::Splat:
     case OpKind::Arange: return true;
+    case OpKind::Hint:
     case OpKind::ExpandDims:
     case OpKind::Reshape:
     case OpKind::Broadcast: return rematerializable(def->operand(0), budget);
@@ -257,6 +258,8 @@ void Lowering::lowerFor(const Op& op) {
   std::vector<Value*> carried = body.args();
   carried.erase(carried.begin());
   auto inits = inLayouts(std::vector<Value*>(op.operands().begin() + 3, op.operands().end()), carried);
+  auto pipe = pipelines_.find(&op);
+  if (pipe != pipelines_.end()) pipelinePrologue(pipe->second, op, lb, ub, step, inits);
   llvm::BasicBlock* pre = b_.GetInsertBlock();
   auto* header = llvm::BasicBlock::Create(ctx_, "for.header", fn_);
   auto* bodyBB = llvm::BasicBlock::Create(ctx_, "for.body", fn_);
@@ -286,6 +289,7 @@ void Lowering::lowerFor(const Op& op) {
   closeLoop(phis, yields);
   b_.CreateBr(header);
   b_.SetInsertPoint(exit);
+  if (pipe != pipelines_.end()) ptx("cp.async.wait_group 0;");
   for (unsigned i = 0; i < op.numResults(); ++i) vals_[op.result(i)] = phis[i];
 }
 
@@ -345,6 +349,7 @@ void Lowering::lowerWhile(const Op& op) {
 }
 
 void Lowering::lowerOp(const Op& op) {
+  if (pipelinedLoads_.count(&op)) return;  // copied into shared memory by the pipeline
   waitPending(op);
   const Type& t = op.numResults() ? op.result()->type() : Type{};
   static const Layout none;
@@ -381,6 +386,9 @@ void Lowering::lowerOp(const Op& op) {
       LVal* v = get(op.operand(0)).e[0];
       return perSlot([&](int) { return v; });
     }
+    case OpKind::Hint:
+      vals_[op.result()] = operand(0);
+      return;
     case OpKind::ExpandDims:
     case OpKind::Reshape: {
       // Same row-major order: equal layouts share the registers.
@@ -543,6 +551,8 @@ LoweredKernel compileKernel(const Module& m, const std::string& kernel, const Lo
   if (!f) throw InternalError("no kernel '" + kernel + "' to lower");
   if (opts.numWarps < 1 || opts.numWarps > 32 || (opts.numWarps & (opts.numWarps - 1)))
     throw UserError(f->loc(), "num_warps must be a power of two from 1 to 32, got " + std::to_string(opts.numWarps));
+  if (opts.numStages < 1 || opts.numStages > 8)
+    throw UserError(f->loc(), "num_stages must be from 1 to 8, got " + std::to_string(opts.numStages));
   llvm::LLVMContext ctx;
   llvm::Module mod("tilefuse", ctx);
   mod.setTargetTriple("nvptx64-nvidia-cuda");

@@ -35,11 +35,23 @@ Operands operandBytes(const Op& dot) {
 
 }  // namespace
 
+// Shared memory for wgmma operands: rings of num_stages stages for the pipelined
+// loops (LowerPipeline.cpp), two stages shared by the other dots, then scratch.
 void Lowering::reserveWgmmaOperands(const Block& body) {
+  int64_t next = 0;
   std::function<void(const Block&)> walk = [&](const Block& b) {
     for (const auto& o : b.ops()) {
+      Pipeline p;
+      if (o->kind() == OpKind::For && planPipeline(*o, &p)) {
+        p.base = next;
+        next += p.stages * p.stageBytes;
+        auto& slot = pipelines_[o.get()] = p;
+        pipelinedDots_[p.dot] = &slot;
+        pipelinedLoads_.insert(p.loads[0]);
+        pipelinedLoads_.insert(p.loads[1]);
+      }
       WgmmaShape w;
-      if (wgmmaApplies(*o, arch_, threads_, &w)) {
+      if (wgmmaApplies(*o, arch_, threads_, &w) && !pipelinedDots_.count(o.get())) {
         Operands s = operandBytes(*o);
         wgmmaStageBytes_ = std::max(wgmmaStageBytes_, s.aBytes + s.bBytes);
       }
@@ -47,7 +59,8 @@ void Lowering::reserveWgmmaOperands(const Block& body) {
     }
   };
   walk(body);
-  scratch_ = 2 * wgmmaStageBytes_;
+  wgmmaBase_ = next;
+  scratch_ = next + 2 * wgmmaStageBytes_;
   smemBytes_ = std::max<uint64_t>(smemBytes_, scratch_);
 }
 
@@ -91,22 +104,26 @@ void Lowering::waitPending(const Op& user) {
   }
 }
 
+// Byte offset of element e (flat) of a rows x cols tile of 16-bit elements in the
+// swizzled block layout above.
+LVal* Lowering::swizzledOffset(LVal* e, const Type& t) {
+  int64_t rows = t.shape[0], R = swizzleBytes(t.shape[1]);
+  LVal* row = coord(e, t.shape, 0);
+  LVal* col = coord(e, t.shape, 1);
+  LVal* block = b_.CreateLShr(col, idx(__builtin_ctzll(R / 2)));
+  LVal* off = b_.CreateAdd(b_.CreateMul(block, idx(rows * R)),
+                           b_.CreateAdd(b_.CreateMul(row, idx(R)), b_.CreateShl(b_.CreateAnd(col, idx(R / 2 - 1)), idx(1))));
+  return b_.CreateXor(off, b_.CreateShl(b_.CreateAnd(b_.CreateLShr(off, idx(7)), idx(R / 16 - 1)), idx(4)));
+}
+
 // Writes `r` (a rows x cols tile of 16-bit elements) at smem byte `base` in the
 // swizzled block layout above; runs of consecutive elements go as one vector store.
 void Lowering::stageOperand(const Regs& r, const Type& t, LVal* base) {
-  int64_t rows = t.shape[0], cols = t.shape[1];
-  int64_t R = swizzleBytes(cols);
   int run = static_cast<int>(std::min<int64_t>(8, vectorRun(r.L)));
   llvm::Type* et = elemType(t.elem);
   for (int s = 0; s < slots(r.L); s += run) {
     if (!slotOwned(r.L, s)) continue;
-    LVal* e = flatIndex(r.L, s);
-    LVal* row = coord(e, t.shape, 0);
-    LVal* col = coord(e, t.shape, 1);
-    LVal* block = b_.CreateLShr(col, idx(__builtin_ctzll(R / 2)));
-    LVal* off = b_.CreateAdd(b_.CreateMul(block, idx(rows * R)),
-                             b_.CreateAdd(b_.CreateMul(row, idx(R)), b_.CreateShl(b_.CreateAnd(col, idx(R / 2 - 1)), idx(1))));
-    off = b_.CreateXor(off, b_.CreateShl(b_.CreateAnd(b_.CreateLShr(off, idx(7)), idx(R / 16 - 1)), idx(4)));
+    LVal* off = swizzledOffset(flatIndex(r.L, s), t);
     LVal* v = llvm::PoisonValue::get(llvm::FixedVectorType::get(et, run));
     for (int i = 0; i < run; ++i) v = b_.CreateInsertElement(v, r.e[s + i], b_.getInt32(i));
     LVal* addr = b_.CreateGEP(b_.getInt8Ty(), smem(), b_.CreateAdd(base, off));
@@ -115,13 +132,12 @@ void Lowering::stageOperand(const Regs& r, const Type& t, LVal* base) {
 }
 
 void Lowering::lowerWgmma(const Op& op, const WgmmaShape& w) {
+  if (auto it = pipelinedDots_.find(&op); it != pipelinedDots_.end()) return lowerPipelinedDot(op, w, *it->second);
   const Type& at = op.operand(0)->type();
   const Type& bt = op.operand(1)->type();
-  int64_t m = at.shape[0], k = at.shape[1], n = bt.shape[1];
   const Layout& L = layoutOf(op.result());
   Regs acc = in(op.operand(2), L);
   auto* i32 = b_.getInt32Ty();
-  auto* i64 = b_.getInt64Ty();
   if (!wgmmaStage_) {
     IRBuilder<> eb(entry_);
     wgmmaStage_ = eb.CreateAlloca(i32);
@@ -131,7 +147,7 @@ void Lowering::lowerWgmma(const Op& op, const WgmmaShape& w) {
   LVal* stage = b_.CreateLoad(i32, wgmmaStage_);
   b_.CreateStore(b_.CreateXor(stage, idx(1)), wgmmaStage_);
   Operands sizes = operandBytes(op);
-  LVal* aBase = b_.CreateMul(stage, idx(wgmmaStageBytes_));
+  LVal* aBase = b_.CreateAdd(idx(wgmmaBase_), b_.CreateMul(stage, idx(wgmmaStageBytes_)));
   LVal* bBase = b_.CreateAdd(aBase, idx(sizes.aBytes));
   ptx("wgmma.wait_group.sync.aligned 1;");
   barrier();
@@ -139,8 +155,18 @@ void Lowering::lowerWgmma(const Op& op, const WgmmaShape& w) {
   stageOperand(get(op.operand(1)), bt, bBase);
   ptx("fence.proxy.async.shared::cta;");
   barrier();
-  ptx("wgmma.fence.sync.aligned;");
+  vals_[op.result()] = issueWgmma(op, w, std::move(acc), aBase, bBase);
+  wgmmaPending_.insert(op.result());
+}
 
+// Issues the wgmma group of `op` (operands staged at smem bytes aBase and bBase,
+// visible to the async proxy) accumulating into `acc`; returns the new accumulator.
+Regs Lowering::issueWgmma(const Op& op, const WgmmaShape& w, Regs acc, LVal* aBase, LVal* bBase) {
+  const Type& at = op.operand(0)->type();
+  const Type& bt = op.operand(1)->type();
+  int64_t m = at.shape[0], k = at.shape[1], n = bt.shape[1];
+  auto* i64 = b_.getInt64Ty();
+  ptx("wgmma.fence.sync.aligned;");
   LVal* smemAddr0 = b_.CreatePtrToInt(smem(), i64);
   LVal* group = b_.CreateLShr(tid_, idx(7));
   LVal* wgm = b_.CreateAnd(group, idx(w.wgM - 1));
@@ -196,8 +222,7 @@ void Lowering::lowerWgmma(const Op& op, const WgmmaShape& w) {
     }
   }
   ptx("wgmma.commit_group.sync.aligned;");
-  vals_[op.result()] = std::move(acc);
-  wgmmaPending_.insert(op.result());
+  return acc;
 }
 
 }  // namespace tilefuse::lower::detail

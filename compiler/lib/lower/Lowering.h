@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -34,10 +35,31 @@ struct Regs {
   Layout L;
 };
 
+// A software-pipelined K loop (LowerPipeline.cpp).
+struct Pipeline {
+  const Op* dot = nullptr;
+  const Op* loads[2] = {nullptr, nullptr};  // the loads of A and B
+  int64_t width[2] = {1, 1};                 // elements per cp.async
+  int stages = 0;
+  int64_t base = 0, stageBytes = 0, aBytes = 0;  // the ring in shared memory
+  llvm::AllocaInst* counter = nullptr;           // stage of the current iteration
+  LVal* ub = nullptr;
+  LVal* step = nullptr;
+};
+
+// Loop-carried values of one iteration (block arguments, in argument order; other
+// values only ever looked up, never found).
+struct ArgOrder {
+  bool operator()(const Value* a, const Value* b) const {
+    return a->index() != b->index() ? a->index() < b->index() : std::less<const Value*>()(a, b);
+  }
+};
+using Env = std::map<const Value*, Regs, ArgOrder>;
+
 class Lowering {
  public:
   Lowering(llvm::LLVMContext& ctx, llvm::Module& mod, const LowerOptions& opts)
-      : ctx_(ctx), mod_(mod), b_(ctx), threads_(32 * opts.numWarps), arch_(opts.arch) {}
+      : ctx_(ctx), mod_(mod), b_(ctx), threads_(32 * opts.numWarps), numStages_(opts.numStages), arch_(opts.arch) {}
 
   int sharedBytes() const { return static_cast<int>(smemBytes_); }
   void lowerKernel(const Op& f);
@@ -204,6 +226,16 @@ class Lowering {
   void reserveWgmmaOperands(const Block& body);
   void lowerWgmma(const Op& op, const WgmmaShape& w);
   void stageOperand(const Regs& r, const Type& t, LVal* base);
+  LVal* swizzledOffset(LVal* e, const Type& t);
+  Regs issueWgmma(const Op& op, const WgmmaShape& w, Regs acc, LVal* aBase, LVal* bBase);
+  bool advanceable(const Value* v, const Block& body, std::set<const Value*>& seen);
+  bool planPipeline(const Op& loop, Pipeline* p);
+  Regs evalUnder(const Value* v, const Block& body, const Env& env);
+  Env advance(Env env, const Block& body, LVal* step, int steps);
+  std::vector<const Value*> pipelineArgs(const Pipeline& p, const Block& body);
+  void copyStage(const Pipeline& p, const Block& body, const Env& env, LVal* stage, LVal* valid);
+  void pipelinePrologue(Pipeline& p, const Op& loop, LVal* lb, LVal* ub, LVal* step, const std::vector<Regs>& inits);
+  void lowerPipelinedDot(const Op& op, const WgmmaShape& w, const Pipeline& p);
   void ptx(const std::string& text);
   Regs waitWgmma(const Regs& r, int pending);
   void waitPending(const Op& user);
@@ -265,6 +297,7 @@ class Lowering {
   llvm::Module& mod_;
   IRBuilder<> b_;
   int threads_;
+  int numStages_;
   std::string arch_;
   llvm::Function* fn_ = nullptr;
   LVal* tid_ = nullptr;
@@ -278,7 +311,10 @@ class Lowering {
   // Shared memory: [0, scratch_) holds the operands of in-flight wgmma dots; layout
   // conversions and reductions use the space after it, one at a time between barriers.
   int64_t scratch_ = 0;
-  int64_t wgmmaStageBytes_ = 0;
+  int64_t wgmmaStageBytes_ = 0, wgmmaBase_ = 0;
+  std::unordered_map<const Op*, Pipeline> pipelines_;  // by for op
+  std::unordered_map<const Op*, const Pipeline*> pipelinedDots_;
+  std::set<const Op*> pipelinedLoads_;
   llvm::AllocaInst* wgmmaStage_ = nullptr;
   std::set<const Value*> wgmmaPending_;
 };

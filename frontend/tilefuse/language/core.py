@@ -686,16 +686,30 @@ def dot_scaled(
     return tensor(h)
 
 
+def _hint_values(values, what):
+    values = _unwrap(values)
+    values = [_unwrap(v) for v in values] if isinstance(values, (list, tuple)) else [values]
+    for v in values:
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise TypeError(f"{what} takes positive integers, got {v!r}")
+    # The compiler reasons in powers of two: keep the largest one dividing each value.
+    return [v & -v for v in values]
+
+
 @builtin
 def multiple_of(input, values, _builder=None):
-    # An alignment hint for the GPU backend; the value is unchanged.
-    return to_tensor(input, _builder)
+    """Asserts that the elements of `input` (per dimension, the first of each contiguous
+    run) are multiples of `values`; the GPU backend vectorizes accesses with it."""
+    x = to_tensor(input, _builder)
+    return tensor(_builder.hint(x.handle, _hint_values(values, "multiple_of"), []))
 
 
 @builtin
 def max_contiguous(input, values, _builder=None):
-    # A vectorization hint for the GPU backend; the value is unchanged.
-    return to_tensor(input, _builder)
+    """Asserts that `input` runs in steps of 1 over aligned runs of `values` elements per
+    dimension; the GPU backend vectorizes accesses with it."""
+    x = to_tensor(input, _builder)
+    return tensor(_builder.hint(x.handle, [], _hint_values(values, "max_contiguous")))
 
 
 @builtin

@@ -58,6 +58,8 @@ class Builder {
   Value* expandDims(Value* v, int axis);
   Value* reshape(Value* v, const std::vector<int64_t>& shape);
   Value* trans(Value* v, std::vector<int64_t> perm = {});
+  // Empty lists leave that fact out; one value applies to every dim.
+  Value* hint(Value* v, std::vector<int64_t> divisibility, std::vector<int64_t> contiguity);
   Value* join(Value* a, Value* b);
   std::pair<Value*, Value*> split(Value* v);
   Value* full(const std::vector<int64_t>& shape, double value, DType d);

@@ -23,6 +23,7 @@ namespace tilefuse::lower {
 // Every entry is a power of two that divides the dim size (1 for scalars).
 struct AxisInfo {
   std::vector<int64_t> contiguity, divisibility, constancy;
+  bool operator==(const AxisInfo&) const = default;
 };
 
 namespace detail {
@@ -31,6 +32,7 @@ namespace detail {
 struct AxisFact {
   AxisInfo info;
   bool nonNeg = false;
+  bool operator==(const AxisFact&) const = default;
 };
 }  // namespace detail
 

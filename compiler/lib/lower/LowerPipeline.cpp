@@ -1,0 +1,244 @@
+// Software pipelining of K loops on sm_90a: a for loop whose body feeds one wgmma dot
+// with two loads (no other use of the loaded tiles) copies the operand tiles of
+// iteration j + S - 1 with cp.async into a ring of S shared-memory stages while the
+// tensor cores work on iteration j, so global latency hides behind the dot.
+//
+//   prologue:  copy iterations 0 .. S-2 into stages 0 .. S-2 (one cp.async group each)
+//   iteration j:  wait until at most S-2 copy groups are pending (stage j is in);
+//                 barrier; wgmma on stage j (left in flight); wait for the wgmma of
+//                 j-1 and barrier, so that no warpgroup still reads stage j-1;
+//                 copy iteration j+S-1 into stage (j+S-1) % S = stage of j-1
+//   after the loop: drain the copies.
+//
+// The pointers and masks of a later iteration are computed by lowering their
+// producing ops again with the loop-carried values advanced (advance()): a pointer
+// tile that the loop bumps by ptr_add each iteration is bumped S-1 more times. Copies
+// past the last iteration are issued with source size 0 (zero fill, no memory access).
+// Operands land in the swizzled layout of LowerWgmma.cpp; every copy moves a run of
+// 4, 8 or 16 contiguous, aligned bytes (AxisAnalysis::vectorWidth).
+#include "Lowering.h"
+
+namespace tilefuse::lower::detail {
+namespace {
+
+int64_t roundUp(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+bool isZeroConstant(const Value* v) {
+  const Op* def = v->definingOp();
+  if (!def || def->kind() != OpKind::Constant) return false;
+  const Attr& a = *def->attr("value");
+  // -0.0 too: masked-out products only add zeros to the dot.
+  return std::holds_alternative<double>(a) ? std::get<double>(a) == 0.0 : std::get<int64_t>(a) == 0;
+}
+
+// Ops that may be recomputed for a later iteration: pure index math.
+bool indexOp(const Op& op) {
+  switch (op.kind()) {
+    case OpKind::Constant:
+    case OpKind::Splat:
+    case OpKind::Arange:
+    case OpKind::Hint:
+    case OpKind::ExpandDims:
+    case OpKind::Reshape:
+    case OpKind::Broadcast:
+    case OpKind::ProgramId:
+    case OpKind::NumPrograms: return true;
+    default: return op.has(Elementwise) && op.numResults() == 1;
+  }
+}
+
+}  // namespace
+
+// Whether `v` (used in `body` of a for loop) can be computed for a later iteration:
+// loop invariants, the induction variable, index math of those, and loop-carried
+// values whose yielded next value is such a computation.
+bool Lowering::advanceable(const Value* v, const Block& body, std::set<const Value*>& seen) {
+  if (!seen.insert(v).second) return true;
+  if (v->ownerBlock() != &body) return true;  // defined outside the loop
+  const Op* def = v->definingOp();
+  if (!def) {
+    if (v == body.arg(0)) return true;
+    return advanceable(body.terminator()->operand(v->index() - 1), body, seen);
+  }
+  if (!indexOp(*def)) return false;
+  for (Value* o : def->operands())
+    if (!advanceable(o, body, seen)) return false;
+  return true;
+}
+
+bool Lowering::planPipeline(const Op& loop, Pipeline* p) {
+  if (numStages_ < 2) return false;
+  const Block& body = loop.region(0);
+  const Op* dot = nullptr;
+  WgmmaShape w;
+  for (const auto& o : body.ops()) {
+    if (!wgmmaApplies(*o, arch_, threads_, &w)) continue;
+    if (dot) return false;  // one dot per pipelined loop
+    dot = o.get();
+  }
+  if (!dot) return false;
+  for (unsigned i = 0; i < 2; ++i) {
+    const Value* v = dot->operand(i);
+    const Op* ld = v->definingOp();
+    if (!ld || ld->kind() != OpKind::Load || v->ownerBlock() != &body || v->uses().size() != 1) return false;
+    if (ld->numOperands() > 2 && !isZeroConstant(ld->operand(2))) return false;
+    std::set<const Value*> seen;
+    for (unsigned k = 0; k < std::min(2u, ld->numOperands()); ++k)
+      if (!advanceable(ld->operand(k), body, seen)) return false;
+    const Value* mask = ld->numOperands() > 1 ? ld->operand(1) : nullptr;
+    int64_t width = std::min(vectorRun(layoutOf(ld->operand(0))), axis_->vectorWidth(ld->operand(0), mask, 16));
+    if (width * 2 < 4) return false;  // cp.async moves 4, 8 or 16 bytes
+    p->loads[i] = ld;
+    p->width[i] = width;
+  }
+  p->dot = dot;
+  p->stages = numStages_;
+  p->aBytes = roundUp(dot->operand(0)->type().numel() * 2, 1024);
+  p->stageBytes = p->aBytes + roundUp(dot->operand(1)->type().numel() * 2, 1024);
+  return true;
+}
+
+// The registers `v` would have in the iteration whose loop-carried values and
+// induction variable are `env`: v's producing ops in the body, lowered again.
+Regs Lowering::evalUnder(const Value* v, const Block& body, const Env& env) {
+  if (auto it = env.find(v); it != env.end()) return it->second;
+  if (v->ownerBlock() != &body) return get(v);
+  std::vector<const Op*> slice;
+  std::set<const Op*> inSlice;
+  std::function<void(const Value*)> collect = [&](const Value* x) {
+    if (env.count(x) || x->ownerBlock() != &body) return;
+    const Op* def = x->definingOp();
+    if (!def || !inSlice.insert(def).second) return;
+    for (Value* o : def->operands()) collect(o);
+    slice.push_back(def);  // operands first: a valid order
+  };
+  collect(v);
+  std::unordered_map<const Value*, std::optional<Regs>> saved;
+  auto override = [&](const Value* x, Regs r) {
+    auto it = vals_.find(x);
+    saved.emplace(x, it == vals_.end() ? std::nullopt : std::optional<Regs>(it->second));
+    vals_[x] = std::move(r);
+  };
+  for (const auto& [x, r] : env) override(x, r);
+  for (const Op* o : slice)
+    for (Value* r : o->results()) saved.emplace(r, vals_.count(r) ? std::optional<Regs>(vals_[r]) : std::nullopt);
+  for (const Op* o : slice) lowerOp(*o);
+  Regs out = get(v);
+  for (auto& [x, r] : saved) {
+    if (r) vals_[x] = std::move(*r);
+    else vals_.erase(x);
+  }
+  return out;
+}
+
+// `env` moved `steps` iterations ahead: each loop-carried value becomes what the body
+// yields for it, the induction variable grows by the step.
+Env Lowering::advance(Env env, const Block& body, LVal* step, int steps) {
+  for (int s = 0; s < steps; ++s) {
+    Env next;
+    for (const auto& [x, r] : env) {
+      if (x == body.arg(0)) {
+        next[x] = Regs{{b_.CreateAdd(r.e[0], step)}, r.L};
+        continue;
+      }
+      Regs y = evalUnder(body.terminator()->operand(x->index() - 1), body, env);
+      next[x] = y.L == r.L ? y : convert(y, x->type(), r.L);
+    }
+    env = std::move(next);
+  }
+  return env;
+}
+
+// The loop values the copies of `p` depend on: the induction variable and the carried
+// values reachable from the loads' pointers and masks, through the yields.
+std::vector<const Value*> Lowering::pipelineArgs(const Pipeline& p, const Block& body) {
+  std::set<const Value*> seen;
+  std::function<void(const Value*)> visit = [&](const Value* v) {
+    if (v->ownerBlock() != &body || !seen.insert(v).second) return;
+    if (const Op* def = v->definingOp()) {
+      for (Value* o : def->operands()) visit(o);
+    } else if (v != body.arg(0)) {
+      visit(body.terminator()->operand(v->index() - 1));
+    }
+  };
+  for (const Op* ld : p.loads)
+    for (unsigned k = 0; k < std::min(2u, ld->numOperands()); ++k) visit(ld->operand(k));
+  std::vector<const Value*> args = {body.arg(0)};
+  for (unsigned i = 1; i < body.numArgs(); ++i)
+    if (seen.count(body.arg(i))) args.push_back(body.arg(i));
+  return args;
+}
+
+// cp.async of both operand tiles of the iteration described by `env` into `stage`;
+// `valid` false copies nothing (zero fill). One commit group.
+void Lowering::copyStage(const Pipeline& p, const Block& body, const Env& env, LVal* stage, LVal* valid) {
+  LVal* smem32 = b_.CreatePtrToInt(smem(), b_.getInt32Ty());
+  LVal* ring = b_.CreateAdd(smem32, b_.CreateAdd(idx(p.base), b_.CreateMul(stage, idx(p.stageBytes))));
+  for (unsigned i = 0; i < 2; ++i) {
+    const Op* ld = p.loads[i];
+    const Type& t = ld->result()->type();
+    Regs ptrs = evalUnder(ld->operand(0), body, env);
+    const Layout& L = ptrs.L;
+    Regs mask;
+    if (ld->numOperands() > 1) {
+      mask = evalUnder(ld->operand(1), body, env);
+      if (!(mask.L == L)) mask = convert(mask, ld->operand(1)->type(), L);
+    }
+    int64_t bytes = p.width[i] * 2;
+    std::string text = std::string("cp.async.") + (bytes == 16 ? "cg" : "ca") + ".shared.global [$0], [$1], " +
+                       std::to_string(bytes) + ", $2;";
+    auto* ty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt32Ty(), b_.getInt64Ty(), b_.getInt32Ty()}, false);
+    auto* copy = llvm::InlineAsm::get(ty, text, "r,l,r,~{memory}", true);
+    LVal* base = b_.CreateAdd(ring, idx(i ? p.aBytes : 0));
+    for (int s = 0; s < slots(L); s += static_cast<int>(p.width[i])) {
+      if (!slotOwned(L, s)) continue;
+      LVal* dst = b_.CreateAdd(base, swizzledOffset(flatIndex(L, s), t));
+      LVal* ok = mask.e.empty() ? valid : b_.CreateAnd(valid, mask.e[s]);
+      LVal* size = b_.CreateSelect(ok, idx(bytes), idx(0));
+      b_.CreateCall(copy, {dst, b_.CreatePtrToInt(ptrs.e[s], b_.getInt64Ty()), size});
+    }
+  }
+  ptx("cp.async.commit_group;");
+}
+
+// Before the loop (insertion point in its preheader): stages 0 .. S-2.
+void Lowering::pipelinePrologue(Pipeline& p, const Op& loop, LVal* lb, LVal* ub, LVal* step, const std::vector<Regs>& inits) {
+  const Block& body = loop.region(0);
+  p.ub = ub;
+  p.step = step;
+  IRBuilder<> eb(entry_);
+  p.counter = eb.CreateAlloca(b_.getInt32Ty());
+  b_.CreateStore(idx(0), p.counter);
+  // Iteration 0 sees the loop's initial values.
+  Env env;
+  for (const Value* a : pipelineArgs(p, body))
+    env[a] = a == body.arg(0) ? Regs{{lb}, layoutOf(a)} : inits[a->index() - 1];
+  for (int d = 0; d + 1 < p.stages; ++d) {
+    if (d) env = advance(std::move(env), body, step, 1);
+    copyStage(p, body, env, idx(d), b_.CreateICmpSLT(env[body.arg(0)].e[0], ub));
+  }
+}
+
+void Lowering::lowerPipelinedDot(const Op& op, const WgmmaShape& w, const Pipeline& p) {
+  const Block& body = *op.parentBlock();
+  Regs acc = in(op.operand(2), layoutOf(op.result()));
+  LVal* stage = b_.CreateLoad(b_.getInt32Ty(), p.counter);
+  ptx("cp.async.wait_group " + std::to_string(p.stages - 2) + ";");
+  ptx("fence.proxy.async.shared::cta;");
+  barrier();
+  LVal* aBase = b_.CreateAdd(idx(p.base), b_.CreateMul(stage, idx(p.stageBytes)));
+  vals_[op.result()] = issueWgmma(op, w, std::move(acc), aBase, b_.CreateAdd(aBase, idx(p.aBytes)));
+  wgmmaPending_.insert(op.result());
+  ptx("wgmma.wait_group.sync.aligned 1;");
+  barrier();
+  Env now;
+  for (const Value* a : pipelineArgs(p, body)) now[a] = get(a);
+  Env ahead = advance(std::move(now), body, p.step, p.stages - 1);
+  LVal* ahead1 = b_.CreateAdd(stage, idx(p.stages - 1));
+  LVal* wrap = b_.CreateSelect(b_.CreateICmpUGE(ahead1, idx(p.stages)), b_.CreateSub(ahead1, idx(p.stages)), ahead1);
+  copyStage(p, body, ahead, wrap, b_.CreateICmpSLT(ahead[body.arg(0)].e[0], p.ub));
+  LVal* next = b_.CreateAdd(stage, idx(1));
+  b_.CreateStore(b_.CreateSelect(b_.CreateICmpEQ(next, idx(p.stages)), idx(0), next), p.counter);
+}
+
+}  // namespace tilefuse::lower::detail
