@@ -156,7 +156,6 @@ def main():
     grid = ((4096 // 64) * (4096 // 64),)
     res["matmul_4096_bf16_tflops"] = {
         "tilefuse": tflops(lambda: matmul.matmul_kernel[grid](*margs, **mkw), flop)[0],
-
         "torch": tflops(lambda: torch.matmul(a, b, out=c), flop)[0],
         "triton": tflops(
             lambda: _triton_matmul[(32, 32)](
@@ -165,11 +164,11 @@ def main():
             flop,
         )[0],
     }
-    for bm, bn, bk, w in [(128, 128, 64, 4), (128, 128, 64, 8), (128, 256, 64, 8), (256, 128, 64, 8), (128, 128, 32, 8)]:
-        kw = dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=8, ACTIVATION="", num_warps=w)
+    for bm, bn, bk, w, st in [(128, 256, 32, 8, 4), (256, 128, 64, 8, 3), (128, 128, 64, 8, 4)]:
+        kw = dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=8, ACTIVATION="")
         g = ((4096 // bm) * (4096 // bn),)
-        res["matmul_4096_bf16_tflops"][f"tilefuse_{bm}x{bn}x{bk}_{w}warps"] = tflops(
-            lambda g=g, kw=kw: matmul.matmul_kernel[g](*margs, **kw), flop
+        res["matmul_4096_bf16_tflops"][f"tilefuse_{bm}x{bn}x{bk}_{w}warps_{st}stages"] = tflops(
+            lambda g=g, kw=kw, w=w, st=st: matmul.matmul_kernel[g](*margs, num_warps=w, num_stages=st, **kw), flop
         )[0]
     with open(args.out, "w") as f:
         json.dump(res, f, indent=2)

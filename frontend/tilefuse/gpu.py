@@ -34,6 +34,7 @@ def _compiler_fingerprint() -> str:
         _compiler_id = h.hexdigest()
     return _compiler_id
 
+
 _CAI_DTYPES = {
     "|b1": _D.i1,
     "|i1": _D.i8,
@@ -231,6 +232,13 @@ def launch(kernel, spec, bound, grid, num_warps: int, num_stages: int):
     if loaded is None:
         image, meta = binary(kernel, arch_of_device(device), num_warps, num_stages)
         kernel.asm.setdefault("ptx", meta["ptx"])
+        info = _R.device_info(device)
+        if meta["shared_bytes"] > info.max_shared_per_block_optin:
+            raise LaunchError(
+                f"{kernel.name}: needs {meta['shared_bytes']} bytes of shared memory with num_warps={num_warps}, "
+                f"num_stages={num_stages}; {info.name} allows {info.max_shared_per_block_optin} per block "
+                "(use fewer stages or smaller tiles)"
+            )
         loaded = _R.LoadedKernel(device, image, kernel.name, meta["num_threads"], meta["shared_bytes"])
         kernel.loaded[(device, num_warps, num_stages)] = loaded
     args = [_pack(s[0], s[2], bound[s[0]], device) for s in spec if s[1] == "arg"]

@@ -259,7 +259,10 @@ void Lowering::lowerFor(const Op& op) {
   carried.erase(carried.begin());
   auto inits = inLayouts(std::vector<Value*>(op.operands().begin() + 3, op.operands().end()), carried);
   auto pipe = pipelines_.find(&op);
-  if (pipe != pipelines_.end()) pipelinePrologue(pipe->second, op, lb, ub, step, inits);
+  if (pipe != pipelines_.end()) {
+    ++pipelinedLoops_;
+    pipelinePrologue(pipe->second, op, lb, ub, step, inits);
+  }
   llvm::BasicBlock* pre = b_.GetInsertBlock();
   auto* header = llvm::BasicBlock::Create(ctx_, "for.header", fn_);
   auto* bodyBB = llvm::BasicBlock::Create(ctx_, "for.body", fn_);
@@ -282,15 +285,32 @@ void Lowering::lowerFor(const Op& op) {
   b_.CreateCondBr(b_.CreateICmpSLT(iv, ub), bodyBB, exit);
   b_.SetInsertPoint(bodyBB);
   lowerBlock(body);
-  for (size_t i = 0; i < carried.size(); ++i)
-    if (wgmmaPending_.count(yielded[i])) wgmmaPending_.insert(op.result(i));
+  std::vector<bool> inFlight;
+  for (Value* y : yielded) inFlight.push_back(wgmmaPending_.count(y));
   auto yields = inLayouts(yielded, carried);
   iv->addIncoming(b_.CreateAdd(iv, step), b_.GetInsertBlock());
   closeLoop(phis, yields);
   b_.CreateBr(header);
   b_.SetInsertPoint(exit);
-  if (pipe != pipelines_.end()) ptx("cp.async.wait_group 0;");
   for (unsigned i = 0; i < op.numResults(); ++i) vals_[op.result(i)] = phis[i];
+  // Accumulators still in flight are waited for first thing after the loop: ptxas
+  // serializes every wgmma when other instructions come between the loop and the wait.
+  if (std::find(inFlight.begin(), inFlight.end(), true) != inFlight.end()) {
+    for (unsigned i = 0; i < op.numResults(); ++i) {
+      if (!inFlight[i]) continue;
+      vals_[op.result(i)] = waitWgmma(phis[i], 0);
+      wgmmaPending_.erase(yielded[i]);  // loop-internal names of the same registers
+      wgmmaPending_.erase(carried[i]);
+    }
+    // A block of its own keeps the code after the loop from being scheduled above the wait.
+    auto* after = llvm::BasicBlock::Create(ctx_, "for.drained", fn_);
+    b_.CreateBr(after);
+    b_.SetInsertPoint(after);
+  }
+  if (pipe != pipelines_.end()) {
+    ptx("cp.async.wait_group 0;");
+    --pipelinedLoops_;
+  }
 }
 
 void Lowering::lowerIf(const Op& op) {
@@ -391,10 +411,10 @@ void Lowering::lowerOp(const Op& op) {
       return;
     case OpKind::ExpandDims:
     case OpKind::Reshape: {
-      // Same row-major order: equal layouts share the registers.
-      Regs r = get(op.operand(0));
-      vals_[op.result()] = r.L == L ? r : convert(r, op.operand(0)->type(), L);
-      vals_[op.result()].L = L;
+      // Same row-major order: the operand in the result's layout is the result.
+      Regs r = operand(0);
+      r.L = L;
+      vals_[op.result()] = std::move(r);
       return;
     }
     case OpKind::Broadcast: {

@@ -159,14 +159,14 @@ class Lowering {
   }
   int storeBytes(const Type& t) { return static_cast<int>(mod_.getDataLayout().getTypeAllocSize(smemType(t))); }
   LVal* smemAddr(int64_t base, LVal* index, const Type& t) {
-    LVal* off = b_.CreateAdd(idx(scratch_ + base), b_.CreateMul(index, idx(storeBytes(t))));
+    LVal* off = b_.CreateAdd(idx(scratchBase() + base), b_.CreateMul(index, idx(storeBytes(t))));
     return b_.CreateGEP(b_.getInt8Ty(), smem(), off);
   }
   void barrier() { b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {}); }
   bool isBool(const Type& t) { return !t.isPtr() && t.elem == DType::I1; }
   // Writes every element of `r` (type t) at smem[base + flat * size]; copies write equal values.
   void toSmem(const Regs& r, const Type& t, int64_t base) {
-    smemBytes_ = std::max<uint64_t>(smemBytes_, scratch_ + base + numel(t) * storeBytes(t));
+    smemBytes_ = std::max<uint64_t>(smemBytes_, scratchBase() + base + numel(t) * storeBytes(t));
     for (int s = 0; s < slots(r.L); ++s) {
       if (!slotOwned(r.L, s)) continue;
       LVal* v = isBool(t) ? b_.CreateZExt(r.e[s], b_.getInt8Ty()) : r.e[s];
@@ -308,9 +308,13 @@ class Lowering {
   std::unique_ptr<AxisAnalysis> axis_;
   llvm::BasicBlock* entry_ = nullptr;  // thread-invariant index math goes here, ahead of the body
   std::map<std::vector<int64_t>, LVal*> threadParts_, owners_;
-  // Shared memory: [0, scratch_) holds the operands of in-flight wgmma dots; layout
-  // conversions and reductions use the space after it, one at a time between barriers.
+  // Shared memory: [0, scratch_) holds wgmma operands (pipeline rings, then the two
+  // stages of other dots). Layout conversions and reductions, one at a time between
+  // barriers, use the space after it while operands may be in use (a wgmma in flight,
+  // or inside a pipelined loop), and all of shared memory otherwise.
   int64_t scratch_ = 0;
+  int pipelinedLoops_ = 0;  // pipelined loops being lowered (their copies in flight)
+  int64_t scratchBase() const { return pipelinedLoops_ || !wgmmaPending_.empty() ? scratch_ : 0; }
   int64_t wgmmaStageBytes_ = 0, wgmmaBase_ = 0;
   std::unordered_map<const Op*, Pipeline> pipelines_;  // by for op
   std::unordered_map<const Op*, const Pipeline*> pipelinedDots_;
