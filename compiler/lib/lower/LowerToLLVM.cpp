@@ -10,6 +10,8 @@
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 
 #include "tilefuse/target/NVPTX.h"
@@ -577,8 +579,13 @@ LoweredKernel compileKernel(const Module& m, const std::string& kernel, const Lo
   llvm::Module mod("tilefuse", ctx);
   mod.setTargetTriple("nvptx64-nvidia-cuda");
   mod.setDataLayout("e-i64:64-i128:128-v16:16-v32:32-n16:32:64");
+  auto t0 = std::chrono::steady_clock::now();
   detail::Lowering low(ctx, mod, opts);
   low.lowerKernel(*f);
+  if (const char* v = std::getenv("TILEFUSE_TIME_PASSES"); v && std::string(v) == "1")
+    std::fprintf(stderr, "[tilefuse] lower to LLVM IR: %.1f ms, %u instructions\n",
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+                 mod.getInstructionCount());
   std::string err;
   llvm::raw_string_ostream es(err);
   if (llvm::verifyModule(mod, &es)) throw InternalError("lowering produced invalid LLVM IR: " + es.str());
@@ -587,11 +594,7 @@ LoweredKernel compileKernel(const Module& m, const std::string& kernel, const Lo
   out.name = kernel;
   out.numThreads = 32 * opts.numWarps;
   out.sharedBytes = low.sharedBytes();
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  mod.print(os, nullptr);
-  os.flush();
-  auto emitted = target::optimizeAndEmitPTX(text, {opts.arch, 3});
+  auto emitted = target::optimizeAndEmitPTX(mod, {opts.arch, 3});
   out.llir = std::move(emitted.optimizedIR);
   out.ptx = std::move(emitted.ptx);
   return out;

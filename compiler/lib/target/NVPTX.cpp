@@ -8,6 +8,10 @@
 #include <llvm/IRReader/IRReader.h>
 #include <llvm/MC/TargetRegistry.h>
 #include <llvm/Passes/PassBuilder.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <llvm/Support/SourceMgr.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
@@ -47,8 +51,6 @@ std::string ptxFeatureFor(std::string_view arch) {
 std::string llvmVersion() { return LLVM_VERSION_STRING; }
 
 PtxResult optimizeAndEmitPTX(std::string_view llvmIR, const PtxOptions& opts) {
-  initNVPTX();
-  std::string feature = ptxFeatureFor(opts.arch);
   llvm::LLVMContext ctx;
   llvm::SMDiagnostic diag;
   auto buf = llvm::MemoryBuffer::getMemBuffer(llvm::StringRef(llvmIR.data(), llvmIR.size()), "tilefuse", false);
@@ -62,7 +64,15 @@ PtxResult optimizeAndEmitPTX(std::string_view llvmIR, const PtxOptions& opts) {
   std::string verr;
   llvm::raw_string_ostream vos(verr);
   if (llvm::verifyModule(*mod, &vos)) fail("LLVM IR does not verify: " + vos.str());
+  return optimizeAndEmitPTX(*mod, opts);
+}
 
+PtxResult optimizeAndEmitPTX(llvm::Module& mod, const PtxOptions& opts) {
+  initNVPTX();
+  std::string feature = ptxFeatureFor(opts.arch);
+  auto now = [] { return std::chrono::steady_clock::now(); };
+  auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+  auto t0 = now();
   llvm::Triple triple("nvptx64-nvidia-cuda");
   std::string err;
   const llvm::Target* t = llvm::TargetRegistry::lookupTarget(triple.getTriple(), err);
@@ -76,8 +86,8 @@ PtxResult optimizeAndEmitPTX(std::string_view llvmIR, const PtxOptions& opts) {
                                     : llvm::CodeGenOptLevel::None;
   std::unique_ptr<llvm::TargetMachine> tm(
       t->createTargetMachine(triple.getTriple(), opts.arch, feature, to, std::nullopt, std::nullopt, level));
-  mod->setTargetTriple(triple.getTriple());
-  mod->setDataLayout(tm->createDataLayout());
+  mod.setTargetTriple(triple.getTriple());
+  mod.setDataLayout(tm->createDataLayout());
 
   if (opts.optLevel > 0) {
     // The middle end: inlining of libdevice, NVVMReflect (through the target's callbacks), O3.
@@ -94,20 +104,26 @@ PtxResult optimizeAndEmitPTX(std::string_view llvmIR, const PtxOptions& opts) {
     auto ol = opts.optLevel >= 3 ? llvm::OptimizationLevel::O3 : opts.optLevel == 2 ? llvm::OptimizationLevel::O2
                                                                                      : llvm::OptimizationLevel::O1;
     llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(ol);
-    mpm.run(*mod, mam);
+    mpm.run(mod, mam);
   }
+  auto t1 = now();
   PtxResult result;
-  llvm::raw_string_ostream irOut(result.optimizedIR);
-  mod->print(irOut, nullptr);
-  irOut.flush();
-
+  if (opts.keepIR) {
+    llvm::raw_string_ostream irOut(result.optimizedIR);
+    mod.print(irOut, nullptr);
+    irOut.flush();
+  }
+  auto t2 = now();
   llvm::SmallString<0> ptx;
   llvm::raw_svector_ostream out(ptx);
   llvm::legacy::PassManager pm;
   if (tm->addPassesToEmitFile(pm, out, nullptr, llvm::CodeGenFileType::AssemblyFile))
     throw InternalError("NVPTX target cannot emit assembly");
-  pm.run(*mod);
+  pm.run(mod);
   result.ptx = std::string(ptx.str());
+  if (const char* v = std::getenv("TILEFUSE_TIME_PASSES"); v && std::string(v) == "1")
+    std::fprintf(stderr, "[tilefuse] llvm: optimize %.1f ms, print IR %.1f ms, PTX codegen %.1f ms\n", ms(t0, t1),
+                 ms(t1, t2), ms(t2, now()));
   return result;
 }
 

@@ -4,11 +4,16 @@
 #include <string>
 #include <string_view>
 
+namespace llvm {
+class Module;
+}
+
 namespace tilefuse::target {
 
 struct PtxOptions {
   std::string arch = "sm_90a";  // sm_90a uses +ptx80; sm_80 / sm_89 use +ptx70 / +ptx78
   int optLevel = 3;
+  bool keepIR = true;  // also return the optimized LLVM IR as text
 };
 
 struct PtxResult {
@@ -18,6 +23,8 @@ struct PtxResult {
 
 // Optimizes textual LLVM IR for nvptx64 and emits PTX.
 PtxResult optimizeAndEmitPTX(std::string_view llvmIR, const PtxOptions& opts = {});
+// The same for a verified module in memory (which it optimizes in place).
+PtxResult optimizeAndEmitPTX(llvm::Module& mod, const PtxOptions& opts = {});
 
 // Compiles textual LLVM IR for nvptx64 to PTX text. Malformed IR raises
 // UserError with LLVM's diagnostic; an unknown arch raises UserError too.
