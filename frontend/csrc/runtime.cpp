@@ -50,7 +50,10 @@ void init_runtime(py::module_& m) {
       .def(
           "launch_packed",
           [](const LoadedKernel& k, std::array<uint32_t, 3> grid, uint64_t stream, py::bytes params) {
-            k.launchPacked(grid, stream, std::string(params));
+            char* data = nullptr;
+            Py_ssize_t size = 0;
+            PyBytes_AsStringAndSize(params.ptr(), &data, &size);
+            k.launchPacked(grid, stream, std::string_view(data, static_cast<size_t>(size)));
           },
           py::arg("grid"), py::arg("stream"), py::arg("params"))
       .def_property_readonly("device", &LoadedKernel::device)

@@ -201,26 +201,31 @@ def fast_launcher(kernel, spec, names, grid, num_warps: int, num_stages: int, de
     first launch made (the caller keys it on dtypes, alignment and devices). None for
     parameter types whose packed layout is not plain C (i1)."""
     loaded = kernel.loaded[(device, num_warps, num_stages)]
-    fmt, getters = "@", []
+    fmt, exprs = "@", []
     for s in spec:
         if s[1] != "arg":
             continue
         i, t = names.index(s[0]), s[2]
         if t.is_ptr:
             fmt += "Q"
-            getters.append(lambda vals, i=i: vals[i].data_ptr())
+            exprs.append(f"v[{i}].data_ptr()")
         elif t.elem not in _STRUCT:
             return None
         else:
             fmt += _STRUCT[t.elem]
-            getters.append((lambda vals, i=i: float(vals[i])) if t.elem == _D.f32 else (lambda vals, i=i: int(vals[i])))
-    pack = struct.Struct(fmt).pack
-    launch_packed, use_device = loaded.launch_packed, _R.use_device
-
-    def go(vals):
-        use_device(device)
-        launch_packed(grid, _current_stream(device), pack(*[g(vals) for g in getters]))
-
+            exprs.append(f"float(v[{i}])" if t.elem == _D.f32 else f"int(v[{i}])")
+    # Written out per specialization: one struct.pack of the argument expressions.
+    ns = {
+        "pack": struct.Struct(fmt).pack,
+        "launch_packed": loaded.launch_packed,
+        "stream": _current_stream,
+        "grid": grid,
+        "device": device,
+    }
+    # launch_packed makes the kernel's context current itself.
+    body = f"    launch_packed(grid, stream(device), pack({', '.join(exprs)}))\n"
+    exec("def go(v):\n" + body, ns)  # noqa: S102 - generated from parameter positions only
+    go = ns["go"]
     go.kernel = kernel
     return go
 

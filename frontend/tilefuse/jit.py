@@ -209,6 +209,7 @@ class JITFunction:
         self._names = [p.name for p in self.params]
         self._is_const = [p.name in self.constexprs for p in self.params]
         self._binder = _make_binder(self.params)
+        self._keyer = _make_keyer(self._is_const) if self._binder is not None else None
 
     @property
     def source(self) -> FunctionSource:
@@ -383,24 +384,11 @@ class JITFunction:
         """(key, values) for the launch fast path, or None when these arguments cannot
         use it. The key holds what specialization and the checks of a launch depend on:
         constexpr values, dtypes, 16-byte alignment, devices, int ranges, the grid."""
-        if self._binder is None or callable(grid):
+        if self._keyer is None or callable(grid):
             return None
         try:
             vals = self._binder(*args, **kwargs)
-            key = [grid, num_warps, num_stages]
-            for c, v in zip(self._is_const, vals):
-                t = type(v)
-                if c:
-                    key.append(("c", v))
-                elif t is int:
-                    key.append(1 if v == 1 else (v % 16 == 0, -(2**31) <= v < 2**31))
-                elif t is float or t is bool:
-                    key.append(t)
-                elif _is_torch_tensor(v):
-                    key.append((v.dtype, v.data_ptr() & 15, v.device))
-                else:
-                    return None
-            key = tuple(key)
+            key = self._keyer(vals, grid, num_warps, num_stages)
             hash(key)
         except TypeError:
             return None
@@ -430,6 +418,30 @@ def _make_binder(params):
     ns = {"_d": defaults}
     exec(f"def _binder({sig}):\n    return ({names},)\n", ns)  # noqa: S102 - parameter names only
     return ns["_binder"]
+
+
+_tensor_types = set()  # torch tensor classes seen so far (torch is never imported here)
+
+
+def _arg_key(v):
+    """The fast-path key of one runtime argument; TypeError for kinds it does not take."""
+    t = type(v)
+    if t in _tensor_types or (_is_torch_tensor(v) and not _tensor_types.add(t)):
+        return (v.dtype, v.data_ptr() & 15, v.get_device())
+    if t is int:
+        return 1 if v == 1 else (v % 16 == 0, -(2**31) <= v < 2**31)
+    if t is float or t is bool:
+        return t
+    raise TypeError
+
+
+def _make_keyer(is_const):
+    """A function (values, grid, num_warps, num_stages) -> key, written out per kernel
+    so that a launch runs no loop over the parameters."""
+    parts = [f"('c', v[{i}])" if c else f"_arg_key(v[{i}])" for i, c in enumerate(is_const)]
+    ns = {"_arg_key": _arg_key}
+    exec(f"def _keyer(v, grid, nw, ns):\n    return (grid, nw, ns, {', '.join(parts)},)\n", ns)  # noqa: S102
+    return ns["_keyer"]
 
 
 def select_backend(values) -> str:

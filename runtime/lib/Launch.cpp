@@ -36,6 +36,7 @@ LoadedKernel::LoadedKernel(int device, const std::string& image, const std::stri
     : device_(device), threads_(numThreads), shared_(sharedBytes) {
   useDevice(device);
   const DriverApi& d = driver();
+  TF_CU_CHECK(d.cuCtxGetCurrent(&ctx_));
   char log[8192] = {};
   CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
   void* vals[] = {log, reinterpret_cast<void*>(sizeof log)};
@@ -68,8 +69,12 @@ void LoadedKernel::launch(std::array<uint32_t, 3> grid, uint64_t stream, const s
                                       nullptr));
 }
 
-void LoadedKernel::launchPacked(std::array<uint32_t, 3> grid, uint64_t stream, const std::string& params) const {
+void LoadedKernel::launchPacked(std::array<uint32_t, 3> grid, uint64_t stream, std::string_view params) const {
   if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return;
+  const DriverApi& d = driver();
+  CUcontext cur = nullptr;
+  TF_CU_CHECK(d.cuCtxGetCurrent(&cur));
+  if (cur != ctx_) TF_CU_CHECK(d.cuCtxSetCurrent(ctx_));
   size_t size = params.size();
   void* config[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<char*>(params.data()), CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
                     CU_LAUNCH_PARAM_END};

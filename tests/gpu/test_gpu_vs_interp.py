@@ -157,18 +157,58 @@ def test_matmul_pipelined(mnk, stages):
     np.testing.assert_allclose(to_numpy(c).astype(np.float64), ref, rtol=2**-7, atol=2**-7 * np.sqrt(k))
 
 
+@tf.jit
+def k_wrapped_copy(x_ptr, y_ptr, n, base, BLOCK: tl.constexpr):
+    # As in tests/python/language/test_hints.py: contiguous only by the kernel author's word.
+    offs = (base + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)) % n
+    offs = tl.max_contiguous(tl.multiple_of(offs, BLOCK), BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs) * 3)
+
+
 def test_hinted_vector_accesses():
-    import sys
-
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parents[1] / "python" / "language"))
-    from test_hints import k_wrapped_copy
-
     x = torch.randint(-1000, 1000, (8192,), device="cuda", dtype=torch.int32)
     y = torch.zeros_like(x)
-    k_wrapped_copy[(4,)](x, y, 4096, 2048, HINT=True, BLOCK=1024)
+    assert "ld.global.v4" in k_wrapped_copy.warmup(x, y, 4096, 2048, BLOCK=1024, grid=(4,)).asm["ptx"]
+    k_wrapped_copy[(4,)](x, y, 4096, 2048, BLOCK=1024)
     idx = (2048 + torch.arange(4096, device="cuda")) % 4096
     torch.testing.assert_close(y[idx], x[idx] * 3)
     assert int(y[4096:].abs().sum()) == 0
+
+
+@tf.jit(noinline=True)
+def _scaled_row_sums(x, w):
+    y = tl.dot(x, w)
+    return y, tl.sum(y, axis=1)
+
+
+@tf.jit
+def noinline_calls(x_ptr, w_ptr, y_ptr, s_ptr, N: tl.constexpr):
+    r = tl.arange(0, N)
+    x = tl.load(x_ptr + r[:, None] * N + r[None, :])
+    w = tl.load(w_ptr + r[:, None] * N + r[None, :])
+    total = tl.zeros((N,), tl.float32)
+    y = tl.zeros((N, N), tl.float32)
+    for _ in range(2):
+        y, s = _scaled_row_sums(x, w)
+        total += s
+    tl.store(y_ptr + r[:, None] * N + r[None, :], y)
+    tl.store(s_ptr + r, total)
+
+
+def test_noinline_calls():
+    # The callee (dot + reduction, two results) is called twice in a loop; the GPU
+    # lowers it as a function of its own.
+    n = 64
+    x = torch.randn(n, n, device="cuda").to(torch.bfloat16)
+    w = torch.randn(n, n, device="cuda").to(torch.bfloat16)
+    y = torch.full((n, n), float("nan"), device="cuda")
+    s = torch.full((n,), float("nan"), device="cuda")
+    kernel = noinline_calls[(1,)](x, w, y, s, N=n)
+    assert ".func" in noinline_calls.warmup(x, w, y, s, N=n, grid=(1,)).asm["ptx"]
+    ref = x.double() @ w.double()
+    torch.testing.assert_close(y.double(), ref, rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(s.double(), 2 * ref.sum(1), rtol=1e-4, atol=1e-2)
+    assert kernel is not None
 
 
 def test_layernorm_forward():
@@ -432,6 +472,55 @@ def test_rounded_casts_match_the_interpreter_bit_for_bit(to, mode):
     np.testing.assert_array_equal(gotback[~nan].view(np.int32), back[~nan].view(np.int32))
     np.testing.assert_array_equal(np.isnan(gotback[nan]), np.isnan(back[nan]))
     assert to == tl.float4e2m1 or np.isnan(gotback[nan]).all()
+
+
+@tf.jit
+def wide_cast_kernel(x_ptr, out_ptr, n, TO: tl.constexpr, MODE: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    y = tl.load(x_ptr + offs, mask=m, other=0).to(TO, rounding=MODE)
+    tl.store(out_ptr + offs, y.to(tl.float32), mask=m)  # exact: every target fits in f32
+
+
+def _wide_inputs(rng, src):
+    if src == np.float64:
+        raw = rng.integers(0, 2**63, 20000, dtype=np.int64).view(np.float64)
+        scaled = rng.standard_normal(20000) * np.exp2(rng.integers(-140, 130, 20000))
+        ties = (rng.standard_normal(4000).astype(np.float32).astype(np.float64)) * (1 + 2.0**-24)
+        special = np.array(
+            [0.0, -0.0, np.inf, -np.inf, np.nan, 2.0**-149, 2.0**-150, 3.4028235e38, 3.5e38, 1e300, -1e-300]
+        )
+        x = np.concatenate([raw, -raw, scaled, ties, special])
+    else:
+        info = np.iinfo(src)
+        x = np.concatenate(
+            [
+                rng.integers(info.min, info.max, 20000, dtype=np.int64, endpoint=True),
+                rng.integers(-(2**25), 2**25, 20000),
+                [0, 1, -1, info.min, info.max, 2**24 + 1, -(2**24) - 1],
+            ]
+        ).astype(src)
+    return x
+
+
+@pytest.mark.parametrize("src", [np.float64, np.int64, np.int32])
+@pytest.mark.parametrize("to", [tl.float32, tl.bfloat16, tl.float16, tl.float8e4nv])
+@pytest.mark.parametrize("mode", ["rtz", "ru"])
+def test_rounded_casts_from_f64_and_ints(src, to, mode):
+    rng = np.random.default_rng()
+    x = _wide_inputs(rng, src)
+    n = x.size
+    out = np.full(n, np.nan, np.float32)
+    wide_cast_kernel[(tf.cdiv(n, 256),)](x, out, n, TO=to, MODE=mode, BLOCK=256)
+    gout = torch.full((n,), float("nan"), device="cuda")
+    wide_cast_kernel[(tf.cdiv(n, 256),)](torch.from_numpy(x).cuda(), gout, n, TO=to, MODE=mode, BLOCK=256)
+    got = gout.cpu().numpy()
+    nan = np.isnan(out)
+    assert (np.isnan(got) == nan).all()
+    bad = np.nonzero(got[~nan].view(np.int32) != out[~nan].view(np.int32))[0]
+    assert (
+        bad.size == 0
+    ), f"{bad.size} differ, e.g. x={x[~nan][bad[:4]]!r}: gpu {got[~nan][bad[:4]]} interp {out[~nan][bad[:4]]}"
 
 
 @tf.jit

@@ -20,6 +20,28 @@ m32 = np.zeros((64, 64), np.float32)
 mbf = np.zeros((64, 64), ml_dtypes.bfloat16)
 MM = dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, BLOCK_SIZE_K=32, GROUP_SIZE_M=8)
 
+
+@tf.jit(noinline=True)
+def _scaled_row_sums(x, w):
+    # A callee with a dot, a reduction and two results.
+    y = tl.dot(x, w)
+    return y, tl.sum(y, axis=1)
+
+
+@tf.jit
+def noinline_calls(x_ptr, w_ptr, y_ptr, s_ptr, N: tl.constexpr):
+    r = tl.arange(0, N)
+    x = tl.load(x_ptr + r[:, None] * N + r[None, :])
+    w = tl.load(w_ptr + r[:, None] * N + r[None, :])
+    total = tl.zeros((N,), tl.float32)
+    y = tl.zeros((N, N), tl.float32)
+    for _ in range(2):
+        y, s = _scaled_row_sums(x, w)
+        total += s
+    tl.store(y_ptr + r[:, None] * N + r[None, :], y)
+    tl.store(s_ptr + r, total)
+
+
 KERNELS = {
     "vector_add": (vector_add.add_kernel, (f32, f32, f32, 64), {"BLOCK_SIZE": 1024}),
     "softmax": (softmax.softmax_kernel, (m32, m32, 64, 64, 64), {"BLOCK_SIZE": 64}),
@@ -34,6 +56,7 @@ KERNELS = {
         (m32, m32, f32, f32, f32, f32, 64, 64, 1e-5),
         {"BLOCK_SIZE": 64},
     ),
+    "noinline_calls": (noinline_calls, (mbf, mbf, m32, f32), {"N": 64}),
     "layernorm_bwd_dwdb": (
         layernorm._layer_norm_bwd_dwdb,
         (m32, m32, f32, f32, 64, 64),
@@ -79,22 +102,36 @@ def test_print_and_assert_assemble(arch, tmp_path):
     assert r.returncode == 0, r.stderr
 
 
-@tf.jit(noinline=True)
-def kept_call(x):
-    return x * 2.0
-
-
 @tf.jit
-def noinline_kernel(x_ptr, y_ptr):
+def scale_from_f64(x_ptr, y_ptr):
     offs = tl.arange(0, 16)
-    tl.store(y_ptr + offs, kept_call(tl.load(x_ptr + offs)))
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs).to(tl.float8e8m0, rounding="rtz").to(tl.float32))
 
 
 def test_unsupported_ops_name_the_kernel_line():
-    with pytest.raises(tf.CompilationError, match="does not lower calls of noinline device functions yet") as e:
-        noinline_kernel.warmup(f32, f32, grid=(1,), target="sm_90a")
+    with pytest.raises(tf.CompilationError, match="does not lower casts from f64 to e8m0 with rounding 'rtz' yet") as e:
+        scale_from_f64.warmup(np.zeros(16), f32, grid=(1,), target="sm_90a")
     assert e.value.file == __file__
-    assert "kept_call" in e.value.source_line
+    assert "float8e8m0" in e.value.source_line
+
+
+WIDE = [(np.float64, tl.bfloat16, "rtz"), (np.int64, tl.float16, "ru"), (np.int32, tl.float8e4nv, "rtz")]
+
+
+@pytest.mark.parametrize("src, to, mode", WIDE, ids=[f"{s.__name__}-{t.name}-{m}" for s, t, m in WIDE])
+def test_rounded_casts_from_wide_sources_assemble(src, to, mode, tmp_path):
+    @tf.jit
+    def k(x_ptr, y_ptr, TO: tl.constexpr, MODE: tl.constexpr):
+        offs = tl.arange(0, 64)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs).to(TO, rounding=MODE).to(tl.float32))
+
+    kernel = k.warmup(np.zeros(64, src), f32, TO=to, MODE=mode, grid=(1,), target="sm_90a")
+    path = tmp_path / "k.ptx"
+    path.write_text(kernel.asm["ptx"])
+    r = subprocess.run(
+        [PTXAS, "-arch=sm_90a", str(path), "-o", str(tmp_path / "k.cubin")], capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
 
 
 ROUNDINGS = [

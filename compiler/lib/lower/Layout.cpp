@@ -187,7 +187,8 @@ class Planner {
 
 LayoutPlan planLayouts(const Op& func, const std::string& arch, int threads) {
   Planner p(arch, threads);
-  for (Value* a : func.region(0).args()) p.plan[a] = scalarLayout(threads);
+  for (Value* a : func.region(0).args())
+    p.plan[a] = a->type().isTile() ? blockedLayout(a->type().shape, threads) : scalarLayout(threads);
   p.block(func.region(0));
   return std::move(p.plan);
 }

@@ -103,13 +103,43 @@ LVal* Lowering::castRounded(const Op& op, LVal* v, const Type& from, const Type&
     if (mode != "rne" || d == DType::F4E2M1) return roundToFormat(x, d, mode, rbits);
     return castElem(op, x, f32t, to);
   }
-  if (!isFloat(s) || s == DType::F64) unsupported(op, "casts from " + from.elementType().str() + " with rounding '" + mode + "'");
   if (!isFloat(d)) unsupported(op, "float-to-int casts with rounding '" + mode + "'");
-  LVal* x = s == DType::F32 ? v : (s == DType::F8E4M3 || s == DType::F8E5M2)
-                                      ? castElem(op, v, from, Type::scalar(DType::F32))
-                                      : b_.CreateFPExt(v, f32);
-  if (d == DType::E8M0) return roundToE8M0(x, mode, rbits);
-  if (d == DType::F32 || d == DType::F64) return d == DType::F64 ? b_.CreateFPExt(x, b_.getDoubleTy()) : x;
+  auto* f64 = b_.getDoubleTy();
+  LVal* x;
+  if (!isFloat(s)) {
+    // Integers go through f64 like the interpreter's: exact up to 2^53, beyond that
+    // rounded to odd, so that rounding to the target afterwards is still correct.
+    if (s == DType::I1) return castRounded(op, b_.CreateUIToFP(v, f64), Type::scalar(DType::F64), to, rbits);
+    LVal* w = b_.CreateSExt(v, b_.getInt64Ty());
+    x = b_.CreateSIToFP(w, f64);
+    if (d == DType::F64) return x;
+    if (s == DType::I64) {
+      // d - v as a sign: +1 when the conversion went up (d >= 2^63 always has).
+      LVal* big = b_.CreateFCmpOGE(x, llvm::ConstantFP::get(f64, 0x1p63));
+      LVal* back = b_.CreateFPToSI(b_.CreateSelect(big, llvm::ConstantFP::get(f64, 0.0), x), b_.getInt64Ty());
+      LVal* up = b_.CreateOr(big, b_.CreateICmpSGT(back, w));
+      LVal* inexact = b_.CreateOr(big, b_.CreateICmpNE(back, w));
+      LVal* bits = b_.CreateBitCast(x, b_.getInt64Ty());
+      LVal* even = b_.CreateICmpEQ(b_.CreateAnd(bits, b_.getInt64(1)), b_.getInt64(0));
+      // Step the magnitude toward v: down when the conversion moved away from zero.
+      LVal* away = b_.CreateICmpEQ(up, b_.CreateICmpSGE(w, b_.getInt64(0)));
+      LVal* stepped = b_.CreateSelect(away, b_.CreateSub(bits, b_.getInt64(1)), b_.CreateAdd(bits, b_.getInt64(1)));
+      x = b_.CreateBitCast(b_.CreateSelect(b_.CreateAnd(inexact, even), stepped, bits), f64);
+    }
+  } else if (s == DType::F64) {
+    x = v;
+  } else {
+    x = s == DType::F32 ? v
+        : (s == DType::F8E4M3 || s == DType::F8E5M2) ? castElem(op, v, from, Type::scalar(DType::F32))
+                                                       : b_.CreateFPExt(v, f32);
+  }
+  bool wide = x->getType()->isDoubleTy();
+  if (d == DType::E8M0) {
+    if (wide) unsupported(op, "casts from " + from.elementType().str() + " to e8m0 with rounding '" + mode + "'");
+    return roundToE8M0(x, mode, rbits);
+  }
+  if (d == DType::F64) return wide ? x : b_.CreateFPExt(x, f64);
+  if (d == DType::F32 && !wide) return x;
   return roundToFormat(x, d, mode, rbits);
 }
 
@@ -119,21 +149,27 @@ LVal* Lowering::roundToFormat(LVal* x, DType to, const std::string& mode, LVal* 
     double maxFinite;
     bool ieeeInf;  // overflow may give inf (f16, bf16); the others saturate
   };
-  Fmt f = to == DType::F16      ? Fmt{10, -14, 65504.0, true}
+  Fmt f = to == DType::F32      ? Fmt{23, -126, 0x1.fffffep127, true}
+          : to == DType::F16    ? Fmt{10, -14, 65504.0, true}
           : to == DType::BF16   ? Fmt{7, -126, 0x1.fep127, true}
           : to == DType::F8E4M3 ? Fmt{3, -6, 448.0, false}
           : to == DType::F8E5M2 ? Fmt{2, -14, 57344.0, false}
                                 : Fmt{1, 0, 6.0, false};  // f4e2m1
   auto* f64 = b_.getDoubleTy();
   auto* i64 = b_.getInt64Ty();
-  LVal* bits = b_.CreateBitCast(x, b_.getInt32Ty());
-  LVal* neg = b_.CreateICmpSLT(bits, idx(0));
+  // x is f32 or f64; the rounding below is exact in f64 either way.
+  bool wide = x->getType()->isDoubleTy();
+  LVal* bits = b_.CreateBitCast(x, wide ? i64 : b_.getInt32Ty());
+  LVal* neg = b_.CreateICmpSLT(bits, llvm::ConstantInt::get(bits->getType(), 0));
   LVal* isNan = b_.CreateFCmpUNO(x, x);
   LVal* ax = b_.CreateIntrinsic(llvm::Intrinsic::fabs, {x->getType()}, {x});
   LVal* isInf = b_.CreateFCmpOEQ(ax, llvm::ConstantFP::getInfinity(x->getType()));
-  LVal* ad = b_.CreateFPExt(ax, f64);
-  // The exponent of |x| (f32 subnormals are below every emin here), clamped to the format's emin.
-  LVal* e = b_.CreateSub(b_.CreateAnd(b_.CreateLShr(bits, idx(23)), idx(0xFF)), idx(127));
+  LVal* ad = wide ? ax : b_.CreateFPExt(ax, f64);
+  // The exponent of |x| (subnormals of the source are below every emin here), clamped to the format's emin.
+  LVal* e = wide ? b_.CreateSub(b_.CreateTrunc(b_.CreateAnd(b_.CreateLShr(bits, b_.getInt64(52)), b_.getInt64(0x7FF)),
+                                               b_.getInt32Ty()),
+                                idx(1023))
+                 : b_.CreateSub(b_.CreateAnd(b_.CreateLShr(bits, idx(23)), idx(0xFF)), idx(127));
   LVal* exp = b_.CreateIntrinsic(llvm::Intrinsic::smax, {b_.getInt32Ty()}, {e, idx(f.emin)});
   LVal* k = b_.CreateSExt(b_.CreateSub(idx(f.mant), exp), i64);  // |x| / quantum = |x| * 2^k
   auto pow2 = [&](LVal* p) { return b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(p, b_.getInt64(1023)), b_.getInt64(52)), f64); };
@@ -160,7 +196,7 @@ LVal* Lowering::roundToFormat(LVal* x, DType to, const std::string& mode, LVal* 
   v = b_.CreateSelect(b_.CreateFCmpOGT(v, maxv), overTo, v);
   v = b_.CreateSelect(isInf, f.ieeeInf ? inf : maxv, v);
   v = b_.CreateSelect(neg, b_.CreateFNeg(v), v);
-  if (to == DType::F16 || to == DType::BF16) {
+  if (to == DType::F32 || to == DType::F16 || to == DType::BF16) {
     LVal* out = b_.CreateFPTrunc(v, elemType(to));  // exact: v is representable
     return b_.CreateSelect(isNan, llvm::ConstantFP::getNaN(elemType(to)), out);
   }

@@ -35,13 +35,7 @@ void Lowering::lowerKernel(const Op& f) {
                                           llvm::ValueAsMetadata::get(llvm::ConstantInt::get(i32, 1))}));
   md->addOperand(llvm::MDNode::get(ctx_, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, "maxntidx"),
                                           llvm::ValueAsMetadata::get(llvm::ConstantInt::get(i32, threads_))}));
-  plan_ = planLayouts(f, arch_, threads_);
-  axis_ = std::make_unique<AxisAnalysis>(f);
-  entry_ = llvm::BasicBlock::Create(ctx_, "entry", fn_);
-  b_.SetInsertPoint(entry_);
-  tid_ = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {}, {});
-  auto* start = llvm::BasicBlock::Create(ctx_, "body", fn_);
-  b_.SetInsertPoint(start);
+  beginFunction(f, fn_);
   for (unsigned i = 0; i < body.numArgs(); ++i) {
     fn_->getArg(i)->setName(body.arg(i)->name());
     vals_[body.arg(i)] = Regs{{fn_->getArg(i)}, layoutOf(body.arg(i))};
@@ -49,8 +43,25 @@ void Lowering::lowerKernel(const Op& f) {
   reserveWgmmaOperands(body);
   lowerBlock(body);
   b_.CreateRetVoid();
+  endFunction();
+}
+
+// Per-function state: the layout plan, the axis analysis, and an entry block for
+// thread-invariant index math ahead of the body.
+void Lowering::beginFunction(const Op& f, llvm::Function* fn) {
+  fn_ = fn;
+  plan_ = planLayouts(f, arch_, threads_);
+  axis_ = std::make_unique<AxisAnalysis>(f);
+  entry_ = llvm::BasicBlock::Create(ctx_, "entry", fn_);
   b_.SetInsertPoint(entry_);
-  b_.CreateBr(start);
+  tid_ = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {}, {});
+  start_ = llvm::BasicBlock::Create(ctx_, "body", fn_);
+  b_.SetInsertPoint(start_);
+}
+
+void Lowering::endFunction() {
+  b_.SetInsertPoint(entry_);
+  b_.CreateBr(start_);
 }
 
 // The thread's share of the flat index: the thread bases of the set bits of tid,
@@ -523,7 +534,7 @@ void Lowering::lowerOp(const Op& op) {
     case OpKind::If: return lowerIf(op);
     case OpKind::While: return lowerWhile(op);
     case OpKind::DotScaled: return lowerDotScaled(op);
-    case OpKind::Call: unsupported(op, "calls of noinline device functions");
+    case OpKind::Call: return lowerCall(op);
     case OpKind::Print: return lowerPrint(op);
     case OpKind::Assert: return lowerAssert(op);
     default: break;
@@ -580,7 +591,7 @@ LoweredKernel compileKernel(const Module& m, const std::string& kernel, const Lo
   mod.setTargetTriple("nvptx64-nvidia-cuda");
   mod.setDataLayout("e-i64:64-i128:128-v16:16-v32:32-n16:32:64");
   auto t0 = std::chrono::steady_clock::now();
-  detail::Lowering low(ctx, mod, opts);
+  detail::Lowering low(ctx, mod, opts, m);
   low.lowerKernel(*f);
   if (const char* v = std::getenv("TILEFUSE_TIME_PASSES"); v && std::string(v) == "1")
     std::fprintf(stderr, "[tilefuse] lower to LLVM IR: %.1f ms, %u instructions\n",

@@ -38,7 +38,7 @@ Operands operandBytes(const Op& dot) {
 // Shared memory for wgmma operands: rings of num_stages stages for the pipelined
 // loops (LowerPipeline.cpp), two stages shared by the other dots, then scratch.
 void Lowering::reserveWgmmaOperands(const Block& body) {
-  int64_t next = 0;
+  int64_t next = floor_;
   std::function<void(const Block&)> walk = [&](const Block& b) {
     for (const auto& o : b.ops()) {
       Pipeline p;

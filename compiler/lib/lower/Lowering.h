@@ -58,11 +58,16 @@ using Env = std::map<const Value*, Regs, ArgOrder>;
 
 class Lowering {
  public:
-  Lowering(llvm::LLVMContext& ctx, llvm::Module& mod, const LowerOptions& opts)
-      : ctx_(ctx), mod_(mod), b_(ctx), threads_(32 * opts.numWarps), numStages_(opts.numStages), arch_(opts.arch) {}
+  Lowering(llvm::LLVMContext& ctx, llvm::Module& mod, const LowerOptions& opts, const Module& module)
+      : ctx_(ctx), mod_(mod), b_(ctx), threads_(32 * opts.numWarps), numStages_(opts.numStages), arch_(opts.arch),
+        opts_(opts), module_(module) {}
 
   int sharedBytes() const { return static_cast<int>(smemBytes_); }
   void lowerKernel(const Op& f);
+  // A noinline device function as an LLVM function taking and returning the
+  // registers of its arguments and results in blocked layouts; its shared memory
+  // starts at byte `floor`, above the caller's operand buffers.
+  llvm::Function* lowerCallee(const Op& f, int64_t floor);
 
  private:
   // --- types and layout ---
@@ -246,6 +251,14 @@ class Lowering {
   void lowerFor(const Op& op);
   void lowerIf(const Op& op);
   void lowerWhile(const Op& op);
+  void lowerCall(const Op& op);
+  void beginFunction(const Op& f, llvm::Function* fn);
+  void endFunction();
+  std::vector<llvm::Type*> regTypes(const Type& t);
+  // Flattened registers of `v` in the layout a call passes it (blocked tiles).
+  Layout callLayout(const Type& t) const {
+    return t.isTile() ? blockedLayout(t.shape, threads_) : scalarLayout(threads_);
+  }
 
   // Runs `body` only when `cond`; returns the phi of body's value and `otherwise`.
   LVal* guarded(LVal* cond, const std::function<LVal*()>& body, LVal* otherwise) {
@@ -299,6 +312,8 @@ class Lowering {
   int threads_;
   int numStages_;
   std::string arch_;
+  LowerOptions opts_;
+  const Module& module_;
   llvm::Function* fn_ = nullptr;
   LVal* tid_ = nullptr;
   llvm::GlobalVariable* smem_ = nullptr;
@@ -307,14 +322,19 @@ class Lowering {
   LayoutPlan plan_;
   std::unique_ptr<AxisAnalysis> axis_;
   llvm::BasicBlock* entry_ = nullptr;  // thread-invariant index math goes here, ahead of the body
+  llvm::BasicBlock* start_ = nullptr;
+  // Shared memory of the device functions lowered so far, by name (shared by the
+  // kernel's lowering and its callees').
+  std::shared_ptr<std::map<std::string, int64_t>> calleeSmem_ = std::make_shared<std::map<std::string, int64_t>>();
   std::map<std::vector<int64_t>, LVal*> threadParts_, owners_;
   // Shared memory: [0, scratch_) holds wgmma operands (pipeline rings, then the two
   // stages of other dots). Layout conversions and reductions, one at a time between
   // barriers, use the space after it while operands may be in use (a wgmma in flight,
   // or inside a pipelined loop), and all of shared memory otherwise.
   int64_t scratch_ = 0;
+  int64_t floor_ = 0;  // a callee's shared memory starts here
   int pipelinedLoops_ = 0;  // pipelined loops being lowered (their copies in flight)
-  int64_t scratchBase() const { return pipelinedLoops_ || !wgmmaPending_.empty() ? scratch_ : 0; }
+  int64_t scratchBase() const { return pipelinedLoops_ || !wgmmaPending_.empty() ? scratch_ : floor_; }
   int64_t wgmmaStageBytes_ = 0, wgmmaBase_ = 0;
   std::unordered_map<const Op*, Pipeline> pipelines_;  // by for op
   std::unordered_map<const Op*, const Pipeline*> pipelinedDots_;

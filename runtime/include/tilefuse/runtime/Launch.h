@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tilefuse/runtime/Driver.h"
@@ -28,14 +29,16 @@ class LoadedKernel {
 
   void launch(std::array<uint32_t, 3> grid, uint64_t stream, const std::vector<KernelArg>& args) const;
   // `params` holds every argument laid out as the kernel's parameter list (natural
-  // alignment, as a C struct): one copy instead of one object per argument.
-  void launchPacked(std::array<uint32_t, 3> grid, uint64_t stream, const std::string& params) const;
+  // alignment, as a C struct): one copy instead of one object per argument. Makes the
+  // kernel's context current first when another one is.
+  void launchPacked(std::array<uint32_t, 3> grid, uint64_t stream, std::string_view params) const;
   int device() const { return device_; }
   int numThreads() const { return threads_; }
   int sharedBytes() const { return shared_; }
 
  private:
   int device_;
+  CUcontext ctx_ = nullptr;  // the device's primary context
   CUmodule module_ = nullptr;
   CUfunction fn_ = nullptr;
   int threads_;
