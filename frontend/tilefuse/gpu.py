@@ -215,15 +215,15 @@ def fast_launcher(kernel, spec, names, grid, num_warps: int, num_stages: int, de
             fmt += _STRUCT[t.elem]
             exprs.append(f"float(v[{i}])" if t.elem == _D.f32 else f"int(v[{i}])")
     # Written out per specialization: one struct.pack of the argument expressions.
+    _current_stream(device)  # resolves torch
+    raw = getattr(_torch._C, "_cuda_getCurrentRawStream", None) if _torch else None
     ns = {
         "pack": struct.Struct(fmt).pack,
-        "launch_packed": loaded.launch_packed,
-        "stream": _current_stream,
-        "grid": grid,
+        "launch": loaded.bind_grid(grid),  # makes the kernel's context current itself
+        "stream": raw or _current_stream,
         "device": device,
     }
-    # launch_packed makes the kernel's context current itself.
-    body = f"    launch_packed(grid, stream(device), pack({', '.join(exprs)}))\n"
+    body = f"    launch(stream(device), pack({', '.join(exprs)}))\n"
     exec("def go(v):\n" + body, ns)  # noqa: S102 - generated from parameter positions only
     go = ns["go"]
     go.kernel = kernel

@@ -209,7 +209,7 @@ class JITFunction:
         self._names = [p.name for p in self.params]
         self._is_const = [p.name in self.constexprs for p in self.params]
         self._binder = _make_binder(self.params)
-        self._keyer = _make_keyer(self._is_const) if self._binder is not None else None
+        self._keyer = _make_keyer(self.params, self._is_const) if self._binder is not None else None
 
     @property
     def source(self) -> FunctionSource:
@@ -387,8 +387,7 @@ class JITFunction:
         if self._keyer is None or callable(grid):
             return None
         try:
-            vals = self._binder(*args, **kwargs)
-            key = self._keyer(vals, grid, num_warps, num_stages)
+            key, vals = self._keyer(grid, num_warps, num_stages, *args, **kwargs)
             hash(key)
         except TypeError:
             return None
@@ -435,12 +434,17 @@ def _arg_key(v):
     raise TypeError
 
 
-def _make_keyer(is_const):
-    """A function (values, grid, num_warps, num_stages) -> key, written out per kernel
-    so that a launch runs no loop over the parameters."""
-    parts = [f"('c', v[{i}])" if c else f"_arg_key(v[{i}])" for i, c in enumerate(is_const)]
-    ns = {"_arg_key": _arg_key}
-    exec(f"def _keyer(v, grid, nw, ns):\n    return (grid, nw, ns, {', '.join(parts)},)\n", ns)  # noqa: S102
+def _make_keyer(params, is_const):
+    """A function (grid, num_warps, num_stages, *args, **kwargs) -> (key, values) that binds
+    the arguments like _make_binder's and keys them, written out per kernel so that a
+    launch runs no loop over the parameters."""
+    defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+    sig = ", ".join(f"{p.name}=_d[{p.name!r}]" if p.name in defaults else p.name for p in params)
+    names = ", ".join(p.name for p in params)
+    parts = [f"('c', {p.name})" if c else f"_arg_key({p.name})" for p, c in zip(params, is_const)]
+    ns = {"_arg_key": _arg_key, "_d": defaults}
+    src = f"def _keyer(_g_, _w_, _s_, {sig}):\n    return (_g_, _w_, _s_, {', '.join(parts)}), ({names},)\n"
+    exec(src, ns)  # noqa: S102 - parameter names only
     return ns["_keyer"]
 
 
