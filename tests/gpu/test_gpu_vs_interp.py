@@ -211,6 +211,51 @@ def test_noinline_calls():
     assert kernel is not None
 
 
+@tf.jit
+def dot8(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr):
+    rm, rn, rk = tl.arange(0, M), tl.arange(0, N), tl.arange(0, BK)
+    acc = tl.zeros((M, N), tl.int32 if a_ptr.dtype.element_ty == tl.int8 else tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        if BT:
+            b = tl.trans(tl.load(b_ptr + rn[:, None] * K + (k + rk)[None, :]))
+        else:
+            b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
+
+
+@pytest.mark.parametrize("bt", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2, torch.int8])
+@pytest.mark.parametrize("shape", [(128, 128, 256, 64, 8), (64, 256, 128, 128, 4)])
+def test_dot_on_8bit_tensor_cores(dtype, bt, shape):
+    # wgmma k32 with K-major operands: B staged transposed from registers (bt False) or
+    # copied K-major by the pipeline (bt True). int8 is exact. fp8 products are exact, but
+    # the tensor cores add them with fewer bits than fp32 (the lowering moves each 128 of K
+    # into fp32): the bound is 2^-12 of the sum of |products|, far below one fp8 ulp.
+    m, n, k, bk, warps = shape
+    if dtype == torch.int8:
+        a = torch.randint(-128, 128, (m, k), device="cuda", dtype=torch.int8)
+        b = torch.randint(-128, 128, (k, n), device="cuda", dtype=torch.int8)
+        c = torch.zeros(m, n, device="cuda", dtype=torch.int32)
+    else:
+        a = torch.randn(m, k, device="cuda").to(dtype)
+        b = torch.randn(k, n, device="cuda").to(dtype)
+        c = torch.full((m, n), float("nan"), device="cuda")
+    bin_ = b.t().contiguous() if bt else b
+    kw = dict(M=m, N=n, K=k, BK=bk, BT=bt)
+    ptx = dot8.warmup(a, bin_, c, grid=(1,), num_warps=warps, **kw).asm["ptx"]
+    assert "wgmma.mma_async" in ptx and (("cp.async" in ptx) == bt)
+    dot8[(1,)](a, bin_, c, num_warps=warps, **kw)
+    if dtype == torch.int8:  # torch has no int64 matmul on the GPU
+        assert torch.equal(c.cpu().long(), a.cpu().long() @ b.cpu().long())
+        return
+    ref = a.double() @ b.double()
+    scale = a.double().abs() @ b.double().abs()
+    ratio = ((c.double() - ref).abs() / scale).max().item()
+    assert ratio <= 2**-12, f"max error {ratio:.3g} of the sum of |products|"
+
+
 def test_layernorm_forward():
     m, n = 64, 1000
     x = torch.randn(m, n, device="cuda")

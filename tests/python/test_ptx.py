@@ -18,6 +18,9 @@ PTXAS = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
 f32 = np.zeros(64, np.float32)
 m32 = np.zeros((64, 64), np.float32)
 mbf = np.zeros((64, 64), ml_dtypes.bfloat16)
+m8 = np.zeros((64, 64), ml_dtypes.float8_e4m3fn)
+mi8 = np.zeros((64, 64), np.int8)
+mi32 = np.zeros((64, 64), np.int32)
 MM = dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, BLOCK_SIZE_K=32, GROUP_SIZE_M=8)
 
 
@@ -42,6 +45,21 @@ def noinline_calls(x_ptr, w_ptr, y_ptr, s_ptr, N: tl.constexpr):
     tl.store(s_ptr + r, total)
 
 
+@tf.jit
+def dot8(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr):
+    # fp8 and int8 dots: B as loaded ([K, N], transposed when staged) or as trans of [N, K].
+    rm, rn, rk = tl.arange(0, M), tl.arange(0, N), tl.arange(0, BK)
+    acc = tl.zeros((M, N), tl.int32 if a_ptr.dtype.element_ty == tl.int8 else tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        if BT:
+            b = tl.trans(tl.load(b_ptr + rn[:, None] * K + (k + rk)[None, :]))
+        else:
+            b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
+
+
 KERNELS = {
     "vector_add": (vector_add.add_kernel, (f32, f32, f32, 64), {"BLOCK_SIZE": 1024}),
     "softmax": (softmax.softmax_kernel, (m32, m32, 64, 64, 64), {"BLOCK_SIZE": 64}),
@@ -57,6 +75,9 @@ KERNELS = {
         {"BLOCK_SIZE": 64},
     ),
     "noinline_calls": (noinline_calls, (mbf, mbf, m32, f32), {"N": 64}),
+    "dot_fp8": (dot8, (m8, m8, m32), dict(M=64, N=64, K=64, BK=32, BT=False)),
+    "dot_fp8_bt": (dot8, (m8, m8, m32), dict(M=64, N=64, K=64, BK=32, BT=True)),
+    "dot_i8_bt": (dot8, (mi8, mi8, mi32), dict(M=64, N=64, K=64, BK=32, BT=True)),
     "layernorm_bwd_dwdb": (
         layernorm._layer_norm_bwd_dwdb,
         (m32, m32, f32, f32, 64, 64),
@@ -69,6 +90,8 @@ KERNELS = {
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 @pytest.mark.parametrize("name", sorted(KERNELS))
 def test_ptx_assembles(name, arch, tmp_path):
+    if name.startswith("dot_fp8") and arch == "sm_80":
+        pytest.skip("fp8 conversions need sm_89 or newer")
     kernel, args, kwargs = KERNELS[name]
     k = kernel.warmup(*args, grid=(1,), target=arch, **kwargs)
     assert f".target {arch}" in k.asm["ptx"]

@@ -57,17 +57,21 @@ bool wgmmaApplies(const Op& dot, const std::string& arch, int threads, WgmmaShap
   if (dot.kind() != OpKind::Dot || arch != "sm_90a" || threads % 128) return false;
   const Type& a = dot.operand(0)->type();
   const Type& b = dot.operand(1)->type();
-  if (a.elem != b.elem || (a.elem != DType::BF16 && a.elem != DType::F16)) return false;
-  if (dot.result()->type().elem != DType::F32) return false;
+  auto fp8 = [](DType d) { return d == DType::F8E4M3 || d == DType::F8E5M2; };
+  DType acc = dot.result()->type().elem;
+  bool halves = a.elem == b.elem && (a.elem == DType::BF16 || a.elem == DType::F16) && acc == DType::F32;
+  bool bytes = (fp8(a.elem) && fp8(b.elem) && acc == DType::F32) || (a.elem == DType::I8 && b.elem == DType::I8 && acc == DType::I32);
+  if (!halves && !bytes) return false;
   int64_t m = a.shape[0], k = a.shape[1], n = b.shape[1];
   int64_t groups = threads / 128;
-  if (m % 64 || k % 16) return false;
+  // One instruction takes 32 bytes of K.
+  if (m % 64 || k % (halves ? 16 : 32)) return false;
   WgmmaShape s;
   s.wgM = std::min(groups, m / 64);
   s.wgN = groups / s.wgM;
   int64_t perN = n / s.wgN;
-  // Operand B is staged in swizzled rows of at least 32 bytes (16 columns).
-  if (n % s.wgN || perN < 16) return false;
+  // An N-major B (16-bit types) is staged in swizzled rows of at least 32 bytes.
+  if (n % s.wgN || perN < (halves ? 16 : 8)) return false;
   s.instrN = std::min<int64_t>(256, perN);
   s.repN = perN / s.instrN;
   s.repM = m / s.wgM / 64;

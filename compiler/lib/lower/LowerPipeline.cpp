@@ -77,8 +77,10 @@ bool Lowering::planPipeline(const Op& loop, Pipeline* p) {
     dot = o.get();
   }
   if (!dot) return false;
+  WgmmaB bs = wgmmaB(*dot);
+  if (bs.transposeOnStage) return false;  // cp.async copies bytes as they lie
   for (unsigned i = 0; i < 2; ++i) {
-    const Value* v = dot->operand(i);
+    const Value* v = i ? bs.value : dot->operand(0);
     const Op* ld = v->definingOp();
     if (!ld || ld->kind() != OpKind::Load || v->ownerBlock() != &body || v->uses().size() != 1) return false;
     if (ld->numOperands() > 2 && !isZeroConstant(ld->operand(2))) return false;
@@ -87,14 +89,15 @@ bool Lowering::planPipeline(const Op& loop, Pipeline* p) {
       if (!advanceable(ld->operand(k), body, seen)) return false;
     const Value* mask = ld->numOperands() > 1 ? ld->operand(1) : nullptr;
     int64_t width = std::min(vectorRun(layoutOf(ld->operand(0))), axis_->vectorWidth(ld->operand(0), mask, 16));
-    if (width * 2 < 4) return false;  // cp.async moves 4, 8 or 16 bytes
+    width = std::min(width, 16 / bs.elemBytes);
+    if (width * bs.elemBytes < 4) return false;  // cp.async moves 4, 8 or 16 bytes
     p->loads[i] = ld;
     p->width[i] = width;
   }
   p->dot = dot;
   p->stages = numStages_;
-  p->aBytes = roundUp(dot->operand(0)->type().numel() * 2, 1024);
-  p->stageBytes = p->aBytes + roundUp(dot->operand(1)->type().numel() * 2, 1024);
+  p->aBytes = roundUp(dot->operand(0)->type().numel() * bs.elemBytes, 1024);
+  p->stageBytes = p->aBytes + roundUp(dot->operand(1)->type().numel() * bs.elemBytes, 1024);
   return true;
 }
 
@@ -184,7 +187,8 @@ void Lowering::copyStage(const Pipeline& p, const Block& body, const Env& env, L
       mask = evalUnder(ld->operand(1), body, env);
       if (!(mask.L == L)) mask = convert(mask, ld->operand(1)->type(), L);
     }
-    int64_t bytes = p.width[i] * 2;
+    int64_t eb = wgmmaElemBytes(t.elem);
+    int64_t bytes = p.width[i] * eb;
     std::string text = std::string("cp.async.") + (bytes == 16 ? "cg" : "ca") + ".shared.global [$0], [$1], " +
                        std::to_string(bytes) + ", $2;";
     auto* ty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt32Ty(), b_.getInt64Ty(), b_.getInt32Ty()}, false);
@@ -192,7 +196,8 @@ void Lowering::copyStage(const Pipeline& p, const Block& body, const Env& env, L
     LVal* base = b_.CreateAdd(ring, idx(i ? p.aBytes : 0));
     for (int s = 0; s < slots(L); s += static_cast<int>(p.width[i])) {
       if (!slotOwned(L, s)) continue;
-      LVal* dst = b_.CreateAdd(base, swizzledOffset(flatIndex(L, s), t));
+      LVal* e = flatIndex(L, s);
+      LVal* dst = b_.CreateAdd(base, swizzledOffset(coord(e, t.shape, 0), coord(e, t.shape, 1), t.shape[0], t.shape[1], eb));
       LVal* ok = mask.e.empty() ? valid : b_.CreateAnd(valid, mask.e[s]);
       LVal* size = b_.CreateSelect(ok, idx(bytes), idx(0));
       b_.CreateCall(copy, {dst, b_.CreatePtrToInt(ptrs.e[s], b_.getInt64Ty()), size});
@@ -228,7 +233,7 @@ void Lowering::lowerPipelinedDot(const Op& op, const WgmmaShape& w, const Pipeli
   barrier();
   LVal* aBase = b_.CreateAdd(idx(p.base), b_.CreateMul(stage, idx(p.stageBytes)));
   vals_[op.result()] = issueWgmma(op, w, std::move(acc), aBase, b_.CreateAdd(aBase, idx(p.aBytes)));
-  wgmmaPending_.insert(op.result());
+  if (!wgmmaPromotes(op)) wgmmaPending_.insert(op.result());
   ptx("wgmma.wait_group.sync.aligned 1;");
   barrier();
   Env now;

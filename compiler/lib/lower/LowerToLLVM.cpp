@@ -293,7 +293,7 @@ void Lowering::lowerFor(const Op& op) {
   WgmmaShape w;
   for (size_t i = 0; i < carried.size(); ++i) {
     const Op* def = yielded[i]->definingOp();
-    if (def && wgmmaApplies(*def, arch_, threads_, &w)) wgmmaPending_.insert(carried[i]);
+    if (def && wgmmaApplies(*def, arch_, threads_, &w) && !wgmmaPromotes(*def)) wgmmaPending_.insert(carried[i]);
   }
   b_.CreateCondBr(b_.CreateICmpSLT(iv, ub), bodyBB, exit);
   b_.SetInsertPoint(bodyBB);
@@ -382,7 +382,7 @@ void Lowering::lowerWhile(const Op& op) {
 }
 
 void Lowering::lowerOp(const Op& op) {
-  if (pipelinedLoads_.count(&op)) return;  // copied into shared memory by the pipeline
+  if (pipelinedLoads_.count(&op) || stagedTrans_.count(&op)) return;  // staged by a wgmma dot
   waitPending(op);
   const Type& t = op.numResults() ? op.result()->type() : Type{};
   static const Layout none;

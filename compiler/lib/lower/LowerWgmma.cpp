@@ -2,17 +2,19 @@
 // swizzled shared memory and the fp32 accumulator in registers (Layout.h's wgmma
 // layout), so a K loop keeps it there.
 //
-// Each dot writes A (K-major) and B (N-major) into one of two shared-memory stages,
+// Each dot writes A (K-major) and B into one of two shared-memory stages,
 // issues its wgmma group and returns without waiting: the next loop iteration's
 // global loads overlap the tensor cores. A dot first waits until at most one group
 // is in flight (the group two dots back read the stage it overwrites); any other use
 // of a dot result waits for all groups (waitPending).
 //
 // Shared-memory operand layout (PTX ISA, "Shared Memory Matrix Layout"): a tile of
-// rows x cols 16-bit elements is stored as column blocks of R/2 elements (R = 32, 64
-// or 128 bytes, the swizzle width), each block rows x R bytes, with the 16-byte
-// chunks of a row XOR-swizzled by the row within its 8-row group
-// (address bits [4,7) ^= bits [7,10), masked to the swizzle width).
+// rows x cols elements is stored as column blocks of R bytes (R = 32, 64 or 128, the
+// swizzle width), each block rows x R bytes, with the 16-byte chunks of a row
+// XOR-swizzled by the row within its 8-row group (address bits [4,7) ^= bits [7,10),
+// masked to the swizzle width). B is K-major (staged as its [N, K] transpose) for
+// 8-bit types, which wgmma takes no other way, and when the program computes it as
+// trans(x) of an [N, K] tile; 16-bit B is N-major otherwise.
 #include "Lowering.h"
 
 namespace tilefuse::lower::detail {
@@ -20,8 +22,8 @@ namespace {
 
 int64_t roundUp(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 
-// Swizzle width for rows of `cols` 16-bit elements.
-int64_t swizzleBytes(int64_t cols) { return std::min<int64_t>(128, cols * 2); }
+// Swizzle width for rows of `rowBytes` bytes.
+int64_t swizzleBytes(int64_t rowBytes) { return std::min<int64_t>(128, rowBytes); }
 int swizzleMode(int64_t r) { return r == 128 ? 1 : r == 64 ? 2 : 3; }
 
 struct Operands {
@@ -30,7 +32,8 @@ struct Operands {
 Operands operandBytes(const Op& dot) {
   const Type& a = dot.operand(0)->type();
   const Type& b = dot.operand(1)->type();
-  return {roundUp(a.numel() * 2, 1024), roundUp(b.numel() * 2, 1024)};
+  int64_t eb = wgmmaElemBytes(a.elem);
+  return {roundUp(a.numel() * eb, 1024), roundUp(b.numel() * eb, 1024)};
 }
 
 }  // namespace
@@ -51,6 +54,10 @@ void Lowering::reserveWgmmaOperands(const Block& body) {
         pipelinedLoads_.insert(p.loads[1]);
       }
       WgmmaShape w;
+      if (wgmmaApplies(*o, arch_, threads_, &w)) {
+        // A trans that only feeds B is staged from its operand: nothing to lower.
+        if (const Op* t = o->operand(1)->definingOp(); t && wgmmaB(*o).value != o->operand(1)) stagedTrans_.insert(t);
+      }
       if (wgmmaApplies(*o, arch_, threads_, &w) && !pipelinedDots_.count(o.get())) {
         Operands s = operandBytes(*o);
         wgmmaStageBytes_ = std::max(wgmmaStageBytes_, s.aBytes + s.bBytes);
@@ -78,9 +85,12 @@ Regs Lowering::waitWgmma(const Regs& r, int pending) {
     ptx(text);
     return r;
   }
-  std::vector<llvm::Type*> tys(r.e.size(), b_.getFloatTy());
+  std::vector<llvm::Type*> tys;
   std::string cons;
-  for (size_t i = 0; i < r.e.size(); ++i) cons += "=f,";
+  for (LVal* x : r.e) {
+    tys.push_back(x->getType());
+    cons += x->getType()->isFloatTy() ? "=f," : "=r,";
+  }
   for (size_t i = 0; i < r.e.size(); ++i) cons += std::to_string(i) + ",";
   cons += "~{memory}";
   auto* ret = llvm::StructType::get(ctx_, tys);
@@ -104,37 +114,50 @@ void Lowering::waitPending(const Op& user) {
   }
 }
 
-// Byte offset of element e (flat) of a rows x cols tile of 16-bit elements in the
-// swizzled block layout above.
-LVal* Lowering::swizzledOffset(LVal* e, const Type& t) {
-  int64_t rows = t.shape[0], R = swizzleBytes(t.shape[1]);
-  LVal* row = coord(e, t.shape, 0);
-  LVal* col = coord(e, t.shape, 1);
-  LVal* block = b_.CreateLShr(col, idx(__builtin_ctzll(R / 2)));
+// Byte offset of element (row, col) of a rows x cols tile of `eb`-byte elements in
+// the swizzled block layout above.
+LVal* Lowering::swizzledOffset(LVal* row, LVal* col, int64_t rows, int64_t cols, int64_t eb) {
+  int64_t R = swizzleBytes(cols * eb);
+  LVal* byte = b_.CreateMul(col, idx(eb));
+  LVal* block = b_.CreateLShr(byte, idx(__builtin_ctzll(R)));
   LVal* off = b_.CreateAdd(b_.CreateMul(block, idx(rows * R)),
-                           b_.CreateAdd(b_.CreateMul(row, idx(R)), b_.CreateShl(b_.CreateAnd(col, idx(R / 2 - 1)), idx(1))));
+                           b_.CreateAdd(b_.CreateMul(row, idx(R)), b_.CreateAnd(byte, idx(R - 1))));
   return b_.CreateXor(off, b_.CreateShl(b_.CreateAnd(b_.CreateLShr(off, idx(7)), idx(R / 16 - 1)), idx(4)));
 }
 
-// Writes `r` (a rows x cols tile of 16-bit elements) at smem byte `base` in the
-// swizzled block layout above; runs of consecutive elements go as one vector store.
-void Lowering::stageOperand(const Regs& r, const Type& t, LVal* base) {
-  int run = static_cast<int>(std::min<int64_t>(8, vectorRun(r.L)));
+// Which tile stages as B, and how: the [N, K] operand of a trans, or B itself.
+WgmmaB Lowering::wgmmaB(const Op& dot) {
+  const Value* b = dot.operand(1);
+  int64_t eb = wgmmaElemBytes(b->type().elem);
+  const Op* def = b->definingOp();
+  if (def && def->kind() == OpKind::Trans && b->uses().size() == 1) return {def->operand(0), true, false, eb};
+  return {b, eb == 1, eb == 1, eb};
+}
+
+// Writes `r` (a tile of t) at smem byte `base` in the swizzled block layout above;
+// runs of consecutive elements go as one vector store. `transpose` writes element
+// (i, j) at (j, i) of the transposed tile, one element at a time.
+void Lowering::stageOperand(const Regs& r, const Type& t, LVal* base, bool transpose) {
+  int64_t eb = wgmmaElemBytes(t.elem);
+  int64_t rows = t.shape[0], cols = t.shape[1];
+  int run = transpose ? 1 : static_cast<int>(std::min<int64_t>(16 / eb, vectorRun(r.L)));
   llvm::Type* et = elemType(t.elem);
   for (int s = 0; s < slots(r.L); s += run) {
     if (!slotOwned(r.L, s)) continue;
-    LVal* off = swizzledOffset(flatIndex(r.L, s), t);
+    LVal* e = flatIndex(r.L, s);
+    LVal* row = coord(e, t.shape, 0);
+    LVal* col = coord(e, t.shape, 1);
+    LVal* off = transpose ? swizzledOffset(col, row, cols, rows, eb) : swizzledOffset(row, col, rows, cols, eb);
     LVal* v = llvm::PoisonValue::get(llvm::FixedVectorType::get(et, run));
     for (int i = 0; i < run; ++i) v = b_.CreateInsertElement(v, r.e[s + i], b_.getInt32(i));
     LVal* addr = b_.CreateGEP(b_.getInt8Ty(), smem(), b_.CreateAdd(base, off));
-    b_.CreateAlignedStore(v, addr, llvm::Align(2 * run));
+    b_.CreateAlignedStore(v, addr, llvm::Align(eb * run));
   }
 }
 
 void Lowering::lowerWgmma(const Op& op, const WgmmaShape& w) {
   if (auto it = pipelinedDots_.find(&op); it != pipelinedDots_.end()) return lowerPipelinedDot(op, w, *it->second);
   const Type& at = op.operand(0)->type();
-  const Type& bt = op.operand(1)->type();
   const Layout& L = layoutOf(op.result());
   Regs acc = in(op.operand(2), L);
   auto* i32 = b_.getInt32Ty();
@@ -151,12 +174,13 @@ void Lowering::lowerWgmma(const Op& op, const WgmmaShape& w) {
   LVal* bBase = b_.CreateAdd(aBase, idx(sizes.aBytes));
   ptx("wgmma.wait_group.sync.aligned 1;");
   barrier();
-  stageOperand(get(op.operand(0)), at, aBase);
-  stageOperand(get(op.operand(1)), bt, bBase);
+  WgmmaB bs = wgmmaB(op);
+  stageOperand(get(op.operand(0)), at, aBase, false);
+  stageOperand(get(bs.value), bs.value->type(), bBase, bs.transposeOnStage);
   ptx("fence.proxy.async.shared::cta;");
   barrier();
   vals_[op.result()] = issueWgmma(op, w, std::move(acc), aBase, bBase);
-  wgmmaPending_.insert(op.result());
+  if (!wgmmaPromotes(op)) wgmmaPending_.insert(op.result());
 }
 
 // Issues the wgmma group of `op` (operands staged at smem bytes aBase and bBase,
@@ -165,13 +189,16 @@ Regs Lowering::issueWgmma(const Op& op, const WgmmaShape& w, Regs acc, LVal* aBa
   const Type& at = op.operand(0)->type();
   const Type& bt = op.operand(1)->type();
   int64_t m = at.shape[0], k = at.shape[1], n = bt.shape[1];
+  WgmmaB bs = wgmmaB(op);
+  int64_t eb = bs.elemBytes, kStep = 32 / eb;
+  bool ints = at.elem == DType::I8;
   auto* i64 = b_.getInt64Ty();
   ptx("wgmma.fence.sync.aligned;");
   LVal* smemAddr0 = b_.CreatePtrToInt(smem(), i64);
   LVal* group = b_.CreateLShr(tid_, idx(7));
   LVal* wgm = b_.CreateAnd(group, idx(w.wgM - 1));
   LVal* wgn = b_.CreateLShr(group, idx(__builtin_ctzll(w.wgM)));
-  int64_t rA = swizzleBytes(k), rB = swizzleBytes(w.instrN);
+  int64_t rA = swizzleBytes(k * eb), rB = swizzleBytes(bs.kMajor ? k * eb : w.instrN * eb);
   // Descriptor: start >> 4 (bits 0-13), leading byte offset >> 4 (16-29), stride
   // byte offset >> 4 (32-45), swizzle mode (62-63).
   auto desc = [&](LVal* byteOff, int64_t lbo, int64_t sbo, int64_t r) {
@@ -180,47 +207,84 @@ Regs Lowering::issueWgmma(const Op& op, const WgmmaShape& w, Regs acc, LVal* aBa
     uint64_t fixed = (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32) | (uint64_t(swizzleMode(r)) << 62);
     return b_.CreateOr(d, b_.getInt64(fixed));
   };
-  const char* ty = at.elem == DType::BF16 ? "bf16" : "f16";
+  auto name = [](DType d) -> std::string {
+    switch (d) {
+      case DType::BF16: return "bf16";
+      case DType::F16: return "f16";
+      case DType::F8E4M3: return "e4m3";
+      case DType::F8E5M2: return "e5m2";
+      default: return "s8";
+    }
+  };
   int64_t nregs = w.instrN / 2;
-  std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n" + std::to_string(w.instrN) +
-                     "k16.f32." + ty + "." + ty + " {";
-  std::string cons;
-  for (int64_t i = 0; i < nregs; ++i) {
-    text += (i ? ",$" : "$") + std::to_string(i);
-    cons += "=f,";
-  }
-  text += "}, $" + std::to_string(2 * nregs) + ", $" + std::to_string(2 * nregs + 1) + ", p, 1, 1, 0, 1;\n}";
-  for (int64_t i = 0; i < nregs; ++i) cons += std::to_string(i) + ",";
-  cons += "l,l,~{memory}";
-  std::vector<llvm::Type*> argTys(nregs, b_.getFloatTy());
-  auto* retTy = llvm::StructType::get(ctx_, argTys);
-  argTys.push_back(i64);
-  argTys.push_back(i64);
-  auto* mma = llvm::InlineAsm::get(llvm::FunctionType::get(retTy, argTys, false), text, cons, true);
+  // `accumulate` false: D = A B (scale-d off), for a fresh partial sum.
+  auto instr = [&](bool accumulate) {
+    std::string text = std::string("{\n.reg .pred p;\nsetp.ne.b32 p, ") + (accumulate ? "1" : "0") +
+                       ", 0;\nwgmma.mma_async.sync.aligned.m64n" + std::to_string(w.instrN) + "k" + std::to_string(kStep) +
+                       (ints ? ".s32." : ".f32.") + name(at.elem) + "." + name(bt.elem) + " {";
+    std::string cons;
+    for (int64_t i = 0; i < nregs; ++i) {
+      text += (i ? ",$" : "$") + std::to_string(i);
+      cons += ints ? "=r," : "=f,";
+    }
+    // 16-bit types also take the operands' majorness.
+    text += "}, $" + std::to_string(2 * nregs) + ", $" + std::to_string(2 * nregs + 1) + ", p";
+    if (!ints) text += ", 1, 1";
+    if (eb == 2) text += bs.kMajor ? ", 0, 0" : ", 0, 1";
+    text += ";\n}";
+    for (int64_t i = 0; i < nregs; ++i) cons += std::to_string(i) + ",";
+    cons += "l,l,~{memory}";
+    std::vector<llvm::Type*> argTys(nregs, ints ? b_.getInt32Ty() : b_.getFloatTy());
+    auto* retTy = llvm::StructType::get(ctx_, argTys);
+    argTys.push_back(i64);
+    argTys.push_back(i64);
+    return llvm::InlineAsm::get(llvm::FunctionType::get(retTy, argTys, false), text, cons, true);
+  };
+  auto* mma = instr(true);
+  auto* fresh = instr(false);
+  // fp8 tensor cores add with fewer bits than fp32: every 128 of K goes into a fresh
+  // partial sum that is then added to the accumulator in fp32.
+  bool promote = wgmmaPromotes(op);
+  Regs sum = acc;
 
   LVal* rowBand = b_.CreateMul(wgm, idx(m / w.wgM));
   LVal* colBand = b_.CreateMul(wgn, idx(n / w.wgN));
-  for (int64_t kk = 0; kk < k; kk += 16) {
+  for (int64_t kk = 0; kk < k; kk += kStep) {
+    int64_t kb = kk * eb;  // byte offset along K
+    bool chunkStart = promote && kk % 128 == 0;
     for (int64_t rm = 0; rm < w.repM; ++rm) {
       // A, K-major: rows at SBO = 8 rows apart; K steps move within the swizzled row.
       LVal* row0 = b_.CreateAdd(rowBand, idx(rm * 64));
-      LVal* aOff = b_.CreateAdd(aBase, b_.CreateAdd(idx((kk * 2 / rA) * m * rA + (kk * 2) % rA), b_.CreateMul(row0, idx(rA))));
+      LVal* aOff = b_.CreateAdd(aBase, b_.CreateAdd(idx((kb / rA) * m * rA + kb % rA), b_.CreateMul(row0, idx(rA))));
       LVal* da = desc(aOff, 16, 8 * rA, rA);
       for (int64_t rn = 0; rn < w.repN; ++rn) {
-        // B, N-major: column blocks LBO = k * R bytes apart, 8-row groups SBO = 8 R.
         LVal* col0 = b_.CreateAdd(colBand, idx(rn * w.instrN));
-        LVal* bOff = b_.CreateAdd(bBase, b_.CreateAdd(b_.CreateMul(b_.CreateLShr(col0, idx(__builtin_ctzll(rB / 2))), idx(k * rB)),
-                                                      idx(kk * rB)));
-        LVal* db = desc(bOff, k * rB, 8 * rB, rB);
+        LVal* db;
+        if (bs.kMajor) {  // like A, with N rows
+          LVal* bOff = b_.CreateAdd(bBase, b_.CreateAdd(idx((kb / rB) * n * rB + kb % rB), b_.CreateMul(col0, idx(rB))));
+          db = desc(bOff, 16, 8 * rB, rB);
+        } else {  // N-major: column blocks LBO = k * R bytes apart, 8-row groups SBO = 8 R
+          LVal* bOff = b_.CreateAdd(
+              bBase, b_.CreateAdd(b_.CreateMul(b_.CreateLShr(b_.CreateMul(col0, idx(eb)), idx(__builtin_ctzll(rB))), idx(k * rB)),
+                                  idx(kk * rB)));
+          db = desc(bOff, k * rB, 8 * rB, rB);
+        }
         int64_t first = (rn + w.repN * rm) * nregs;
         std::vector<LVal*> args(acc.e.begin() + first, acc.e.begin() + first + nregs);
+        if (chunkStart) std::fill(args.begin(), args.end(), llvm::PoisonValue::get(b_.getFloatTy()));
         args.push_back(da);
         args.push_back(db);
-        LVal* res = b_.CreateCall(mma, args);
+        LVal* res = b_.CreateCall(chunkStart ? fresh : mma, args);
         for (int64_t i = 0; i < nregs; ++i) acc.e[first + i] = b_.CreateExtractValue(res, static_cast<unsigned>(i));
       }
     }
+    if (promote && ((kk + kStep) % 128 == 0 || kk + kStep == k)) {
+      ptx("wgmma.commit_group.sync.aligned;");
+      Regs part = waitWgmma(acc, 0);
+      for (size_t i = 0; i < sum.e.size(); ++i) sum.e[i] = b_.CreateFAdd(sum.e[i], part.e[i]);
+    }
   }
+  if (promote) return sum;
   ptx("wgmma.commit_group.sync.aligned;");
   return acc;
 }

@@ -35,6 +35,21 @@ struct Regs {
   Layout L;
 };
 
+// How a wgmma dot stages operand B: `value` ([K, N], or the [N, K] operand of a trans)
+// goes to shared memory K-major or N-major; `transposeOnStage` when the registers
+// hold [K, N] but the staging is K-major (8-bit types).
+struct WgmmaB {
+  const Value* value;
+  bool kMajor, transposeOnStage;
+  int64_t elemBytes;
+};
+inline int64_t wgmmaElemBytes(DType d) { return d == DType::BF16 || d == DType::F16 ? 2 : 1; }
+// fp8 dots add their products in fp32 outside the tensor cores (LowerWgmma.cpp).
+inline bool wgmmaPromotes(const Op& dot) {
+  DType a = dot.operand(0)->type().elem;
+  return a == DType::F8E4M3 || a == DType::F8E5M2;
+}
+
 // A software-pipelined K loop (LowerPipeline.cpp).
 struct Pipeline {
   const Op* dot = nullptr;
@@ -230,8 +245,9 @@ class Lowering {
   Regs dotByMma(const Type& at, const Type& bt, const Type& ct, const Regs& acc, int64_t aBytes, const Layout& L);
   void reserveWgmmaOperands(const Block& body);
   void lowerWgmma(const Op& op, const WgmmaShape& w);
-  void stageOperand(const Regs& r, const Type& t, LVal* base);
-  LVal* swizzledOffset(LVal* e, const Type& t);
+  void stageOperand(const Regs& r, const Type& t, LVal* base, bool transpose);
+  LVal* swizzledOffset(LVal* row, LVal* col, int64_t rows, int64_t cols, int64_t eb);
+  WgmmaB wgmmaB(const Op& dot);
   Regs issueWgmma(const Op& op, const WgmmaShape& w, Regs acc, LVal* aBase, LVal* bBase);
   bool advanceable(const Value* v, const Block& body, std::set<const Value*>& seen);
   bool planPipeline(const Op& loop, Pipeline* p);
@@ -339,6 +355,7 @@ class Lowering {
   std::unordered_map<const Op*, Pipeline> pipelines_;  // by for op
   std::unordered_map<const Op*, const Pipeline*> pipelinedDots_;
   std::set<const Op*> pipelinedLoads_;
+  std::set<const Op*> stagedTrans_;  // trans ops whose [N, K] operand a wgmma stages as B
   llvm::AllocaInst* wgmmaStage_ = nullptr;
   std::set<const Value*> wgmmaPending_;
 };

@@ -638,7 +638,8 @@ def dot(
     r = _builder.dot(a.handle, b.handle, to_tensor(acc, _builder).handle if acc is not None else None)
     out = _dtype_arg(out_dtype)
     t = tensor(r)
-    return cast(t, out, _builder=_builder) if out != t.dtype and out.is_floating() else t
+    # As in Triton, integer products stay int32: out_dtype applies to float products.
+    return cast(t, out, _builder=_builder) if out != t.dtype and out.is_floating() and t.dtype.is_floating() else t
 
 
 _SCALED_FORMATS = {"e4m3": float8e4nv, "e5m2": float8e5, "e2m1": float4e2m1}
