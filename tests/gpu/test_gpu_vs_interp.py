@@ -582,10 +582,13 @@ def dot_scaled_kernel(
     tl.store(out_ptr + rm[:, None] * N + rn[None, :], tl.dot_scaled(a, sa, FMT, b, sb, FMT))
 
 
+@pytest.mark.parametrize("shape", [(32, 64, 128, 4), (128, 64, 128, 4), (64, 128, 256, 8)])
 @pytest.mark.parametrize("fmt", ["e4m3", "e5m2", "e2m1"])
-def test_dot_scaled(fmt):
+def test_dot_scaled(fmt, shape):
+    # M = 32 runs the fp32 FMA path; M a multiple of 64 runs bf16 wgmma on the
+    # dequantized operands (exact products, fp32 sums: the same bound).
     rng = np.random.default_rng()
-    m, n, k = 32, 64, 128
+    m, n, k, warps = shape
     if fmt == "e2m1":
         a = rng.integers(-128, 128, (m, k // 2), dtype=np.int64).astype(np.int8)
         b = rng.integers(-128, 128, (k // 2, n), dtype=np.int64).astype(np.int8)
@@ -599,8 +602,10 @@ def test_dot_scaled(fmt):
     dot_scaled_kernel[(1,)](a, sa, b, sb, out, M=m, N=n, K=k, FMT=fmt)
     dev = [torch.from_numpy(v).cuda() for v in (a, sa, b, sb)]
     gout = torch.full((m, n), float("nan"), device="cuda")
-    dot_scaled_kernel[(1,)](*dev, gout, M=m, N=n, K=k, FMT=fmt)
+    dot_scaled_kernel[(1,)](*dev, gout, M=m, N=n, K=k, FMT=fmt, num_warps=warps)
     torch.cuda.synchronize()
+    ptx = dot_scaled_kernel.warmup(*dev, gout, M=m, N=n, K=k, FMT=fmt, num_warps=warps, grid=(1,)).asm["ptx"]
+    assert ("wgmma.mma_async" in ptx) == (m % 64 == 0)
     got = gout.cpu().numpy().astype(np.float64)
     # Products of the dequantized operands are exact in fp32; only the K-term sums round,
     # in a different order on each side: |difference| <= 2 K 2^-24 (|A| @ |B|).

@@ -60,6 +60,16 @@ def dot8(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
 
 
+@tf.jit
+def scaled_dot(a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+    rm, rn, rk = tl.arange(0, M), tl.arange(0, N), tl.arange(0, K)
+    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
+    b = tl.load(b_ptr + rk[:, None] * N + rn[None, :])
+    sa = tl.load(as_ptr + rm[:, None] * (K // 32) + tl.arange(0, K // 32)[None, :])
+    sb = tl.load(bs_ptr + rn[:, None] * (K // 32) + tl.arange(0, K // 32)[None, :])
+    tl.store(out_ptr + rm[:, None] * N + rn[None, :], tl.dot_scaled(a, sa, "e4m3", b, sb, "e4m3"))
+
+
 KERNELS = {
     "vector_add": (vector_add.add_kernel, (f32, f32, f32, 64), {"BLOCK_SIZE": 1024}),
     "softmax": (softmax.softmax_kernel, (m32, m32, 64, 64, 64), {"BLOCK_SIZE": 64}),
@@ -75,6 +85,7 @@ KERNELS = {
         {"BLOCK_SIZE": 64},
     ),
     "noinline_calls": (noinline_calls, (mbf, mbf, m32, f32), {"N": 64}),
+    "dot_scaled_fp8": (scaled_dot, (mi8, mi8, mi8, mi8, m32), dict(M=64, N=64, K=64)),
     "dot_fp8": (dot8, (m8, m8, m32), dict(M=64, N=64, K=64, BK=32, BT=False)),
     "dot_fp8_bt": (dot8, (m8, m8, m32), dict(M=64, N=64, K=64, BK=32, BT=True)),
     "dot_i8_bt": (dot8, (mi8, mi8, mi32), dict(M=64, N=64, K=64, BK=32, BT=True)),
@@ -90,7 +101,7 @@ KERNELS = {
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 @pytest.mark.parametrize("name", sorted(KERNELS))
 def test_ptx_assembles(name, arch, tmp_path):
-    if name.startswith("dot_fp8") and arch == "sm_80":
+    if (name.startswith("dot_fp8") or name == "dot_scaled_fp8") and arch == "sm_80":
         pytest.skip("fp8 conversions need sm_89 or newer")
     kernel, args, kwargs = KERNELS[name]
     k = kernel.warmup(*args, grid=(1,), target=arch, **kwargs)

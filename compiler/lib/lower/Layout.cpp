@@ -54,12 +54,14 @@ Layout wgmmaAccLayout(int64_t m, int64_t n, const WgmmaShape& w, int threads) {
 }
 
 bool wgmmaApplies(const Op& dot, const std::string& arch, int threads, WgmmaShape* w) {
-  if (dot.kind() != OpKind::Dot || arch != "sm_90a" || threads % 128) return false;
+  bool scaled = dot.kind() == OpKind::DotScaled;
+  if ((dot.kind() != OpKind::Dot && !scaled) || arch != "sm_90a" || threads % 128) return false;
   const Type& a = dot.operand(0)->type();
-  const Type& b = dot.operand(1)->type();
+  const Type& b = dot.operand(scaled ? 2 : 1)->type();
   auto fp8 = [](DType d) { return d == DType::F8E4M3 || d == DType::F8E5M2; };
   DType acc = dot.result()->type().elem;
-  bool halves = a.elem == b.elem && (a.elem == DType::BF16 || a.elem == DType::F16) && acc == DType::F32;
+  // dot_scaled runs on bf16 operands: every scaled fp8/fp4 value is a bf16 value.
+  bool halves = (scaled || (a.elem == b.elem && (a.elem == DType::BF16 || a.elem == DType::F16))) && acc == DType::F32;
   bool bytes = (fp8(a.elem) && fp8(b.elem) && acc == DType::F32) || (a.elem == DType::I8 && b.elem == DType::I8 && acc == DType::I32);
   if (!halves && !bytes) return false;
   int64_t m = a.shape[0], k = a.shape[1], n = b.shape[1];
@@ -118,7 +120,8 @@ class Planner {
 
   void op(const Op& o) {
     switch (o.kind()) {
-      case OpKind::Dot: {
+      case OpKind::Dot:
+      case OpKind::DotScaled: {
         WgmmaShape w;
         const Type& t = o.result()->type();
         plan[o.result()] = wgmmaApplies(o, arch_, threads_, &w) ? wgmmaAccLayout(t.shape[0], t.shape[1], w, threads_)

@@ -51,6 +51,8 @@ Regs Lowering::dotRegs(const Op& op, const Type& at, const Regs& aRegs, const Ty
 // dot_scaled: operands dequantized to f32 (element times 2^(scale-127) of its
 // 32-wide K block), then the f32 product.
 void Lowering::lowerDotScaled(const Op& op) {
+  WgmmaShape w;
+  if (wgmmaApplies(op, arch_, threads_, &w)) return lowerWgmma(op, w);
   const Type& at = op.operand(0)->type();
   const Type& bt = op.operand(2)->type();
   Regs a = dequantize(op, at, get(op.operand(0)), op.operand(1)->type(), get(op.operand(1)), true);

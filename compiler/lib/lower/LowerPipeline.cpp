@@ -73,6 +73,7 @@ bool Lowering::planPipeline(const Op& loop, Pipeline* p) {
   WgmmaShape w;
   for (const auto& o : body.ops()) {
     if (!wgmmaApplies(*o, arch_, threads_, &w)) continue;
+    if (o->kind() != OpKind::Dot) return false;
     if (dot) return false;  // one dot per pipelined loop
     dot = o.get();
   }

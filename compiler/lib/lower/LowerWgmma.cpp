@@ -30,9 +30,10 @@ struct Operands {
   int64_t aBytes, bBytes;
 };
 Operands operandBytes(const Op& dot) {
+  bool scaled = dot.kind() == OpKind::DotScaled;
   const Type& a = dot.operand(0)->type();
-  const Type& b = dot.operand(1)->type();
-  int64_t eb = wgmmaElemBytes(a.elem);
+  const Type& b = dot.operand(scaled ? 2 : 1)->type();
+  int64_t eb = scaled ? 2 : wgmmaElemBytes(a.elem);
   return {roundUp(a.numel() * eb, 1024), roundUp(b.numel() * eb, 1024)};
 }
 
@@ -54,7 +55,7 @@ void Lowering::reserveWgmmaOperands(const Block& body) {
         pipelinedLoads_.insert(p.loads[1]);
       }
       WgmmaShape w;
-      if (wgmmaApplies(*o, arch_, threads_, &w)) {
+      if (o->kind() == OpKind::Dot && wgmmaApplies(*o, arch_, threads_, &w)) {
         // A trans that only feeds B is staged from its operand: nothing to lower.
         if (const Op* t = o->operand(1)->definingOp(); t && wgmmaB(*o).value != o->operand(1)) stagedTrans_.insert(t);
       }
@@ -108,7 +109,7 @@ void Lowering::waitPending(const Op& user) {
   bool chained = wgmmaApplies(user, arch_, threads_, &w);
   for (unsigned i = 0; i < user.numOperands(); ++i) {
     const Value* v = user.operand(i);
-    if (!wgmmaPending_.count(v) || (chained && i == 2)) continue;
+    if (!wgmmaPending_.count(v) || (chained && i == accOperand(user))) continue;
     vals_[v] = waitWgmma(get(v), 0);
     wgmmaPending_.erase(v);
   }
@@ -127,6 +128,7 @@ LVal* Lowering::swizzledOffset(LVal* row, LVal* col, int64_t rows, int64_t cols,
 
 // Which tile stages as B, and how: the [N, K] operand of a trans, or B itself.
 WgmmaB Lowering::wgmmaB(const Op& dot) {
+  if (dot.kind() == OpKind::DotScaled) return {dot.operand(2), false, false, 2};  // dequantized to bf16
   const Value* b = dot.operand(1);
   int64_t eb = wgmmaElemBytes(b->type().elem);
   const Op* def = b->definingOp();
@@ -157,9 +159,26 @@ void Lowering::stageOperand(const Regs& r, const Type& t, LVal* base, bool trans
 
 void Lowering::lowerWgmma(const Op& op, const WgmmaShape& w) {
   if (auto it = pipelinedDots_.find(&op); it != pipelinedDots_.end()) return lowerPipelinedDot(op, w, *it->second);
-  const Type& at = op.operand(0)->type();
   const Layout& L = layoutOf(op.result());
-  Regs acc = in(op.operand(2), L);
+  Regs acc = in(op.operand(accOperand(op)), L);
+  WgmmaB bs = wgmmaB(op);
+  Type at = op.operand(0)->type(), bt = bs.value->type();
+  Regs a, b;
+  if (op.kind() == OpKind::DotScaled) {
+    // Scaled fp8/fp4 values are bf16 values (8 exponent bits, at most 3 of mantissa):
+    // the products on the bf16 tensor cores are exact, as in the fp32 reference.
+    auto bf16 = [&](Regs r) {
+      for (LVal*& x : r.e) x = b_.CreateFPTrunc(x, b_.getBFloatTy());
+      return r;
+    };
+    a = bf16(dequantize(op, at, get(op.operand(0)), op.operand(1)->type(), get(op.operand(1)), true));
+    b = bf16(dequantize(op, bt, get(op.operand(2)), op.operand(3)->type(), get(op.operand(3)), false));
+    at = at.withElem(DType::BF16);
+    bt = bt.withElem(DType::BF16);
+  } else {
+    a = get(op.operand(0));
+    b = get(bs.value);
+  }
   auto* i32 = b_.getInt32Ty();
   if (!wgmmaStage_) {
     IRBuilder<> eb(entry_);
@@ -174,9 +193,8 @@ void Lowering::lowerWgmma(const Op& op, const WgmmaShape& w) {
   LVal* bBase = b_.CreateAdd(aBase, idx(sizes.aBytes));
   ptx("wgmma.wait_group.sync.aligned 1;");
   barrier();
-  WgmmaB bs = wgmmaB(op);
-  stageOperand(get(op.operand(0)), at, aBase, false);
-  stageOperand(get(bs.value), bs.value->type(), bBase, bs.transposeOnStage);
+  stageOperand(a, at, aBase, false);
+  stageOperand(b, bt, bBase, bs.transposeOnStage);
   ptx("fence.proxy.async.shared::cta;");
   barrier();
   vals_[op.result()] = issueWgmma(op, w, std::move(acc), aBase, bBase);
@@ -186,8 +204,12 @@ void Lowering::lowerWgmma(const Op& op, const WgmmaShape& w) {
 // Issues the wgmma group of `op` (operands staged at smem bytes aBase and bBase,
 // visible to the async proxy) accumulating into `acc`; returns the new accumulator.
 Regs Lowering::issueWgmma(const Op& op, const WgmmaShape& w, Regs acc, LVal* aBase, LVal* bBase) {
-  const Type& at = op.operand(0)->type();
-  const Type& bt = op.operand(1)->type();
+  bool scaled = op.kind() == OpKind::DotScaled;  // on bf16 operands
+  Type at = op.operand(0)->type(), bt = op.operand(scaled ? 2 : 1)->type();
+  if (scaled) {
+    at = at.withElem(DType::BF16);
+    bt = bt.withElem(DType::BF16);
+  }
   int64_t m = at.shape[0], k = at.shape[1], n = bt.shape[1];
   WgmmaB bs = wgmmaB(op);
   int64_t eb = bs.elemBytes, kStep = 32 / eb;

@@ -47,8 +47,10 @@ inline int64_t wgmmaElemBytes(DType d) { return d == DType::BF16 || d == DType::
 // fp8 dots add their products in fp32 outside the tensor cores (LowerWgmma.cpp).
 inline bool wgmmaPromotes(const Op& dot) {
   DType a = dot.operand(0)->type().elem;
-  return a == DType::F8E4M3 || a == DType::F8E5M2;
+  return dot.kind() == OpKind::Dot && (a == DType::F8E4M3 || a == DType::F8E5M2);
 }
+// The accumulator operand of dot (2) and dot_scaled (4).
+inline unsigned accOperand(const Op& dot) { return dot.kind() == OpKind::Dot ? 2 : 4; }
 
 // A software-pipelined K loop (LowerPipeline.cpp).
 struct Pipeline {
