@@ -1,7 +1,9 @@
 // The lowering of one kernel from tile IR to LLVM IR (nvptx64); its methods are
-// split by area: LowerToLLVM.cpp (kernel, control flow, elementwise dispatch),
-// LowerArith.cpp (arithmetic, math, casts and rounding), LowerMemory.cpp,
-// LowerReduce.cpp and LowerDot.cpp.
+// split by area: LowerToLLVM.cpp (kernel, layouts of values, control flow,
+// elementwise dispatch), LowerArith.cpp (arithmetic, math, casts and rounding),
+// LowerMemory.cpp, LowerReduce.cpp, LowerDot.cpp (mma.sync and FMA dots),
+// LowerWgmma.cpp (Hopper dots), LowerPipeline.cpp (cp.async K loops) and
+// LowerCall.cpp (noinline functions). Layout.cpp plans the layouts.
 #pragma once
 
 #include <llvm/IR/IRBuilder.h>

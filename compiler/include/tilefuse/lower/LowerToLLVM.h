@@ -1,11 +1,10 @@
 // Lowering of an optimized tile-IR kernel to LLVM IR for nvptx64, then PTX.
 //
-// Layout v0 (correct first): a tile of N elements is spread cyclically over the
-// block's T threads: slot s of thread t holds element (s*T + t) mod N, and the
-// thread owns it (performs its side effects) when s*T + t < N. Consecutive
-// threads hold consecutive elements, so global accesses coalesce. Ops that move
-// elements between threads (broadcast, trans, join, split, reductions, dot) go
-// through shared memory.
+// Tile values live in registers in distributed layouts (lib/lower/Layout.h) chosen by
+// a layout plan; an axis analysis (AxisInfo.h) vectorizes memory accesses; dots run
+// on wgmma (sm_90a) or mma.sync, and K loops feeding a wgmma dot are software
+// pipelined with cp.async (lib/lower/LowerPipeline.cpp). The implementation is split
+// by area under lib/lower (Lowering.h lists the files).
 #pragma once
 
 #include <string>
