@@ -444,7 +444,6 @@ func @opaque(%p: ptr<i32>) {aligned16 = [0]} {
   EXPECT_THROW(axis.get(other["offs"]), InternalError);
 }
 
-
 TEST(AxisInfo, HintsRaiseWhatTheAnalysisCannotProve) {
   Kernel k(R"(
 func @hinted(%p: ptr<bf16>, %x: ptr<bf16>, %N: i32) {aligned16 = [0, 2]} {

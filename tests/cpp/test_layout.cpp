@@ -50,8 +50,18 @@ void expectCovers(const Layout& l, int64_t n, int threads) {
 
 TEST(Layout, BlockedLayoutsCoverEveryShape) {
   for (int threads : {32, 128, 256})
-    for (std::vector<int64_t> shape : {std::vector<int64_t>{1}, {16}, {128}, {1024}, {4096}, {64, 1}, {1, 64},
-                                       {128, 64}, {64, 128}, {8, 8}, {2, 512}, {256, 4}})
+    for (std::vector<int64_t> shape : {std::vector<int64_t>{1},
+                                       {16},
+                                       {128},
+                                       {1024},
+                                       {4096},
+                                       {64, 1},
+                                       {1, 64},
+                                       {128, 64},
+                                       {64, 128},
+                                       {8, 8},
+                                       {2, 512},
+                                       {256, 4}})
       expectCovers(blockedLayout(shape, threads), numel(shape), threads);
 }
 

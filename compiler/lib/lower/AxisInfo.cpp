@@ -228,7 +228,8 @@ Fact AxisAnalysis::transfer(const Op& op) const {
         if (!op.attr(name)) continue;
         const auto& v = op.intsAttr(name);
         auto& field = name[0] == 'd' ? R.divisibility : R.contiguity;
-        for (size_t d = 0; d < n && d < v.size(); ++d) field[d] = std::max(field[d], std::min<int64_t>(v[d], int64_t(1) << 30));
+        for (size_t d = 0; d < n && d < v.size(); ++d)
+          field[d] = std::max(field[d], std::min<int64_t>(v[d], int64_t(1) << 30));
       }
       return r;
     }

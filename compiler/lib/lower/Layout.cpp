@@ -62,7 +62,8 @@ bool wgmmaApplies(const Op& dot, const std::string& arch, int threads, WgmmaShap
   DType acc = dot.result()->type().elem;
   // dot_scaled runs on bf16 operands: every scaled fp8/fp4 value is a bf16 value.
   bool halves = (scaled || (a.elem == b.elem && (a.elem == DType::BF16 || a.elem == DType::F16))) && acc == DType::F32;
-  bool bytes = (fp8(a.elem) && fp8(b.elem) && acc == DType::F32) || (a.elem == DType::I8 && b.elem == DType::I8 && acc == DType::I32);
+  bool bytes = (fp8(a.elem) && fp8(b.elem) && acc == DType::F32) ||
+               (a.elem == DType::I8 && b.elem == DType::I8 && acc == DType::I32);
   if (!halves && !bytes) return false;
   int64_t m = a.shape[0], k = a.shape[1], n = b.shape[1];
   int64_t groups = threads / 128;
@@ -109,7 +110,8 @@ class Planner {
     return out;
   }
   // Runs `body` until the layouts it yields match the ones its carried arguments had.
-  std::vector<Layout> fixpoint(std::vector<Layout> cur, const std::function<std::vector<Layout>(const std::vector<Layout>&)>& body) {
+  std::vector<Layout> fixpoint(std::vector<Layout> cur,
+                               const std::function<std::vector<Layout>(const std::vector<Layout>&)>& body) {
     for (int round = 0; round < 4; ++round) {
       std::vector<Layout> next = body(cur);
       if (next == cur) return cur;
@@ -131,7 +133,9 @@ class Planner {
       case OpKind::Hint:
       case OpKind::Load:
       case OpKind::AtomicAdd:
-      case OpKind::AtomicMax: plan[o.result()] = of(o.operand(0)); return;
+      case OpKind::AtomicMax:
+        plan[o.result()] = of(o.operand(0));
+        return;
       case OpKind::For: {
         const Block& body = o.region(0);
         std::vector<Layout> init;
@@ -171,7 +175,8 @@ class Planner {
         for (unsigned i = 0; i < o.numResults(); ++i) plan[o.result(i)] = a[i] == b[i] ? a[i] : blocked(o.result(i));
         return;
       }
-      default: break;
+      default:
+        break;
     }
     for (unsigned i = 0; i < o.numResults(); ++i) {
       const Value* r = o.result(i);

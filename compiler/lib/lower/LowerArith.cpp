@@ -18,14 +18,22 @@ LVal* Lowering::arith(const Op& op, const std::vector<LVal*>& a, const Type& t) 
   llvm::Type* ty = elemType(d);
   auto intr = [&](llvm::Intrinsic::ID id, std::vector<LVal*> args) { return b_.CreateIntrinsic(id, {ty}, args); };
   switch (op.kind()) {
-    case OpKind::Add: return f ? b_.CreateFAdd(a[0], a[1]) : b_.CreateAdd(a[0], a[1]);
-    case OpKind::Sub: return f ? b_.CreateFSub(a[0], a[1]) : b_.CreateSub(a[0], a[1]);
-    case OpKind::Mul: return f ? b_.CreateFMul(a[0], a[1]) : b_.CreateMul(a[0], a[1]);
-    case OpKind::Div: return f ? b_.CreateFDiv(a[0], a[1]) : b_.CreateSDiv(a[0], a[1]);
-    case OpKind::Rem: return f ? b_.CreateFRem(a[0], a[1]) : b_.CreateSRem(a[0], a[1]);
-    case OpKind::And: return b_.CreateAnd(a[0], a[1]);
-    case OpKind::Or: return b_.CreateOr(a[0], a[1]);
-    case OpKind::Xor: return b_.CreateXor(a[0], a[1]);
+    case OpKind::Add:
+      return f ? b_.CreateFAdd(a[0], a[1]) : b_.CreateAdd(a[0], a[1]);
+    case OpKind::Sub:
+      return f ? b_.CreateFSub(a[0], a[1]) : b_.CreateSub(a[0], a[1]);
+    case OpKind::Mul:
+      return f ? b_.CreateFMul(a[0], a[1]) : b_.CreateMul(a[0], a[1]);
+    case OpKind::Div:
+      return f ? b_.CreateFDiv(a[0], a[1]) : b_.CreateSDiv(a[0], a[1]);
+    case OpKind::Rem:
+      return f ? b_.CreateFRem(a[0], a[1]) : b_.CreateSRem(a[0], a[1]);
+    case OpKind::And:
+      return b_.CreateAnd(a[0], a[1]);
+    case OpKind::Or:
+      return b_.CreateOr(a[0], a[1]);
+    case OpKind::Xor:
+      return b_.CreateXor(a[0], a[1]);
     case OpKind::Shl:
     case OpKind::Shr: {
       // Shifts by the width or more give 0 (or the sign) as in the interpreter, not poison.
@@ -36,22 +44,38 @@ LVal* Lowering::arith(const Op& op, const std::vector<LVal*>& a, const Type& t) 
       LVal* sign = b_.CreateAShr(a[0], llvm::ConstantInt::get(ty, w - 1));
       return b_.CreateSelect(big, sign, b_.CreateAShr(a[0], amt));
     }
-    case OpKind::Min: return f ? intr(llvm::Intrinsic::minnum, a) : intr(llvm::Intrinsic::smin, a);
-    case OpKind::Max: return f ? intr(llvm::Intrinsic::maxnum, a) : intr(llvm::Intrinsic::smax, a);
-    case OpKind::Neg: return f ? b_.CreateFNeg(a[0]) : b_.CreateNeg(a[0]);
-    case OpKind::Fma: return intr(llvm::Intrinsic::fma, a);
-    case OpKind::Abs: return f ? intr(llvm::Intrinsic::fabs, a) : b_.CreateIntrinsic(llvm::Intrinsic::abs, {ty}, {a[0], b_.getFalse()});
-    case OpKind::Sqrt: return intr(llvm::Intrinsic::sqrt, a);
-    case OpKind::Floor: return intr(llvm::Intrinsic::floor, a);
-    case OpKind::Ceil: return intr(llvm::Intrinsic::ceil, a);
-    case OpKind::Exp: return mathCall(op, "__nv_expf", "__nv_exp", a[0], d);
-    case OpKind::Exp2: return mathCall(op, "__nv_exp2f", "__nv_exp2", a[0], d);
-    case OpKind::Log: return mathCall(op, "__nv_logf", "__nv_log", a[0], d);
-    case OpKind::Log2: return mathCall(op, "__nv_log2f", "__nv_log2", a[0], d);
-    case OpKind::Rsqrt: return mathCall(op, "__nv_rsqrtf", "__nv_rsqrt", a[0], d);
-    case OpKind::Tanh: return mathCall(op, "__nv_tanhf", "__nv_tanh", a[0], d);
-    case OpKind::Erf: return mathCall(op, "__nv_erff", "__nv_erf", a[0], d);
-    default: unsupported(op, "'" + std::string(op.mnemonic()) + "'");
+    case OpKind::Min:
+      return f ? intr(llvm::Intrinsic::minnum, a) : intr(llvm::Intrinsic::smin, a);
+    case OpKind::Max:
+      return f ? intr(llvm::Intrinsic::maxnum, a) : intr(llvm::Intrinsic::smax, a);
+    case OpKind::Neg:
+      return f ? b_.CreateFNeg(a[0]) : b_.CreateNeg(a[0]);
+    case OpKind::Fma:
+      return intr(llvm::Intrinsic::fma, a);
+    case OpKind::Abs:
+      return f ? intr(llvm::Intrinsic::fabs, a) : b_.CreateIntrinsic(llvm::Intrinsic::abs, {ty}, {a[0], b_.getFalse()});
+    case OpKind::Sqrt:
+      return intr(llvm::Intrinsic::sqrt, a);
+    case OpKind::Floor:
+      return intr(llvm::Intrinsic::floor, a);
+    case OpKind::Ceil:
+      return intr(llvm::Intrinsic::ceil, a);
+    case OpKind::Exp:
+      return mathCall(op, "__nv_expf", "__nv_exp", a[0], d);
+    case OpKind::Exp2:
+      return mathCall(op, "__nv_exp2f", "__nv_exp2", a[0], d);
+    case OpKind::Log:
+      return mathCall(op, "__nv_logf", "__nv_log", a[0], d);
+    case OpKind::Log2:
+      return mathCall(op, "__nv_log2f", "__nv_log2", a[0], d);
+    case OpKind::Rsqrt:
+      return mathCall(op, "__nv_rsqrtf", "__nv_rsqrt", a[0], d);
+    case OpKind::Tanh:
+      return mathCall(op, "__nv_tanhf", "__nv_tanh", a[0], d);
+    case OpKind::Erf:
+      return mathCall(op, "__nv_erff", "__nv_erf", a[0], d);
+    default:
+      unsupported(op, "'" + std::string(op.mnemonic()) + "'");
   }
 }
 
@@ -65,10 +89,12 @@ LVal* Lowering::castElem(const Op& op, LVal* v, const Type& from, const Type& to
     if (arch_ != "sm_89" && arch_.rfind("sm_9", 0) != 0) unsupported(op, "fp8 casts before sm_89");
     const char* fmt = (s == DType::F8E4M3 || d == DType::F8E4M3) ? "e4m3x2" : "e5m2x2";
     if (d == DType::F8E4M3 || d == DType::F8E5M2) {
-      LVal* x = isFloat(s) ? (s == DType::F32 ? v : b_.CreateFPCast(v, b_.getFloatTy())) : b_.CreateSIToFP(v, b_.getFloatTy());
+      LVal* x = isFloat(s) ? (s == DType::F32 ? v : b_.CreateFPCast(v, b_.getFloatTy()))
+                           : b_.CreateSIToFP(v, b_.getFloatTy());
       auto* asmTy = llvm::FunctionType::get(b_.getInt16Ty(), {b_.getFloatTy()}, false);
-      auto* ia = llvm::InlineAsm::get(asmTy, std::string("{ .reg .f32 z; mov.f32 z, 0f00000000; cvt.rn.satfinite.") + fmt +
-                                                 ".f32 $0, z, $1; }", "=h,f", false);
+      auto* ia = llvm::InlineAsm::get(
+          asmTy, std::string("{ .reg .f32 z; mov.f32 z, 0f00000000; cvt.rn.satfinite.") + fmt + ".f32 $0, z, $1; }",
+          "=h,f", false);
       return b_.CreateTrunc(b_.CreateCall(ia, {x}), b_.getInt8Ty());
     }
     auto* asmTy = llvm::FunctionType::get(b_.getInt32Ty(), {b_.getInt16Ty()}, false);
@@ -129,9 +155,9 @@ LVal* Lowering::castRounded(const Op& op, LVal* v, const Type& from, const Type&
   } else if (s == DType::F64) {
     x = v;
   } else {
-    x = s == DType::F32 ? v
+    x = s == DType::F32                              ? v
         : (s == DType::F8E4M3 || s == DType::F8E5M2) ? castElem(op, v, from, Type::scalar(DType::F32))
-                                                       : b_.CreateFPExt(v, f32);
+                                                     : b_.CreateFPExt(v, f32);
   }
   bool wide = x->getType()->isDoubleTy();
   if (d == DType::E8M0) {
@@ -172,7 +198,9 @@ LVal* Lowering::roundToFormat(LVal* x, DType to, const std::string& mode, LVal* 
                  : b_.CreateSub(b_.CreateAnd(b_.CreateLShr(bits, idx(23)), idx(0xFF)), idx(127));
   LVal* exp = b_.CreateIntrinsic(llvm::Intrinsic::smax, {b_.getInt32Ty()}, {e, idx(f.emin)});
   LVal* k = b_.CreateSExt(b_.CreateSub(idx(f.mant), exp), i64);  // |x| / quantum = |x| * 2^k
-  auto pow2 = [&](LVal* p) { return b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(p, b_.getInt64(1023)), b_.getInt64(52)), f64); };
+  auto pow2 = [&](LVal* p) {
+    return b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(p, b_.getInt64(1023)), b_.getInt64(52)), f64);
+  };
   LVal* n = b_.CreateFMul(ad, pow2(k));  // exact
   LVal* fl = b_.CreateIntrinsic(llvm::Intrinsic::floor, {f64}, {n});
   LVal* r;
@@ -213,16 +241,18 @@ LVal* Lowering::roundToFormat(LVal* x, DType to, const std::string& mode, LVal* 
   LVal* v32 = b_.CreateSelect(isNan, llvm::ConstantFP::getNaN(b_.getFloatTy()), b_.CreateFPTrunc(v, b_.getFloatTy()));
   const char* fmt = to == DType::F8E4M3 ? "e4m3x2" : "e5m2x2";
   auto* asmTy = llvm::FunctionType::get(b_.getInt16Ty(), {b_.getFloatTy()}, false);
-  auto* ia = llvm::InlineAsm::get(asmTy, std::string("{ .reg .f32 z; mov.f32 z, 0f00000000; cvt.rn.satfinite.") + fmt +
-                                             ".f32 $0, z, $1; }", "=h,f", false);
+  auto* ia = llvm::InlineAsm::get(
+      asmTy, std::string("{ .reg .f32 z; mov.f32 z, 0f00000000; cvt.rn.satfinite.") + fmt + ".f32 $0, z, $1; }", "=h,f",
+      false);
   return b_.CreateTrunc(b_.CreateCall(ia, {v32}), b_.getInt8Ty());
 }
 
 // Code c is 2^(c-127): the f32 with biased exponent c; c = 0 is the subnormal 2^-127, 255 is NaN.
 LVal* Lowering::decodeE8M0(LVal* v) {
   LVal* c = b_.CreateZExt(v, b_.getInt32Ty());
-  LVal* bits = b_.CreateSelect(b_.CreateICmpEQ(c, idx(0)), idx(0x00400000),
-                               b_.CreateSelect(b_.CreateICmpEQ(c, idx(255)), idx(0x7FC00000), b_.CreateShl(c, idx(23))));
+  LVal* bits =
+      b_.CreateSelect(b_.CreateICmpEQ(c, idx(0)), idx(0x00400000),
+                      b_.CreateSelect(b_.CreateICmpEQ(c, idx(255)), idx(0x7FC00000), b_.CreateShl(c, idx(23))));
   return b_.CreateBitCast(bits, b_.getFloatTy());
 }
 
@@ -232,7 +262,8 @@ LVal* Lowering::decodeF4(LVal* v) {
   auto* f32 = b_.getFloatTy();
   LVal* code = b_.CreateAnd(b_.CreateZExt(v, b_.getInt32Ty()), idx(7));
   LVal* mag = llvm::ConstantFP::get(f32, 0.0);
-  for (int i = 1; i < 8; ++i) mag = b_.CreateSelect(b_.CreateICmpEQ(code, idx(i)), llvm::ConstantFP::get(f32, kMag[i]), mag);
+  for (int i = 1; i < 8; ++i)
+    mag = b_.CreateSelect(b_.CreateICmpEQ(code, idx(i)), llvm::ConstantFP::get(f32, kMag[i]), mag);
   LVal* neg = b_.CreateICmpNE(b_.CreateAnd(v, b_.getInt8(8)), b_.getInt8(0));
   return b_.CreateSelect(neg, b_.CreateFNeg(mag), mag);
 }
@@ -248,10 +279,14 @@ LVal* Lowering::roundToE8M0(LVal* x, const std::string& mode, LVal* rbits) {
   LVal* tiny = b_.CreateAnd(sub, b_.CreateICmpULT(M, idx(0x400000)));  // below 2^-127: code 0 in every mode
   LVal* frac = b_.CreateSelect(sub, b_.CreateAnd(b_.CreateShl(M, idx(1)), idx(0x7FFFFF)), M);
   LVal* up;
-  if (mode == "rtz") up = b_.getFalse();
-  else if (mode == "ru") up = b_.CreateICmpNE(frac, idx(0));
-  else if (mode == "rne") up = b_.CreateICmpUGE(frac, idx(0x400000));  // ties up: the significand 1 is odd
-  else up = b_.CreateICmpUGT(b_.CreateShl(frac, idx(9)), rbits);
+  if (mode == "rtz")
+    up = b_.getFalse();
+  else if (mode == "ru")
+    up = b_.CreateICmpNE(frac, idx(0));
+  else if (mode == "rne")
+    up = b_.CreateICmpUGE(frac, idx(0x400000));  // ties up: the significand 1 is odd
+  else
+    up = b_.CreateICmpUGT(b_.CreateShl(frac, idx(9)), rbits);
   LVal* code = b_.CreateAdd(E, b_.CreateZExt(b_.CreateAnd(up, b_.CreateNot(tiny)), b_.getInt32Ty()));
   code = b_.CreateIntrinsic(llvm::Intrinsic::umin, {b_.getInt32Ty()}, {code, idx(254)});
   code = b_.CreateSelect(isNan, idx(255), code);

@@ -6,8 +6,8 @@ namespace tilefuse::lower::detail {
 void Lowering::lowerDot(const Op& op) {
   WgmmaShape w;
   if (wgmmaApplies(op, arch_, threads_, &w)) return lowerWgmma(op, w);
-  vals_[op.result()] = dotRegs(op, op.operand(0)->type(), get(op.operand(0)), op.operand(1)->type(),
-                               get(op.operand(1)), in(op.operand(2), layoutOf(op.result())), op.result()->type());
+  vals_[op.result()] = dotRegs(op, op.operand(0)->type(), get(op.operand(0)), op.operand(1)->type(), get(op.operand(1)),
+                               in(op.operand(2), layoutOf(op.result())), op.result()->type());
 }
 
 // C = A B + acc for A (type at) and B (type bt) in registers; acc and C in the
@@ -57,8 +57,8 @@ void Lowering::lowerDotScaled(const Op& op) {
   const Type& bt = op.operand(2)->type();
   Regs a = dequantize(op, at, get(op.operand(0)), op.operand(1)->type(), get(op.operand(1)), true);
   Regs b = dequantize(op, bt, get(op.operand(2)), op.operand(3)->type(), get(op.operand(3)), false);
-  vals_[op.result()] = dotRegs(op, at.withElem(DType::F32), a, bt.withElem(DType::F32), b, in(op.operand(4), layoutOf(op.result())),
-                               op.result()->type());
+  vals_[op.result()] = dotRegs(op, at.withElem(DType::F32), a, bt.withElem(DType::F32), b,
+                               in(op.operand(4), layoutOf(op.result())), op.result()->type());
 }
 
 // `t` is [M, K] when kIsColumn (lhs), else [K, N] (rhs); scales `st` are [M or N, K/32].
@@ -100,12 +100,13 @@ Regs Lowering::dotByMma(const Type& at, const Type& bt, const Type& ct, const Re
   auto* i32 = b_.getInt32Ty();
   auto* retTy = llvm::StructType::get(ctx_, {f32, f32, f32, f32});
   auto* asmTy = llvm::FunctionType::get(retTy, {i32, i32, i32, i32, i32, i32, f32, f32, f32, f32}, false);
-  auto* mma = llvm::InlineAsm::get(asmTy, std::string("mma.sync.aligned.m16n8k16.row.col.f32.") + ty + "." + ty +
-                                              ".f32 {$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};",
+  auto* mma = llvm::InlineAsm::get(asmTy,
+                                   std::string("mma.sync.aligned.m16n8k16.row.col.f32.") + ty + "." + ty +
+                                       ".f32 {$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};",
                                    "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f", true);
   LVal* lane = b_.CreateAnd(tid_, idx(31));
   LVal* warp = b_.CreateLShr(tid_, idx(5));
-  LVal* group = b_.CreateLShr(lane, idx(2));                  // row within the 8-row half
+  LVal* group = b_.CreateLShr(lane, idx(2));                      // row within the 8-row half
   LVal* pair = b_.CreateShl(b_.CreateAnd(lane, idx(3)), idx(1));  // first of two adjacent columns
   Type ft = Type::scalar(DType::F32);
   auto half = [&](int64_t base, LVal* index) { return b_.CreateBitCast(fromSmem(base, index, at), b_.getInt16Ty()); };
@@ -130,15 +131,23 @@ Regs Lowering::dotByMma(const Type& at, const Type& bt, const Type& ct, const Re
     std::vector<LVal*> c = {fromSmem(cBase, cIdx(r0, 0), ft), fromSmem(cBase, cIdx(r0, 1), ft),
                             fromSmem(cBase, cIdx(r1, 0), ft), fromSmem(cBase, cIdx(r1, 1), ft)};
     for (int64_t kk = 0; kk < k; kk += 16) {
-      auto aAt = [&](LVal* r, int64_t dk) { return half(0, b_.CreateAdd(b_.CreateMul(r, idx(k)), b_.CreateAdd(pair, idx(kk + dk)))); };
+      auto aAt = [&](LVal* r, int64_t dk) {
+        return half(0, b_.CreateAdd(b_.CreateMul(r, idx(k)), b_.CreateAdd(pair, idx(kk + dk))));
+      };
       auto bAt = [&](int64_t dk) {
         LVal* row = b_.CreateAdd(pair, idx(kk + dk));
         return b_.CreateBitCast(fromSmem(aBytes, b_.CreateAdd(b_.CreateMul(row, idx(n)), bcol), bt), b_.getInt16Ty());
       };
-      std::vector<LVal*> ops = {pack(aAt(r0, 0), aAt(r0, 1)), pack(aAt(r1, 0), aAt(r1, 1)),
-                                pack(aAt(r0, 8), aAt(r0, 9)), pack(aAt(r1, 8), aAt(r1, 9)),
-                                pack(bAt(0), bAt(1)),         pack(bAt(8), bAt(9)),
-                                c[0], c[1], c[2], c[3]};
+      std::vector<LVal*> ops = {pack(aAt(r0, 0), aAt(r0, 1)),
+                                pack(aAt(r1, 0), aAt(r1, 1)),
+                                pack(aAt(r0, 8), aAt(r0, 9)),
+                                pack(aAt(r1, 8), aAt(r1, 9)),
+                                pack(bAt(0), bAt(1)),
+                                pack(bAt(8), bAt(9)),
+                                c[0],
+                                c[1],
+                                c[2],
+                                c[3]};
       LVal* res = b_.CreateCall(mma, ops);
       for (unsigned i = 0; i < 4; ++i) c[i] = b_.CreateExtractValue(res, i);
     }

@@ -20,7 +20,8 @@ void Lowering::lowerMemory(const Op& op) {
   Regs value = load ? Regs{} : in(op.operand(1), L);
   Regs out{{}, L};
   if (op.kind() != OpKind::AtomicAdd && op.kind() != OpKind::AtomicMax && d != DType::I1) {
-    int64_t width = std::min<int64_t>(vectorRun(L), axis_->vectorWidth(op.operand(0), mask ? op.operand(maskIdx) : nullptr));
+    int64_t width =
+        std::min<int64_t>(vectorRun(L), axis_->vectorWidth(op.operand(0), mask ? op.operand(maskIdx) : nullptr));
     if (width > 1) {
       lowerVectorAccess(op, p, mask, other, value, width, out);
       if (load) vals_[op.result()] = std::move(out);
@@ -50,18 +51,23 @@ void Lowering::lowerMemory(const Op& op) {
     if (mask) cond = b_.CreateAnd(cond, mask->e[s]);
     LVal* v = value.e[s];
     if (op.kind() == OpKind::Store) {
-      guarded(cond, [&]() -> LVal* {
-        b_.CreateStore(d == DType::I1 ? b_.CreateZExt(v, b_.getInt8Ty()) : v, ptr);
-        return nullptr;
-      }, nullptr);
+      guarded(
+          cond,
+          [&]() -> LVal* {
+            b_.CreateStore(d == DType::I1 ? b_.CreateZExt(v, b_.getInt8Ty()) : v, ptr);
+            return nullptr;
+          },
+          nullptr);
       continue;
     }
     bool f = isFloat(d);
-    llvm::AtomicRMWInst::BinOp rmw = op.kind() == OpKind::AtomicAdd ? (f ? llvm::AtomicRMWInst::FAdd : llvm::AtomicRMWInst::Add)
-                                                                   : (f ? llvm::AtomicRMWInst::FMax : llvm::AtomicRMWInst::Max);
-    out.e.push_back(guarded(cond, [&]() -> LVal* {
-      return b_.CreateAtomicRMW(rmw, ptr, v, llvm::MaybeAlign(), llvm::AtomicOrdering::Monotonic);
-    }, llvm::Constant::getNullValue(et)));
+    llvm::AtomicRMWInst::BinOp rmw = op.kind() == OpKind::AtomicAdd
+                                         ? (f ? llvm::AtomicRMWInst::FAdd : llvm::AtomicRMWInst::Add)
+                                         : (f ? llvm::AtomicRMWInst::FMax : llvm::AtomicRMWInst::Max);
+    out.e.push_back(guarded(
+        cond,
+        [&]() -> LVal* { return b_.CreateAtomicRMW(rmw, ptr, v, llvm::MaybeAlign(), llvm::AtomicOrdering::Monotonic); },
+        llvm::Constant::getNullValue(et)));
   }
   if (op.numResults()) vals_[op.result()] = std::move(out);
 }
@@ -84,7 +90,8 @@ void Lowering::lowerVectorAccess(const Op& op, const Regs& p, const Regs* mask, 
     LVal* ptr = p.e[s];
     if (op.kind() == OpKind::Load) {
       auto doLoad = [&]() -> LVal* { return b_.CreateAlignedLoad(vt, ptr, align); };
-      LVal* v = mask ? guarded(mask->e[s], doLoad, other ? pack(*other, s) : llvm::Constant::getNullValue(vt)) : doLoad();
+      LVal* v =
+          mask ? guarded(mask->e[s], doLoad, other ? pack(*other, s) : llvm::Constant::getNullValue(vt)) : doLoad();
       for (int i = 0; i < width; ++i) out.e.push_back(b_.CreateExtractElement(v, b_.getInt32(i)));
       continue;
     }
@@ -92,10 +99,13 @@ void Lowering::lowerVectorAccess(const Op& op, const Regs& p, const Regs* mask, 
     LVal* cond = owner(L);
     if (mask) cond = b_.CreateAnd(cond, mask->e[s]);
     LVal* v = pack(value, s);
-    guarded(cond, [&]() -> LVal* {
-      b_.CreateAlignedStore(v, ptr, align);
-      return nullptr;
-    }, nullptr);
+    guarded(
+        cond,
+        [&]() -> LVal* {
+          b_.CreateAlignedStore(v, ptr, align);
+          return nullptr;
+        },
+        nullptr);
   }
 }
 
@@ -124,18 +134,23 @@ void Lowering::lowerDesc(const Op& op) {
     LVal* elem = b_.getInt64(0);
     for (size_t a = 0; a < rank; ++a) {
       LVal* c = b_.CreateSExt(b_.CreateAdd(get(op.operand(first + a)).e[0], coord(e, dt.shape, a)), b_.getInt64Ty());
-      inside = b_.CreateAnd(inside, b_.CreateAnd(b_.CreateICmpSGE(c, b_.getInt64(0)), b_.CreateICmpSLT(c, desc.e[1 + a])));
+      inside =
+          b_.CreateAnd(inside, b_.CreateAnd(b_.CreateICmpSGE(c, b_.getInt64(0)), b_.CreateICmpSLT(c, desc.e[1 + a])));
       elem = b_.CreateAdd(elem, b_.CreateMul(c, desc.e[1 + rank + a]));
     }
     LVal* ptr = b_.CreateGEP(et, desc.e[0], elem);
     if (load) {
-      out.e.push_back(guarded(inside, [&]() -> LVal* { return b_.CreateLoad(et, ptr); }, llvm::Constant::getNullValue(et)));
+      out.e.push_back(guarded(
+          inside, [&]() -> LVal* { return b_.CreateLoad(et, ptr); }, llvm::Constant::getNullValue(et)));
     } else {
       LVal* v = get(op.operand(1)).e[s];
-      guarded(inside, [&]() -> LVal* {
-        b_.CreateStore(v, ptr);
-        return nullptr;
-      }, nullptr);
+      guarded(
+          inside,
+          [&]() -> LVal* {
+            b_.CreateStore(v, ptr);
+            return nullptr;
+          },
+          nullptr);
     }
   }
   if (load) vals_[op.result()] = std::move(out);

@@ -42,8 +42,10 @@ bool indexOp(const Op& op) {
     case OpKind::Reshape:
     case OpKind::Broadcast:
     case OpKind::ProgramId:
-    case OpKind::NumPrograms: return true;
-    default: return op.has(Elementwise) && op.numResults() == 1;
+    case OpKind::NumPrograms:
+      return true;
+    default:
+      return op.has(Elementwise) && op.numResults() == 1;
   }
 }
 
@@ -129,8 +131,10 @@ Regs Lowering::evalUnder(const Value* v, const Block& body, const Env& env) {
   for (const Op* o : slice) lowerOp(*o);
   Regs out = get(v);
   for (auto& [x, r] : saved) {
-    if (r) vals_[x] = std::move(*r);
-    else vals_.erase(x);
+    if (r)
+      vals_[x] = std::move(*r);
+    else
+      vals_.erase(x);
   }
   return out;
 }
@@ -198,7 +202,8 @@ void Lowering::copyStage(const Pipeline& p, const Block& body, const Env& env, L
     for (int s = 0; s < slots(L); s += static_cast<int>(p.width[i])) {
       if (!slotOwned(L, s)) continue;
       LVal* e = flatIndex(L, s);
-      LVal* dst = b_.CreateAdd(base, swizzledOffset(coord(e, t.shape, 0), coord(e, t.shape, 1), t.shape[0], t.shape[1], eb));
+      LVal* dst =
+          b_.CreateAdd(base, swizzledOffset(coord(e, t.shape, 0), coord(e, t.shape, 1), t.shape[0], t.shape[1], eb));
       LVal* ok = mask.e.empty() ? valid : b_.CreateAnd(valid, mask.e[s]);
       LVal* size = b_.CreateSelect(ok, idx(bytes), idx(0));
       b_.CreateCall(copy, {dst, b_.CreatePtrToInt(ptrs.e[s], b_.getInt64Ty()), size});
@@ -208,7 +213,8 @@ void Lowering::copyStage(const Pipeline& p, const Block& body, const Env& env, L
 }
 
 // Before the loop (insertion point in its preheader): stages 0 .. S-2.
-void Lowering::pipelinePrologue(Pipeline& p, const Op& loop, LVal* lb, LVal* ub, LVal* step, const std::vector<Regs>& inits) {
+void Lowering::pipelinePrologue(Pipeline& p, const Op& loop, LVal* lb, LVal* ub, LVal* step,
+                                const std::vector<Regs>& inits) {
   const Block& body = loop.region(0);
   p.ub = ub;
   p.step = step;

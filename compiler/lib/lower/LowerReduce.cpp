@@ -13,10 +13,12 @@ bool Lowering::lowerReduceByShuffles(const Op& op) {
   llvm::Type* ty = elemType(in.elem);
   auto combine = [&](LVal* a, LVal* x) -> LVal* {
     switch (op.kind()) {
-      case OpKind::ReduceSum: return f ? b_.CreateFAdd(a, x) : b_.CreateAdd(a, x);
+      case OpKind::ReduceSum:
+        return f ? b_.CreateFAdd(a, x) : b_.CreateAdd(a, x);
       case OpKind::ReduceMax:
         return b_.CreateIntrinsic(f ? llvm::Intrinsic::maxnum : llvm::Intrinsic::smax, {ty}, {a, x});
-      default: return b_.CreateIntrinsic(f ? llvm::Intrinsic::minnum : llvm::Intrinsic::smin, {ty}, {a, x});
+      default:
+        return b_.CreateIntrinsic(f ? llvm::Intrinsic::minnum : llvm::Intrinsic::smin, {ty}, {a, x});
     }
   };
   // The identity stands in for the duplicates that threads past N hold.
@@ -49,10 +51,13 @@ bool Lowering::lowerReduceByShuffles(const Op& op) {
     LVal* lane = b_.CreateAnd(tid_, idx(31));
     LVal* warp = b_.CreateLShr(tid_, idx(5));
     LVal* addr = smemAddr(0, warp, partial);
-    guarded(b_.CreateICmpEQ(lane, idx(0)), [&]() -> LVal* {
-      b_.CreateStore(acc, addr);
-      return nullptr;
-    }, nullptr);
+    guarded(
+        b_.CreateICmpEQ(lane, idx(0)),
+        [&]() -> LVal* {
+          b_.CreateStore(acc, addr);
+          return nullptr;
+        },
+        nullptr);
     barrier();
     acc = fromSmem(0, idx(0), partial);
     for (int w = 1; w < warps; ++w) acc = combine(acc, fromSmem(0, idx(w), partial));
@@ -92,7 +97,8 @@ void Lowering::lowerReduce(const Op& op) {
         LVal* x = at(k);
         llvm::Type* ty = x->getType();
         switch (op.kind()) {
-          case OpKind::ReduceSum: return {f ? b_.CreateFAdd(cur[0], x) : b_.CreateAdd(cur[0], x), cur[1]};
+          case OpKind::ReduceSum:
+            return {f ? b_.CreateFAdd(cur[0], x) : b_.CreateAdd(cur[0], x), cur[1]};
           case OpKind::ReduceMax:
             return {b_.CreateIntrinsic(f ? llvm::Intrinsic::maxnum : llvm::Intrinsic::smax, {ty}, {cur[0], x}), cur[1]};
           case OpKind::ReduceMin:

@@ -5,8 +5,8 @@
 #include "Lowering.h"
 
 #include <llvm/Bitcode/BitcodeReader.h>
-#include <llvm/Linker/Linker.h>
 #include <llvm/IR/Verifier.h>
+#include <llvm/Linker/Linker.h>
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/raw_ostream.h>
 
@@ -125,12 +125,15 @@ bool Lowering::rematerializable(const Value* v, int& budget) {
   switch (def->kind()) {
     case OpKind::Constant:
     case OpKind::Splat:
-    case OpKind::Arange: return true;
+    case OpKind::Arange:
+      return true;
     case OpKind::Hint:
     case OpKind::ExpandDims:
     case OpKind::Reshape:
-    case OpKind::Broadcast: return rematerializable(def->operand(0), budget);
-    default: break;
+    case OpKind::Broadcast:
+      return rematerializable(def->operand(0), budget);
+    default:
+      break;
   }
   if (!def->has(Elementwise) || def->numResults() != 1) return false;
   for (Value* o : def->operands())
@@ -187,25 +190,33 @@ void Lowering::lowerPrint(const Op& op) {
     std::string fmt = "pid (%d, %d, %d) idx (%d) " + op.strAttr("prefix") + (fl ? "%f" : wide ? "%lld" : "%d") + "\n";
     LVal* fmtPtr = b_.CreateGlobalStringPtr(fmt);
     llvm::Type* valTy = fl ? b_.getDoubleTy() : wide ? b_.getInt64Ty() : b_.getInt32Ty();
-    auto* argsTy = llvm::StructType::get(ctx_, {b_.getInt32Ty(), b_.getInt32Ty(), b_.getInt32Ty(), b_.getInt32Ty(), valTy});
+    auto* argsTy =
+        llvm::StructType::get(ctx_, {b_.getInt32Ty(), b_.getInt32Ty(), b_.getInt32Ty(), b_.getInt32Ty(), valTy});
     const Regs& r = get(v);
     for (int s = 0; s < slots(r.L); ++s) {
       if (!slotOwned(r.L, s)) continue;
-      guarded(owner(r.L), [&]() -> LVal* {
-        llvm::IRBuilder<> entry(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
-        LVal* buf = entry.CreateAlloca(argsTy);
-        for (unsigned a = 0; a < 3; ++a) b_.CreateStore(b_.CreateIntrinsic(ctaid[a], {}, {}), b_.CreateStructGEP(argsTy, buf, a));
-        b_.CreateStore(t.isTile() ? flatIndex(r.L, s) : idx(0), b_.CreateStructGEP(argsTy, buf, 3));
-        LVal* x = r.e[s];
-        if (fl && (t.elem == DType::F8E4M3 || t.elem == DType::F8E5M2))
-          x = castElem(op, x, Type::scalar(t.elem), Type::scalar(DType::F32));
-        if (fl) x = b_.CreateFPCast(x, b_.getDoubleTy());
-        else if (t.isPtr()) x = b_.CreatePtrToInt(x, b_.getInt64Ty());
-        else x = t.elem == DType::I1 ? b_.CreateZExt(x, valTy) : b_.CreateSExtOrTrunc(x, valTy);
-        b_.CreateStore(x, b_.CreateStructGEP(argsTy, buf, 4));
-        b_.CreateCall(vprintf, {fmtPtr, buf});
-        return nullptr;
-      }, nullptr);
+      guarded(
+          owner(r.L),
+          [&]() -> LVal* {
+            llvm::IRBuilder<> entry(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
+            LVal* buf = entry.CreateAlloca(argsTy);
+            for (unsigned a = 0; a < 3; ++a)
+              b_.CreateStore(b_.CreateIntrinsic(ctaid[a], {}, {}), b_.CreateStructGEP(argsTy, buf, a));
+            b_.CreateStore(t.isTile() ? flatIndex(r.L, s) : idx(0), b_.CreateStructGEP(argsTy, buf, 3));
+            LVal* x = r.e[s];
+            if (fl && (t.elem == DType::F8E4M3 || t.elem == DType::F8E5M2))
+              x = castElem(op, x, Type::scalar(t.elem), Type::scalar(DType::F32));
+            if (fl)
+              x = b_.CreateFPCast(x, b_.getDoubleTy());
+            else if (t.isPtr())
+              x = b_.CreatePtrToInt(x, b_.getInt64Ty());
+            else
+              x = t.elem == DType::I1 ? b_.CreateZExt(x, valTy) : b_.CreateSExtOrTrunc(x, valTy);
+            b_.CreateStore(x, b_.CreateStructGEP(argsTy, buf, 4));
+            b_.CreateCall(vprintf, {fmtPtr, buf});
+            return nullptr;
+          },
+          nullptr);
     }
   }
 }
@@ -215,17 +226,21 @@ void Lowering::lowerPrint(const Op& op) {
 void Lowering::lowerAssert(const Op& op) {
   auto* ptrTy = llvm::PointerType::get(ctx_, 0);
   auto fail = mod_.getOrInsertFunction(
-      "__assertfail", llvm::FunctionType::get(b_.getVoidTy(), {ptrTy, ptrTy, b_.getInt32Ty(), ptrTy, b_.getInt64Ty()}, false));
+      "__assertfail",
+      llvm::FunctionType::get(b_.getVoidTy(), {ptrTy, ptrTy, b_.getInt32Ty(), ptrTy, b_.getInt64Ty()}, false));
   const Regs& r = get(op.operand(0));
   LVal* msg = b_.CreateGlobalStringPtr(op.strAttr("message"));
   LVal* file = b_.CreateGlobalStringPtr(op.loc().known() ? *op.loc().file : "<unknown>");
   LVal* func = b_.CreateGlobalStringPtr(fn_->getName());
   for (int s = 0; s < slots(r.L); ++s) {
     if (!slotOwned(r.L, s)) continue;
-    guarded(b_.CreateAnd(owner(r.L), b_.CreateNot(r.e[s])), [&]() -> LVal* {
-      b_.CreateCall(fail, {msg, file, b_.getInt32(op.loc().line), func, b_.getInt64(1)});
-      return nullptr;
-    }, nullptr);
+    guarded(
+        b_.CreateAnd(owner(r.L), b_.CreateNot(r.e[s])),
+        [&]() -> LVal* {
+          b_.CreateCall(fail, {msg, file, b_.getInt32(op.loc().line), func, b_.getInt64(1)});
+          return nullptr;
+        },
+        nullptr);
   }
 }
 
@@ -260,7 +275,8 @@ std::vector<Regs> Lowering::loopPhis(const std::vector<Regs>& inits, llvm::Basic
 void Lowering::closeLoop(const std::vector<Regs>& phis, const std::vector<Regs>& yields) {
   llvm::BasicBlock* latch = b_.GetInsertBlock();
   for (size_t i = 0; i < phis.size(); ++i)
-    for (size_t s = 0; s < phis[i].e.size(); ++s) llvm::cast<llvm::PHINode>(phis[i].e[s])->addIncoming(yields[i].e[s], latch);
+    for (size_t s = 0; s < phis[i].e.size(); ++s)
+      llvm::cast<llvm::PHINode>(phis[i].e[s])->addIncoming(yields[i].e[s], latch);
 }
 
 void Lowering::lowerFor(const Op& op) {
@@ -400,7 +416,8 @@ void Lowering::lowerOp(const Op& op) {
       if (t.elem == DType::F16 || t.elem == DType::BF16 || t.elem == DType::F32 || t.elem == DType::F64)
         c = llvm::ConstantFP::get(elemType(t.elem), formats::roundToFloat(std::get<double>(v), t.elem));
       else if (isFloat(t.elem))
-        c = llvm::ConstantInt::get(b_.getInt8Ty(), formats::encode(formats::roundToFloat(std::get<double>(v), t.elem), t.elem));
+        c = llvm::ConstantInt::get(b_.getInt8Ty(),
+                                   formats::encode(formats::roundToFloat(std::get<double>(v), t.elem), t.elem));
       else
         c = llvm::ConstantInt::get(elemType(t.elem), static_cast<uint64_t>(std::get<int64_t>(v)), true);
       return perSlot([&](int) { return c; });
@@ -408,8 +425,10 @@ void Lowering::lowerOp(const Op& op) {
     case OpKind::ProgramId:
     case OpKind::NumPrograms: {
       static const llvm::Intrinsic::ID ids[2][3] = {
-          {llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_y, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_z},
-          {llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x, llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_y, llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_z}};
+          {llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_y,
+           llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_z},
+          {llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x, llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_y,
+           llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_z}};
       LVal* v = b_.CreateIntrinsic(ids[op.kind() == OpKind::NumPrograms][op.intAttr("axis")], {}, {});
       return perSlot([&](int) { return v; });
     }
@@ -464,9 +483,8 @@ void Lowering::lowerOp(const Op& op) {
     case OpKind::Split: {
       const Type& in = op.operand(0)->type();
       for (unsigned r = 0; r < 2; ++r) {
-        vals_[op.result(r)] = gather(get(op.operand(0)), in, layoutOf(op.result(r)), [&](LVal* e) {
-          return b_.CreateAdd(b_.CreateShl(e, idx(1)), idx(r));
-        });
+        vals_[op.result(r)] = gather(get(op.operand(0)), in, layoutOf(op.result(r)),
+                                     [&](LVal* e) { return b_.CreateAdd(b_.CreateShl(e, idx(1)), idx(r)); });
       }
       barrier();
       return;
@@ -483,12 +501,24 @@ void Lowering::lowerOp(const Op& op) {
       const std::string& p = op.strAttr("predicate");
       bool f = in.isNumeric() && isFloat(in.elem);
       using P = llvm::CmpInst::Predicate;
-      P pred = f ? (p == "eq" ? P::FCMP_OEQ : p == "ne" ? P::FCMP_UNE : p == "lt" ? P::FCMP_OLT : p == "le" ? P::FCMP_OLE
-                    : p == "gt" ? P::FCMP_OGT : P::FCMP_OGE)
-                 : (p == "eq" ? P::ICMP_EQ : p == "ne" ? P::ICMP_NE : p == "lt" ? P::ICMP_SLT : p == "le" ? P::ICMP_SLE
-                    : p == "gt" ? P::ICMP_SGT : p == "ge" ? P::ICMP_SGE : p == "ult" ? P::ICMP_ULT : p == "ule" ? P::ICMP_ULE
-                    : p == "ugt" ? P::ICMP_UGT : P::ICMP_UGE);
-      return perSlot([&](int s) { return f ? b_.CreateFCmp(pred, a.e[s], c.e[s]) : b_.CreateICmp(pred, a.e[s], c.e[s]); });
+      P pred = f ? (p == "eq"   ? P::FCMP_OEQ
+                    : p == "ne" ? P::FCMP_UNE
+                    : p == "lt" ? P::FCMP_OLT
+                    : p == "le" ? P::FCMP_OLE
+                    : p == "gt" ? P::FCMP_OGT
+                                : P::FCMP_OGE)
+                 : (p == "eq"    ? P::ICMP_EQ
+                    : p == "ne"  ? P::ICMP_NE
+                    : p == "lt"  ? P::ICMP_SLT
+                    : p == "le"  ? P::ICMP_SLE
+                    : p == "gt"  ? P::ICMP_SGT
+                    : p == "ge"  ? P::ICMP_SGE
+                    : p == "ult" ? P::ICMP_ULT
+                    : p == "ule" ? P::ICMP_ULE
+                    : p == "ugt" ? P::ICMP_UGT
+                                 : P::ICMP_UGE);
+      return perSlot(
+          [&](int s) { return f ? b_.CreateFCmp(pred, a.e[s], c.e[s]) : b_.CreateICmp(pred, a.e[s], c.e[s]); });
     }
     case OpKind::Select: {
       Regs c = operand(0), x = operand(1), y = operand(2);
@@ -521,23 +551,35 @@ void Lowering::lowerOp(const Op& op) {
     case OpKind::Load:
     case OpKind::Store:
     case OpKind::AtomicAdd:
-    case OpKind::AtomicMax: return lowerMemory(op);
+    case OpKind::AtomicMax:
+      return lowerMemory(op);
     case OpKind::MakeDesc:
     case OpKind::DescLoad:
-    case OpKind::DescStore: return lowerDesc(op);
+    case OpKind::DescStore:
+      return lowerDesc(op);
     case OpKind::ReduceSum:
     case OpKind::ReduceMax:
     case OpKind::ReduceMin:
-    case OpKind::Argmax: return lowerReduce(op);
-    case OpKind::Dot: return lowerDot(op);
-    case OpKind::For: return lowerFor(op);
-    case OpKind::If: return lowerIf(op);
-    case OpKind::While: return lowerWhile(op);
-    case OpKind::DotScaled: return lowerDotScaled(op);
-    case OpKind::Call: return lowerCall(op);
-    case OpKind::Print: return lowerPrint(op);
-    case OpKind::Assert: return lowerAssert(op);
-    default: break;
+    case OpKind::Argmax:
+      return lowerReduce(op);
+    case OpKind::Dot:
+      return lowerDot(op);
+    case OpKind::For:
+      return lowerFor(op);
+    case OpKind::If:
+      return lowerIf(op);
+    case OpKind::While:
+      return lowerWhile(op);
+    case OpKind::DotScaled:
+      return lowerDotScaled(op);
+    case OpKind::Call:
+      return lowerCall(op);
+    case OpKind::Print:
+      return lowerPrint(op);
+    case OpKind::Assert:
+      return lowerAssert(op);
+    default:
+      break;
   }
   if (!op.has(Elementwise)) unsupported(op, "'" + std::string(op.mnemonic()) + "'");
   std::vector<Regs> ins;

@@ -231,19 +231,24 @@ Regs Lowering::issueWgmma(const Op& op, const WgmmaShape& w, Regs acc, LVal* aBa
   };
   auto name = [](DType d) -> std::string {
     switch (d) {
-      case DType::BF16: return "bf16";
-      case DType::F16: return "f16";
-      case DType::F8E4M3: return "e4m3";
-      case DType::F8E5M2: return "e5m2";
-      default: return "s8";
+      case DType::BF16:
+        return "bf16";
+      case DType::F16:
+        return "f16";
+      case DType::F8E4M3:
+        return "e4m3";
+      case DType::F8E5M2:
+        return "e5m2";
+      default:
+        return "s8";
     }
   };
   int64_t nregs = w.instrN / 2;
   // `accumulate` false: D = A B (scale-d off), for a fresh partial sum.
   auto instr = [&](bool accumulate) {
     std::string text = std::string("{\n.reg .pred p;\nsetp.ne.b32 p, ") + (accumulate ? "1" : "0") +
-                       ", 0;\nwgmma.mma_async.sync.aligned.m64n" + std::to_string(w.instrN) + "k" + std::to_string(kStep) +
-                       (ints ? ".s32." : ".f32.") + name(at.elem) + "." + name(bt.elem) + " {";
+                       ", 0;\nwgmma.mma_async.sync.aligned.m64n" + std::to_string(w.instrN) + "k" +
+                       std::to_string(kStep) + (ints ? ".s32." : ".f32.") + name(at.elem) + "." + name(bt.elem) + " {";
     std::string cons;
     for (int64_t i = 0; i < nregs; ++i) {
       text += (i ? ",$" : "$") + std::to_string(i);
@@ -283,11 +288,13 @@ Regs Lowering::issueWgmma(const Op& op, const WgmmaShape& w, Regs acc, LVal* aBa
         LVal* col0 = b_.CreateAdd(colBand, idx(rn * w.instrN));
         LVal* db;
         if (bs.kMajor) {  // like A, with N rows
-          LVal* bOff = b_.CreateAdd(bBase, b_.CreateAdd(idx((kb / rB) * n * rB + kb % rB), b_.CreateMul(col0, idx(rB))));
+          LVal* bOff =
+              b_.CreateAdd(bBase, b_.CreateAdd(idx((kb / rB) * n * rB + kb % rB), b_.CreateMul(col0, idx(rB))));
           db = desc(bOff, 16, 8 * rB, rB);
         } else {  // N-major: column blocks LBO = k * R bytes apart, 8-row groups SBO = 8 R
           LVal* bOff = b_.CreateAdd(
-              bBase, b_.CreateAdd(b_.CreateMul(b_.CreateLShr(b_.CreateMul(col0, idx(eb)), idx(__builtin_ctzll(rB))), idx(k * rB)),
+              bBase, b_.CreateAdd(b_.CreateMul(b_.CreateLShr(b_.CreateMul(col0, idx(eb)), idx(__builtin_ctzll(rB))),
+                                               idx(k * rB)),
                                   idx(kk * rB)));
           db = desc(bOff, k * rB, 8 * rB, rB);
         }

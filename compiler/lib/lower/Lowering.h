@@ -20,10 +20,10 @@
 #include <set>
 #include <unordered_map>
 
+#include "Layout.h"
 #include "tilefuse/interp/Formats.h"
 #include "tilefuse/lower/AxisInfo.h"
 #include "tilefuse/lower/LowerToLLVM.h"
-#include "Layout.h"
 
 namespace tilefuse::lower::detail {
 
@@ -58,7 +58,7 @@ inline unsigned accOperand(const Op& dot) { return dot.kind() == OpKind::Dot ? 2
 struct Pipeline {
   const Op* dot = nullptr;
   const Op* loads[2] = {nullptr, nullptr};  // the loads of A and B
-  int64_t width[2] = {1, 1};                 // elements per cp.async
+  int64_t width[2] = {1, 1};                // elements per cp.async
   int stages = 0;
   int64_t base = 0, stageBytes = 0, aBytes = 0;  // the ring in shared memory
   llvm::AllocaInst* counter = nullptr;           // stage of the current iteration
@@ -78,8 +78,14 @@ using Env = std::map<const Value*, Regs, ArgOrder>;
 class Lowering {
  public:
   Lowering(llvm::LLVMContext& ctx, llvm::Module& mod, const LowerOptions& opts, const Module& module)
-      : ctx_(ctx), mod_(mod), b_(ctx), threads_(32 * opts.numWarps), numStages_(opts.numStages), arch_(opts.arch),
-        opts_(opts), module_(module) {}
+      : ctx_(ctx),
+        mod_(mod),
+        b_(ctx),
+        threads_(32 * opts.numWarps),
+        numStages_(opts.numStages),
+        arch_(opts.arch),
+        opts_(opts),
+        module_(module) {}
 
   int sharedBytes() const { return static_cast<int>(smemBytes_); }
   void lowerKernel(const Op& f);
@@ -93,16 +99,28 @@ class Lowering {
 
   llvm::Type* elemType(DType d) {
     switch (d) {
-      case DType::I1: return b_.getInt1Ty();
-      case DType::I8: case DType::F8E4M3: case DType::F8E5M2: case DType::E8M0: case DType::F4E2M1:
+      case DType::I1:
+        return b_.getInt1Ty();
+      case DType::I8:
+      case DType::F8E4M3:
+      case DType::F8E5M2:
+      case DType::E8M0:
+      case DType::F4E2M1:
         return b_.getInt8Ty();
-      case DType::I16: return b_.getInt16Ty();
-      case DType::I32: return b_.getInt32Ty();
-      case DType::I64: return b_.getInt64Ty();
-      case DType::F16: return b_.getHalfTy();
-      case DType::BF16: return b_.getBFloatTy();
-      case DType::F32: return b_.getFloatTy();
-      case DType::F64: return b_.getDoubleTy();
+      case DType::I16:
+        return b_.getInt16Ty();
+      case DType::I32:
+        return b_.getInt32Ty();
+      case DType::I64:
+        return b_.getInt64Ty();
+      case DType::F16:
+        return b_.getHalfTy();
+      case DType::BF16:
+        return b_.getBFloatTy();
+      case DType::F32:
+        return b_.getFloatTy();
+      case DType::F64:
+        return b_.getDoubleTy();
     }
     throw InternalError("elemType");
   }
@@ -170,8 +188,8 @@ class Lowering {
   llvm::GlobalVariable* smem() {
     if (!smem_) {
       auto* ty = llvm::ArrayType::get(b_.getInt8Ty(), 0);
-      smem_ = new llvm::GlobalVariable(mod_, ty, false, llvm::GlobalValue::ExternalLinkage, nullptr, "tf_smem",
-                                       nullptr, llvm::GlobalValue::NotThreadLocal, 3);
+      smem_ = new llvm::GlobalVariable(mod_, ty, false, llvm::GlobalValue::ExternalLinkage, nullptr, "tf_smem", nullptr,
+                                       llvm::GlobalValue::NotThreadLocal, 3);
       smem_->setAlignment(llvm::Align(1024));  // swizzled wgmma operands need 1024-byte atoms
     }
     return smem_;
@@ -352,7 +370,7 @@ class Lowering {
   // barriers, use the space after it while operands may be in use (a wgmma in flight,
   // or inside a pipelined loop), and all of shared memory otherwise.
   int64_t scratch_ = 0;
-  int64_t floor_ = 0;  // a callee's shared memory starts here
+  int64_t floor_ = 0;       // a callee's shared memory starts here
   int pipelinedLoops_ = 0;  // pipelined loops being lowered (their copies in flight)
   int64_t scratchBase() const { return pipelinedLoops_ || !wgmmaPending_.empty() ? scratch_ : floor_; }
   int64_t wgmmaStageBytes_ = 0, wgmmaBase_ = 0;

@@ -9,15 +9,15 @@
 #include <llvm/MC/TargetRegistry.h>
 #include <llvm/Passes/PassBuilder.h>
 
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <llvm/Support/SourceMgr.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/Target/TargetOptions.h>
 #include <llvm/TargetParser/Triple.h>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 
 #include <memory>
 #include <mutex>
@@ -101,8 +101,9 @@ PtxResult optimizeAndEmitPTX(llvm::Module& mod, const PtxOptions& opts) {
     pb.registerFunctionAnalyses(fam);
     pb.registerLoopAnalyses(lam);
     pb.crossRegisterProxies(lam, fam, cgam, mam);
-    auto ol = opts.optLevel >= 3 ? llvm::OptimizationLevel::O3 : opts.optLevel == 2 ? llvm::OptimizationLevel::O2
-                                                                                     : llvm::OptimizationLevel::O1;
+    auto ol = opts.optLevel >= 3   ? llvm::OptimizationLevel::O3
+              : opts.optLevel == 2 ? llvm::OptimizationLevel::O2
+                                   : llvm::OptimizationLevel::O1;
     llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(ol);
     mpm.run(mod, mam);
   }

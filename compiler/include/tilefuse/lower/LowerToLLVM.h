@@ -16,7 +16,7 @@ namespace tilefuse::lower {
 struct LowerOptions {
   std::string arch = "sm_90a";
   int numWarps = 4;
-  int numStages = 3;        // shared-memory stages of pipelined K loops (1: no pipelining)
+  int numStages = 3;      // shared-memory stages of pipelined K loops (1: no pipelining)
   std::string libdevice;  // path of libdevice.10.bc; empty: $CUDA_HOME or /usr/local/cuda
 };
 
