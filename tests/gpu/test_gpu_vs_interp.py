@@ -10,6 +10,7 @@ import tilefuse as tf
 import tilefuse.language as tl
 
 from kernels_dsl.tutorials import layernorm, matmul, softmax, vector_add
+from tests.shared_kernels import dot8, noinline_calls, wrapped_copy
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
@@ -157,42 +158,14 @@ def test_matmul_pipelined(mnk, stages):
     np.testing.assert_allclose(to_numpy(c).astype(np.float64), ref, rtol=2**-7, atol=2**-7 * np.sqrt(k))
 
 
-@tf.jit
-def k_wrapped_copy(x_ptr, y_ptr, n, base, BLOCK: tl.constexpr):
-    # As in tests/python/language/test_hints.py: contiguous only by the kernel author's word.
-    offs = (base + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)) % n
-    offs = tl.max_contiguous(tl.multiple_of(offs, BLOCK), BLOCK)
-    tl.store(y_ptr + offs, tl.load(x_ptr + offs) * 3)
-
-
 def test_hinted_vector_accesses():
     x = torch.randint(-1000, 1000, (8192,), device="cuda", dtype=torch.int32)
     y = torch.zeros_like(x)
-    assert "ld.global.v4" in k_wrapped_copy.warmup(x, y, 4096, 2048, BLOCK=1024, grid=(4,)).asm["ptx"]
-    k_wrapped_copy[(4,)](x, y, 4096, 2048, BLOCK=1024)
+    assert "ld.global.v4" in wrapped_copy.warmup(x, y, 4096, 2048, HINT=True, BLOCK=1024, grid=(4,)).asm["ptx"]
+    wrapped_copy[(4,)](x, y, 4096, 2048, HINT=True, BLOCK=1024)
     idx = (2048 + torch.arange(4096, device="cuda")) % 4096
     torch.testing.assert_close(y[idx], x[idx] * 3)
     assert int(y[4096:].abs().sum()) == 0
-
-
-@tf.jit(noinline=True)
-def _scaled_row_sums(x, w):
-    y = tl.dot(x, w)
-    return y, tl.sum(y, axis=1)
-
-
-@tf.jit
-def noinline_calls(x_ptr, w_ptr, y_ptr, s_ptr, N: tl.constexpr):
-    r = tl.arange(0, N)
-    x = tl.load(x_ptr + r[:, None] * N + r[None, :])
-    w = tl.load(w_ptr + r[:, None] * N + r[None, :])
-    total = tl.zeros((N,), tl.float32)
-    y = tl.zeros((N, N), tl.float32)
-    for _ in range(2):
-        y, s = _scaled_row_sums(x, w)
-        total += s
-    tl.store(y_ptr + r[:, None] * N + r[None, :], y)
-    tl.store(s_ptr + r, total)
 
 
 def test_noinline_calls():
@@ -209,20 +182,6 @@ def test_noinline_calls():
     torch.testing.assert_close(y.double(), ref, rtol=1e-4, atol=1e-3)
     torch.testing.assert_close(s.double(), 2 * ref.sum(1), rtol=1e-4, atol=1e-2)
     assert kernel is not None
-
-
-@tf.jit
-def dot8(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr):
-    rm, rn, rk = tl.arange(0, M), tl.arange(0, N), tl.arange(0, BK)
-    acc = tl.zeros((M, N), tl.int32 if a_ptr.dtype.element_ty == tl.int8 else tl.float32)
-    for k in range(0, K, BK):
-        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
-        if BT:
-            b = tl.trans(tl.load(b_ptr + rn[:, None] * K + (k + rk)[None, :]))
-        else:
-            b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
-        acc = tl.dot(a, b, acc)
-    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
 
 
 @pytest.mark.parametrize("bt", [False, True])

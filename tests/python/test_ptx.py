@@ -12,6 +12,7 @@ import tilefuse.language as tl
 
 from kernels_dsl import convert
 from kernels_dsl.tutorials import layernorm, matmul, softmax, vector_add
+from tests.shared_kernels import dot8, noinline_calls
 
 PTXAS = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
 
@@ -22,42 +23,6 @@ m8 = np.zeros((64, 64), ml_dtypes.float8_e4m3fn)
 mi8 = np.zeros((64, 64), np.int8)
 mi32 = np.zeros((64, 64), np.int32)
 MM = dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, BLOCK_SIZE_K=32, GROUP_SIZE_M=8)
-
-
-@tf.jit(noinline=True)
-def _scaled_row_sums(x, w):
-    # A callee with a dot, a reduction and two results.
-    y = tl.dot(x, w)
-    return y, tl.sum(y, axis=1)
-
-
-@tf.jit
-def noinline_calls(x_ptr, w_ptr, y_ptr, s_ptr, N: tl.constexpr):
-    r = tl.arange(0, N)
-    x = tl.load(x_ptr + r[:, None] * N + r[None, :])
-    w = tl.load(w_ptr + r[:, None] * N + r[None, :])
-    total = tl.zeros((N,), tl.float32)
-    y = tl.zeros((N, N), tl.float32)
-    for _ in range(2):
-        y, s = _scaled_row_sums(x, w)
-        total += s
-    tl.store(y_ptr + r[:, None] * N + r[None, :], y)
-    tl.store(s_ptr + r, total)
-
-
-@tf.jit
-def dot8(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr):
-    # fp8 and int8 dots: B as loaded ([K, N], transposed when staged) or as trans of [N, K].
-    rm, rn, rk = tl.arange(0, M), tl.arange(0, N), tl.arange(0, BK)
-    acc = tl.zeros((M, N), tl.int32 if a_ptr.dtype.element_ty == tl.int8 else tl.float32)
-    for k in range(0, K, BK):
-        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
-        if BT:
-            b = tl.trans(tl.load(b_ptr + rn[:, None] * K + (k + rk)[None, :]))
-        else:
-            b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
-        acc = tl.dot(a, b, acc)
-    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
 
 
 @tf.jit

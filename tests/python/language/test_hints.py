@@ -8,15 +8,7 @@ import pytest
 import tilefuse as tf
 import tilefuse.language as tl
 
-
-@tf.jit
-def k_wrapped_copy(x_ptr, y_ptr, n, base, HINT: tl.constexpr, BLOCK: tl.constexpr):
-    # (base + ...) % n cannot be proven contiguous: a negative base would break runs at
-    # multiples of n. The callers pass base >= 0 aligned to BLOCK, so the hint is true.
-    offs = (base + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)) % n
-    if HINT:
-        offs = tl.max_contiguous(tl.multiple_of(offs, BLOCK), BLOCK)
-    tl.store(y_ptr + offs, tl.load(x_ptr + offs) * 3)
+from tests.shared_kernels import wrapped_copy
 
 
 @pytest.mark.parametrize("hint", [False, True])
@@ -24,15 +16,15 @@ def test_hints_leave_values_unchanged(hint):
     rng = np.random.default_rng()
     x = rng.integers(-1000, 1000, 512).astype(np.int32)
     y = np.zeros_like(x)
-    k_wrapped_copy[(4,)](x, y, 512, 1024, HINT=hint, BLOCK=128)
+    wrapped_copy[(4,)](x, y, 512, 1024, HINT=hint, BLOCK=128)
     np.testing.assert_array_equal(y, x * 3)
 
 
 def test_hints_reach_the_ir_and_vectorize_the_gpu_code():
     # 1024 elements over 128 threads: runs of 8 per thread, two 16-byte accesses each.
     x = np.zeros(4096, np.float32)
-    plain = k_wrapped_copy.warmup(x, x, 4096, 2048, HINT=False, BLOCK=1024, grid=(4,), target="sm_90a")
-    hinted = k_wrapped_copy.warmup(x, x, 4096, 2048, HINT=True, BLOCK=1024, grid=(4,), target="sm_90a")
+    plain = wrapped_copy.warmup(x, x, 4096, 2048, HINT=False, BLOCK=1024, grid=(4,), target="sm_90a")
+    hinted = wrapped_copy.warmup(x, x, 4096, 2048, HINT=True, BLOCK=1024, grid=(4,), target="sm_90a")
     assert "hint" not in plain.asm["tile"]
     assert "divisibility = [1024]" in hinted.asm["tile"] and "contiguity = [1024]" in hinted.asm["tile"]
     assert "ld.global.v4" not in plain.asm["ptx"] and "st.global.v4" not in plain.asm["ptx"]
