@@ -210,6 +210,7 @@ class JITFunction:
         self._is_const = [p.name in self.constexprs for p in self.params]
         self._binder = _make_binder(self.params)
         self._keyer = _make_keyer(self.params, self._is_const) if self._binder is not None else None
+        self._fast_run = _make_fast_run(self.params, self._is_const, self._fast) if self._binder is not None else None
 
     @property
     def source(self) -> FunctionSource:
@@ -238,7 +239,22 @@ class JITFunction:
         )
 
     def __getitem__(self, grid):
-        return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
+        fast = self._fast_run
+        if fast is None or callable(grid):
+            return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
+
+        def launch(*args, num_warps=4, num_stages=3, **kwargs):
+            # Repeated launches of a seen specialization return here without leaving C
+            # and generated code; anything else takes run().
+            try:
+                k = fast(grid, num_warps, num_stages, *args, **kwargs)
+            except TypeError:  # arguments that do not bind: run() says what is wrong
+                k = None
+            if k is None:
+                k = self.run(*args, grid=grid, num_warps=num_warps, num_stages=num_stages, **kwargs)
+            return k
+
+        return launch
 
     def __repr__(self):
         return f"JITFunction({self.fn.__module__}:{self.fn.__qualname__})"
@@ -446,6 +462,30 @@ def _make_keyer(params, is_const):
     src = f"def _keyer(_g_, _w_, _s_, {sig}):\n    return (_g_, _w_, _s_, {', '.join(parts)}), ({names},)\n"
     exec(src, ns)  # noqa: S102 - parameter names only
     return ns["_keyer"]
+
+
+def _make_fast_run(params, is_const, table):
+    """A function (grid, num_warps, num_stages, *args, **kwargs) that launches through the
+    fast-path table when the arguments' key is in it (returning the kernel), else None:
+    binding, keying and the lookup in one generated frame."""
+    defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+    sig = ", ".join(f"{p.name}=_d[{p.name!r}]" if p.name in defaults else p.name for p in params)
+    names = ", ".join(p.name for p in params)
+    parts = [f"('c', {p.name})" if c else f"_arg_key({p.name})" for p, c in zip(params, is_const)]
+    src = (
+        f"def _fast_run(_g_, _w_, _s_, {sig}):\n"
+        f"    try:\n"
+        f"        go = _table.get((_g_, _w_, _s_, {', '.join(parts)}))\n"
+        f"    except TypeError:\n"
+        f"        return None\n"
+        f"    if go is None:\n"
+        f"        return None\n"
+        f"    go(({names},))\n"
+        f"    return go.kernel\n"
+    )
+    ns = {"_arg_key": _arg_key, "_d": defaults, "_table": table}
+    exec(src, ns)  # noqa: S102 - parameter names only
+    return ns["_fast_run"]
 
 
 def select_backend(values) -> str:
