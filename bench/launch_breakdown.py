@@ -33,14 +33,10 @@ def main():
     x, y, out = (torch.randn(n, device="cuda") for _ in range(3))
     k = vector_add.add_kernel
     k[(4,)](x, y, out, n, BLOCK_SIZE=1024)
-    args, kwargs = (x, y, out, n), {"BLOCK_SIZE": 1024}
-    key, vals = k._fast_key(args, kwargs, (4,), 4, 3)
-    go = k._fast[key]
     parts = {
         "tilefuse launch": lambda: k[(4,)](x, y, out, n, BLOCK_SIZE=1024),
         "triton launch": lambda: _triton_add[(4,)](x, y, out, n, BLOCK=1024),
-        "  bind + key": lambda: k._fast_key(args, kwargs, (4,), 4, 3),
-        "  pack + launch": lambda: go(vals),
+        "  C++ fast path alone": lambda: k._cfast.launch((4,), 4, 3, x, y, out, n, BLOCK_SIZE=1024),
     }
     for rep in range(3):
         print(f"round {rep}: " + ", ".join(f"{name.strip()} {per_call_us(fn):.2f}" for name, fn in parts.items()))

@@ -11,6 +11,7 @@ void init_runtime(py::module_& m);
 void init_interp(py::module_& m);
 void init_lower(py::module_& m);
 void init_dlpack(py::module_& m);
+void init_launcher(py::module_& m);
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "tilefuse compiler and runtime bindings";
@@ -22,4 +23,5 @@ PYBIND11_MODULE(_C, m) {
   init_interp(m);
   init_lower(m);
   init_dlpack(m);
+  init_launcher(m);
 }

@@ -195,39 +195,27 @@ _torch = None
 _STRUCT = {_D.i32: "i", _D.i64: "q", _D.f32: "f"}
 
 
-def fast_launcher(kernel, spec, names, grid, num_warps: int, num_stages: int, device: int):
-    """A closure that launches `kernel` again for arguments of the same specialization:
-    it packs the runtime arguments with one struct.pack and skips every check the
-    first launch made (the caller keys it on dtypes, alignment and devices). None for
-    parameter types whose packed layout is not plain C (i1)."""
-    loaded = kernel.loaded[(device, num_warps, num_stages)]
-    fmt, exprs = "@", []
+def pack_plan(spec, names):
+    """[(parameter index, struct code)] of the kernel's runtime parameters in order, for the
+    C++ launch fast path; None when one has no plain C layout (i1)."""
+    plan = []
     for s in spec:
         if s[1] != "arg":
             continue
-        i, t = names.index(s[0]), s[2]
-        if t.is_ptr:
-            fmt += "Q"
-            exprs.append(f"v[{i}].data_ptr()")
-        elif t.elem not in _STRUCT:
+        t = s[2]
+        code = "Q" if t.is_ptr else _STRUCT.get(t.elem)
+        if code is None:
             return None
-        else:
-            fmt += _STRUCT[t.elem]
-            exprs.append(f"float(v[{i}])" if t.elem == _D.f32 else f"int(v[{i}])")
-    # Written out per specialization: one struct.pack of the argument expressions.
-    _current_stream(device)  # resolves torch
-    raw = getattr(_torch._C, "_cuda_getCurrentRawStream", None) if _torch else None
-    ns = {
-        "pack": struct.Struct(fmt).pack,
-        "launch": loaded.bind_grid(grid),  # makes the kernel's context current itself
-        "stream": raw or _current_stream,
-        "device": device,
-    }
-    body = f"    launch(stream(device), pack({', '.join(exprs)}))\n"
-    exec("def go(v):\n" + body, ns)  # noqa: S102 - generated from parameter positions only
-    go = ns["go"]
-    go.kernel = kernel
-    return go
+        plan.append((names.index(s[0]), code))
+    return plan
+
+
+def stream_function():
+    """device -> the current torch stream (raw handle); None (the default stream) without torch."""
+    _current_stream(0)  # imports torch once, if it is there
+    if not _torch:
+        return None
+    return getattr(_torch._C, "_cuda_getCurrentRawStream", None) or _current_stream
 
 
 def launch(kernel, spec, bound, grid, num_warps: int, num_stages: int):
@@ -248,3 +236,4 @@ def launch(kernel, spec, bound, grid, num_warps: int, num_stages: int):
         kernel.loaded[(device, num_warps, num_stages)] = loaded
     args = [_pack(s[0], s[2], bound[s[0]], device) for s in spec if s[1] == "arg"]
     loaded.launch(grid, _current_stream(device), args)
+    return loaded

@@ -205,12 +205,10 @@ class JITFunction:
         self.noinline = noinline
         self.cache: dict = {}
         self._source = None
-        self._fast: dict = {}  # fast-path key -> launcher closure (gpu.fast_launcher)
         self._names = [p.name for p in self.params]
         self._is_const = [p.name in self.constexprs for p in self.params]
-        self._binder = _make_binder(self.params)
-        self._keyer = _make_keyer(self.params, self._is_const) if self._binder is not None else None
-        self._fast_run = _make_fast_run(self.params, self._is_const, self._fast) if self._binder is not None else None
+        # The C++ launch fast path (tilefuse._C.launcher), made at the first GPU launch.
+        self._cfast = None
 
     @property
     def source(self) -> FunctionSource:
@@ -239,20 +237,17 @@ class JITFunction:
         )
 
     def __getitem__(self, grid):
-        fast = self._fast_run
-        if fast is None or callable(grid):
+        if callable(grid):
             return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
 
         def launch(*args, num_warps=4, num_stages=3, **kwargs):
-            # Repeated launches of a seen specialization return here without leaving C
-            # and generated code; anything else takes run().
-            try:
-                k = fast(grid, num_warps, num_stages, *args, **kwargs)
-            except TypeError:  # arguments that do not bind: run() says what is wrong
-                k = None
-            if k is None:
-                k = self.run(*args, grid=grid, num_warps=num_warps, num_stages=num_stages, **kwargs)
-            return k
+            # A repeated launch of a seen specialization stays in C++; anything else runs run().
+            fast = self._cfast
+            if fast is not None:
+                k = fast.launch(grid, num_warps, num_stages, *args, **kwargs)
+                if k is not None:
+                    return k
+            return self.run(*args, grid=grid, num_warps=num_warps, num_stages=num_stages, **kwargs)
 
         return launch
 
@@ -365,12 +360,6 @@ class JITFunction:
     # --- launch ---
 
     def run(self, *args, grid, num_warps=4, num_stages=3, **kwargs):
-        fast_key = self._fast_key(args, kwargs, grid, num_warps, num_stages)
-        if fast_key is not None:
-            go = self._fast.get(fast_key[0])
-            if go is not None:
-                go(fast_key[1])
-                return go.kernel
         bound = self._bind(args, kwargs)
         key, spec = self._specialize(bound)
         kernel = self.cache.get(key)
@@ -384,30 +373,16 @@ class JITFunction:
         if select_backend(bound.values()) == "cuda":
             from . import gpu
 
-            gpu.launch(kernel, spec, bound, g, num_warps, num_stages)
-            if fast_key is not None and all(
-                _is_torch_tensor(v) or type(v) in (int, float, bool) for v in bound.values()
-            ):
-                device = gpu.device_of(bound.values())
-                go = gpu.fast_launcher(kernel, spec, self._names, g, num_warps, num_stages, device)
-                if go is not None:
-                    self._fast[fast_key[0]] = go
+            loaded = gpu.launch(kernel, spec, bound, g, num_warps, num_stages)
+            plan = gpu.pack_plan(spec, self._names)
+            if plan is not None and not callable(grid):
+                if self._cfast is None:
+                    defaults = {p.name: p.default for p in self.params if p.default is not inspect.Parameter.empty}
+                    self._cfast = _C.launcher.FastPath(self._names, self._is_const, defaults, gpu.stream_function())
+                self._cfast.remember(grid, num_warps, num_stages, args, kwargs, loaded, plan, kernel)
         else:
             _launch_interp(kernel, spec, bound, g)
         return kernel
-
-    def _fast_key(self, args, kwargs, grid, num_warps, num_stages):
-        """(key, values) for the launch fast path, or None when these arguments cannot
-        use it. The key holds what specialization and the checks of a launch depend on:
-        constexpr values, dtypes, 16-byte alignment, devices, int ranges, the grid."""
-        if self._keyer is None or callable(grid):
-            return None
-        try:
-            key, vals = self._keyer(grid, num_warps, num_stages, *args, **kwargs)
-            hash(key)
-        except TypeError:
-            return None
-        return key, vals
 
     def warmup(self, *args, grid=None, target=None, num_warps=4, num_stages=3, **kwargs) -> CompiledKernel:
         """Compiles for `target` (e.g. "sm_90a"; default: GPU 0, else sm_90a) without
@@ -420,72 +395,6 @@ class JITFunction:
         low = gpu.lower(kernel, target, num_warps, num_stages)
         kernel.asm["llir"], kernel.asm["ptx"] = low["llir"], low["ptx"]
         return kernel
-
-
-def _make_binder(params):
-    """A function binding call arguments to parameter values in order, generated
-    once per kernel (inspect.Signature.bind is the slow part of a launch)."""
-    if any(p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params):
-        return None
-    defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
-    sig = ", ".join(f"{p.name}=_d[{p.name!r}]" if p.name in defaults else p.name for p in params)
-    names = ", ".join(p.name for p in params)
-    ns = {"_d": defaults}
-    exec(f"def _binder({sig}):\n    return ({names},)\n", ns)  # noqa: S102 - parameter names only
-    return ns["_binder"]
-
-
-_tensor_types = set()  # torch tensor classes seen so far (torch is never imported here)
-
-
-def _arg_key(v):
-    """The fast-path key of one runtime argument; TypeError for kinds it does not take."""
-    t = type(v)
-    if t in _tensor_types or (_is_torch_tensor(v) and not _tensor_types.add(t)):
-        return (v.dtype, v.data_ptr() & 15, v.get_device())
-    if t is int:
-        return 1 if v == 1 else (v % 16 == 0, -(2**31) <= v < 2**31)
-    if t is float or t is bool:
-        return t
-    raise TypeError
-
-
-def _make_keyer(params, is_const):
-    """A function (grid, num_warps, num_stages, *args, **kwargs) -> (key, values) that binds
-    the arguments like _make_binder's and keys them, written out per kernel so that a
-    launch runs no loop over the parameters."""
-    defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
-    sig = ", ".join(f"{p.name}=_d[{p.name!r}]" if p.name in defaults else p.name for p in params)
-    names = ", ".join(p.name for p in params)
-    parts = [f"('c', {p.name})" if c else f"_arg_key({p.name})" for p, c in zip(params, is_const)]
-    ns = {"_arg_key": _arg_key, "_d": defaults}
-    src = f"def _keyer(_g_, _w_, _s_, {sig}):\n    return (_g_, _w_, _s_, {', '.join(parts)}), ({names},)\n"
-    exec(src, ns)  # noqa: S102 - parameter names only
-    return ns["_keyer"]
-
-
-def _make_fast_run(params, is_const, table):
-    """A function (grid, num_warps, num_stages, *args, **kwargs) that launches through the
-    fast-path table when the arguments' key is in it (returning the kernel), else None:
-    binding, keying and the lookup in one generated frame."""
-    defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
-    sig = ", ".join(f"{p.name}=_d[{p.name!r}]" if p.name in defaults else p.name for p in params)
-    names = ", ".join(p.name for p in params)
-    parts = [f"('c', {p.name})" if c else f"_arg_key({p.name})" for p, c in zip(params, is_const)]
-    src = (
-        f"def _fast_run(_g_, _w_, _s_, {sig}):\n"
-        f"    try:\n"
-        f"        go = _table.get((_g_, _w_, _s_, {', '.join(parts)}))\n"
-        f"    except TypeError:\n"
-        f"        return None\n"
-        f"    if go is None:\n"
-        f"        return None\n"
-        f"    go(({names},))\n"
-        f"    return go.kernel\n"
-    )
-    ns = {"_arg_key": _arg_key, "_d": defaults, "_table": table}
-    exec(src, ns)  # noqa: S102 - parameter names only
-    return ns["_fast_run"]
 
 
 def select_backend(values) -> str:

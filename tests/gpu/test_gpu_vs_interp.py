@@ -381,12 +381,48 @@ def test_repeated_launches_take_the_fast_path_correctly():
         vector_add.add_kernel[(tf.cdiv(n, 256),)](x, y, out, n, BLOCK_SIZE=256)
         torch.cuda.synchronize()
         assert torch.equal(out, x + y)
-    assert len(vector_add.add_kernel._fast) >= 1
+    assert len(vector_add.add_kernel._cfast) >= 1
     other = torch.randn(1000, device="cuda")[1:]  # misaligned by 4 bytes: a new key, checked again
     out = torch.full((999,), float("nan"), device="cuda")
     vector_add.add_kernel[(4,)](other, other, out, 999, BLOCK_SIZE=256)
     torch.cuda.synchronize()
     assert torch.equal(out, other + other)
+
+
+@tf.jit
+def _axpy(x_ptr, y_ptr, out_ptr, n, alpha, stride, BLOCK: tl.constexpr = 256):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out_ptr + offs, alpha * tl.load(x_ptr + offs * stride, mask=m) + tl.load(y_ptr + offs, mask=m), mask=m)
+
+
+def test_fast_path_keys_every_argument():
+    # The C++ fast path must tell apart every argument difference that changes the compiled
+    # kernel or its checks: int classes (1 is a constant, multiples of 16), dtypes, keyword vs
+    # positional arguments, defaults, num_warps, the grid; and leave errors to the full path.
+    x = torch.randn(4096, device="cuda")
+    y = torch.randn(4096, device="cuda")
+    for n, stride, alpha, kw in [
+        (1000, 1, 2.0, {}),
+        (1000, 1, 2.0, {}),
+        (1024, 2, -1.5, {}),
+        (1024, 2, 0.5, {"BLOCK": 128}),
+        (999, 3, 3.0, {"num_warps": 8}),
+        (999, 3, 3.0, {}),
+    ]:
+        out = torch.full((n,), float("nan"), device="cuda")
+        grid = (tf.cdiv(n, kw.get("BLOCK", 256)),)
+        _axpy[grid](x, y, out, n, alpha=alpha, stride=stride, **kw)
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out, alpha * x[: n * stride : stride] + y[:n])
+    assert len(_axpy._cfast) >= 4
+    with pytest.raises(tf.LaunchError):
+        _axpy[(1,)](x, y, x, 10)  # missing arguments: the full path names them
+    half = torch.randn(4096, device="cuda", dtype=torch.float16)
+    out = torch.full((100,), float("nan"), device="cuda", dtype=torch.float16)
+    _axpy[(1,)](half, half, out, 100, 1.0, 1)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, half[:100] + half[:100])
 
 
 class _OnlyDLPack:
