@@ -40,8 +40,8 @@ struct Item {
 // The key of one call and what packing needs: per parameter its raw value.
 struct Bound {
   std::vector<Item> key;
-  std::vector<int64_t> ints;    // data pointers and int values, by parameter
-  std::vector<double> floats;   // float values, by parameter
+  std::vector<int64_t> ints;   // data pointers and int values, by parameter
+  std::vector<double> floats;  // float values, by parameter
   std::array<uint32_t, 3> grid = {1, 1, 1};
   size_t hash = 0;
 };
@@ -60,7 +60,10 @@ class FastPath {
  public:
   FastPath(std::vector<std::string> names, std::vector<bool> isConst, std::vector<py::object> defaults,
            py::object stream)
-      : names_(std::move(names)), isConst_(std::move(isConst)), defaults_(std::move(defaults)), stream_(std::move(stream)) {}
+      : names_(std::move(names)),
+        isConst_(std::move(isConst)),
+        defaults_(std::move(defaults)),
+        stream_(std::move(stream)) {}
 
   py::object launch(py::handle grid, int numWarps, int numStages, py::args args, py::kwargs kwargs) {
     Bound b;
@@ -160,7 +163,8 @@ class FastPath {
     } else {
       return false;
     }
-    b.key.push_back({Kind::Grid, (int64_t(b.grid[0]) << 32) | b.grid[1], (int64_t(b.grid[2]) << 32) | (numWarps << 8) | numStages});
+    b.key.push_back(
+        {Kind::Grid, (int64_t(b.grid[0]) << 32) | b.grid[1], (int64_t(b.grid[2]) << 32) | (numWarps << 8) | numStages});
     // Arguments to parameters.
     size_t n = names_.size();
     std::vector<PyObject*> vals(n, nullptr);
@@ -185,7 +189,7 @@ class FastPath {
     mix(h, b.key[0].b);
     for (size_t i = 0; i < n; ++i) {
       PyObject* v = vals[i] ? vals[i] : defaults_[i].ptr();  // a null object: no default
-      if (!v) return false;                                   // missing
+      if (!v) return false;                                  // missing
       Item it{Kind::Const};
       if (isConst_[i]) {
         it.obj = py::reinterpret_borrow<py::object>(v);
@@ -245,13 +249,14 @@ class FastPath {
 void init_launcher(py::module_& m) {
   auto l = m.def_submodule("launcher", "the launch fast path");
   py::class_<FastPath>(l, "FastPath")
-      .def(py::init([](std::vector<std::string> names, std::vector<bool> isConst, py::dict defaults, py::object stream) {
-             std::vector<py::object> d(names.size());  // null: no default
-             for (size_t i = 0; i < names.size(); ++i)
-               if (defaults.contains(names[i])) d[i] = defaults[py::str(names[i])];
-             return std::make_unique<FastPath>(names, isConst, d, stream);
-           }),
-           py::arg("names"), py::arg("is_const"), py::arg("defaults"), py::arg("stream"))
+      .def(
+          py::init([](std::vector<std::string> names, std::vector<bool> isConst, py::dict defaults, py::object stream) {
+            std::vector<py::object> d(names.size());  // null: no default
+            for (size_t i = 0; i < names.size(); ++i)
+              if (defaults.contains(names[i])) d[i] = defaults[py::str(names[i])];
+            return std::make_unique<FastPath>(names, isConst, d, stream);
+          }),
+          py::arg("names"), py::arg("is_const"), py::arg("defaults"), py::arg("stream"))
       .def("launch", &FastPath::launch, py::arg("grid"), py::arg("num_warps"), py::arg("num_stages"))
       .def("remember", &FastPath::remember, py::arg("grid"), py::arg("num_warps"), py::arg("num_stages"),
            py::arg("args"), py::arg("kwargs"), py::arg("kernel"), py::arg("plan"), py::arg("result"))

@@ -17,10 +17,10 @@ void init_lower(py::module_& m) {
   l.def(
       "compile",
       [](const Module& m, const std::string& kernel, const std::string& arch, int numWarps, int numStages,
-         const std::string& libdevice) {
+         bool keepIR, const std::string& libdevice) {
         py::gil_scoped_release release;
-        return lower::compileKernel(m, kernel, {arch, numWarps, numStages, libdevice});
+        return lower::compileKernel(m, kernel, {arch, numWarps, numStages, keepIR, libdevice});
       },
       py::arg("module"), py::arg("kernel"), py::arg("arch") = "sm_90a", py::arg("num_warps") = 4,
-      py::arg("num_stages") = 3, py::arg("libdevice") = "");
+      py::arg("num_stages") = 3, py::arg("keep_ir") = true, py::arg("libdevice") = "");
 }

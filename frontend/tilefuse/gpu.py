@@ -59,10 +59,10 @@ def arch_of_device(device: int) -> str:
     raise LaunchError(f"{info.name} (sm_{cc}) is older than sm_80, which tilefuse needs")
 
 
-def lower(kernel, arch: str, num_warps: int, num_stages: int = 3) -> dict:
-    """PTX and LLVM IR for a compiled kernel (no GPU needed)."""
+def lower(kernel, arch: str, num_warps: int, num_stages: int = 3, keep_ir: bool = True) -> dict:
+    """PTX (and, with keep_ir, the optimized LLVM IR) for a compiled kernel (no GPU needed)."""
     try:
-        low = _C.lower.compile(kernel.module, kernel.name, arch, num_warps, num_stages)
+        low = _C.lower.compile(kernel.module, kernel.name, arch, num_warps, num_stages, keep_ir)
     except _C.UserError as e:
         raise CompilationError(e.message, e.file, e.line, e.col) from None
     return {"llir": low.llir, "ptx": low.ptx, "num_threads": low.num_threads, "shared_bytes": low.shared_bytes}
@@ -103,7 +103,7 @@ def binary(kernel, arch: str, num_warps: int, num_stages: int) -> tuple[bytes, d
         threads, shared, n = struct.unpack_from("<iiI", blob)
         meta = {"num_threads": threads, "shared_bytes": shared}
         return blob[12 + n :], dict(meta, ptx=blob[12 : 12 + n].decode())
-    low = lower(kernel, arch, num_warps, num_stages)
+    low = lower(kernel, arch, num_warps, num_stages, keep_ir=False)  # a launch needs no LLVM IR text
     image = _ptxas(low["ptx"], arch) or (low["ptx"].encode() + b"\0")
     ptx = low["ptx"].encode()
     cache.put(key, struct.pack("<iiI", low["num_threads"], low["shared_bytes"], len(ptx)) + ptx + image)

@@ -647,7 +647,7 @@ LoweredKernel compileKernel(const Module& m, const std::string& kernel, const Lo
   out.name = kernel;
   out.numThreads = 32 * opts.numWarps;
   out.sharedBytes = low.sharedBytes();
-  auto emitted = target::optimizeAndEmitPTX(mod, {opts.arch, 3});
+  auto emitted = target::optimizeAndEmitPTX(mod, {opts.arch, 3, opts.keepIR});
   out.llir = std::move(emitted.optimizedIR);
   out.ptx = std::move(emitted.ptx);
   return out;

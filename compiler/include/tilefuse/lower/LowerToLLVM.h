@@ -17,6 +17,7 @@ struct LowerOptions {
   std::string arch = "sm_90a";
   int numWarps = 4;
   int numStages = 3;      // shared-memory stages of pipelined K loops (1: no pipelining)
+  bool keepIR = true;     // also return the optimized LLVM IR (asm["llir"]); launches skip it
   std::string libdevice;  // path of libdevice.10.bc; empty: $CUDA_HOME or /usr/local/cuda
 };
 
