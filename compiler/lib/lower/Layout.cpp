@@ -20,11 +20,11 @@ Layout scalarLayout(int threads) {
   return l;
 }
 
-Layout blockedLayout(const std::vector<int64_t>& shape, int threads) {
+Layout blockedLayout(const std::vector<int64_t>& shape, int threads, int64_t maxRun) {
   if (shape.empty()) return scalarLayout(threads);
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
-  int64_t v = std::min<int64_t>({8, std::max<int64_t>(1, n / threads), shape.back()});
+  int64_t v = std::min<int64_t>({maxRun, std::max<int64_t>(1, n / threads), shape.back()});
   Layout l;
   for (int64_t b = 1; b < v; b *= 2) l.reg.push_back(b);
   int64_t next = v;
@@ -51,6 +51,13 @@ Layout wgmmaAccLayout(int64_t m, int64_t n, const WgmmaShape& w, int threads) {
   for (int64_t g = 1; g < w.wgN; g *= 2) l.thr.push_back(g * (n / w.wgN));
   while (static_cast<int64_t>(l.thr.size()) < __builtin_ctz(threads)) l.thr.push_back(0);
   return l;
+}
+
+Layout defaultLayout(const Type& t, int threads) {
+  if (!t.isTile()) return scalarLayout(threads);
+  bool bytes = t.isPtr() && (t.elem == DType::I8 || t.elem == DType::F8E4M3 || t.elem == DType::F8E5M2 ||
+                             t.elem == DType::E8M0 || t.elem == DType::I1);
+  return blockedLayout(t.shape, threads, bytes ? 16 : 8);
 }
 
 bool wgmmaApplies(const Op& dot, const std::string& arch, int threads, WgmmaShape* w) {
@@ -94,10 +101,7 @@ class Planner {
   LayoutPlan plan;
 
  private:
-  Layout blocked(const Value* v) {
-    const Type& t = v->type();
-    return t.isTile() ? blockedLayout(t.shape, threads_) : scalarLayout(threads_);
-  }
+  Layout blocked(const Value* v) { return defaultLayout(v->type(), threads_); }
   const Layout& of(const Value* v) {
     auto it = plan.find(v);
     if (it == plan.end()) it = plan.emplace(v, blocked(v)).first;
@@ -199,8 +203,7 @@ class Planner {
 
 LayoutPlan planLayouts(const Op& func, const std::string& arch, int threads) {
   Planner p(arch, threads);
-  for (Value* a : func.region(0).args())
-    p.plan[a] = a->type().isTile() ? blockedLayout(a->type().shape, threads) : scalarLayout(threads);
+  for (Value* a : func.region(0).args()) p.plan[a] = defaultLayout(a->type(), threads);
   p.block(func.region(0));
   return std::move(p.plan);
 }

@@ -36,7 +36,10 @@ struct WgmmaShape {
 };
 
 Layout scalarLayout(int threads);
-Layout blockedLayout(const std::vector<int64_t>& shape, int threads);
+Layout blockedLayout(const std::vector<int64_t>& shape, int threads, int64_t maxRun = 8);
+// Blocked, with runs of 16 for pointers to 1-byte elements (16-byte accesses) and 8
+// otherwise (16-byte accesses for 16-bit types; one layout across casts).
+Layout defaultLayout(const Type& t, int threads);
 Layout wgmmaAccLayout(int64_t m, int64_t n, const WgmmaShape& w, int threads);
 
 // wgmma applies to a dot of bf16/f16 operands on sm_90a with 4k warps and M, N, K that

@@ -136,7 +136,7 @@ class Lowering {
     auto it = plan_.find(v);
     if (it == plan_.end()) {
       const Type& t = v->type();
-      it = plan_.emplace(v, t.isTile() ? blockedLayout(t.shape, threads_) : scalarLayout(threads_)).first;
+      it = plan_.emplace(v, defaultLayout(t, threads_)).first;
     }
     return it->second;
   }
@@ -294,9 +294,7 @@ class Lowering {
   void endFunction();
   std::vector<llvm::Type*> regTypes(const Type& t);
   // Flattened registers of `v` in the layout a call passes it (blocked tiles).
-  Layout callLayout(const Type& t) const {
-    return t.isTile() ? blockedLayout(t.shape, threads_) : scalarLayout(threads_);
-  }
+  Layout callLayout(const Type& t) const { return defaultLayout(t, threads_); }
 
   // Runs `body` only when `cond`; returns the phi of body's value and `otherwise`.
   LVal* guarded(LVal* cond, const std::function<LVal*()>& body, LVal* otherwise) {
