@@ -151,3 +151,27 @@ def test_rounded_casts_assemble(to, mode, tmp_path):
         [PTXAS, "-arch=sm_90a", str(src), "-o", str(tmp_path / "k.cubin")], capture_output=True, text=True
     )
     assert r.returncode == 0, r.stderr
+
+
+FAST_PATHS = {
+    # kernel name: what its sm_90a PTX must contain, so that a change that silently falls
+    # back to a slow path (scalar accesses, shared-memory dots, no pipelining) fails CI.
+    "matmul_bf16_leaky": [
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16",
+        "cp.async.cg.shared.global",
+        "ld.global",
+    ],
+    "vector_add": ["ld.global.v4.f32", "st.global.v4.f32"],
+    "dot_fp8_bt": ["wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3", "cp.async"],
+    "dot_i8_bt": ["wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8", "cp.async"],
+    "dot_scaled_fp8": ["wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAST_PATHS))
+def test_sm90_kernels_take_the_fast_paths(name):
+    kernel, args, kwargs = KERNELS[name]
+    ptx = kernel.warmup(*args, grid=(1,), target="sm_90a", **kwargs).asm["ptx"]
+    for needle in FAST_PATHS[name]:
+        assert needle in ptx, f"{name}: no {needle!r} in the PTX"
+    assert "mma.sync" not in ptx  # no fallback to the shared-memory mma path
