@@ -159,7 +159,7 @@ FAST_PATHS = {
     "matmul_bf16_leaky": [
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16",
         "cp.async.cg.shared.global",
-        "ld.global",
+        "st.global.v4",
     ],
     "vector_add": ["ld.global.v4.f32", "st.global.v4.f32"],
     "dot_fp8_bt": ["wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3", "cp.async"],
