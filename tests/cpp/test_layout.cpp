@@ -3,9 +3,14 @@
 // one holder and replicated bits hold exact copies.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <memory>
 #include <set>
+#include <string>
 
 #include "../../compiler/lib/lower/Layout.h"
+#include "tilefuse/ir/Text.h"
+#include "tilefuse/ir/Verifier.h"
 
 namespace tilefuse::lower::detail {
 namespace {
@@ -101,6 +106,78 @@ TEST(Layout, WgmmaLayoutsCoverEverySplit) {
                         Case{64, 256, {1, 2, 1, 1, 128}, 256}, Case{256, 128, {2, 1, 2, 1, 128}, 256},
                         Case{64, 512, {1, 1, 1, 2, 256}, 128}})
     expectCovers(wgmmaAccLayout(c.m, c.n, c.w, c.threads), c.m * c.n, c.threads);
+}
+
+// A K loop with a bf16 dot and an epilogue, as the frontend writes the tutorial matmul.
+const char* kLoop = R"(
+func @mm(%a_ptr: ptr<bf16>, %b_ptr: ptr<bf16>, %c_ptr: ptr<bf16>, %K: i32) {aligned16 = [0, 1, 2, 3], kernel = true} {
+  %r = arange {end = 64, start = 0} : tile<64xi32>
+  %0 = expand_dims %r {axis = 1} : tile<64x1xi32>
+  %1 = constant {value = 64} : tile<64x1xi32>
+  %2 = mul %0, %1 : tile<64x1xi32>
+  %3 = expand_dims %r {axis = 0} : tile<1x64xi32>
+  %4 = broadcast %2 : tile<64x64xi32>
+  %5 = broadcast %3 : tile<64x64xi32>
+  %offs = add %4, %5 : tile<64x64xi32>
+  %6 = splat %a_ptr : tile<64x64xptr<bf16>>
+  %pa = ptr_add %6, %offs : tile<64x64xptr<bf16>>
+  %7 = splat %b_ptr : tile<64x64xptr<bf16>>
+  %pb = ptr_add %7, %offs : tile<64x64xptr<bf16>>
+  %acc0 = constant {value = 0.0} : tile<64x64xf32>
+  %lo = constant {value = 0} : i32
+  %step = constant {value = 64} : i32
+  %pa_1, %acc, %pb_1 = for %lo, %K, %step, %pa, %acc0, %pb : tile<64x64xptr<bf16>>, tile<64x64xf32>, tile<64x64xptr<bf16>> {
+  ^(%k: i32, %pa_2: tile<64x64xptr<bf16>>, %acc_2: tile<64x64xf32>, %pb_2: tile<64x64xptr<bf16>>):
+    %a = load %pa_2 : tile<64x64xbf16>
+    %b = load %pb_2 : tile<64x64xbf16>
+    %acc_3 = dot %a, %b, %acc_2 : tile<64x64xf32>
+    %8 = constant {value = 64} : tile<64x64xi32>
+    %pa_3 = ptr_add %pa_2, %8 : tile<64x64xptr<bf16>>
+    %pb_3 = ptr_add %pb_2, %8 : tile<64x64xptr<bf16>>
+    yield %pa_3, %acc_3, %pb_3
+  }
+  %c = cast %acc {rounding = "rne"} : tile<64x64xbf16>
+  %9 = splat %c_ptr : tile<64x64xptr<bf16>>
+  %pc = ptr_add %9, %offs : tile<64x64xptr<bf16>>
+  store %pc, %c
+  return
+}
+)";
+
+struct Planned {
+  std::unique_ptr<Module> module;
+  LayoutPlan plan;
+  std::map<std::string, const Value*> named;
+  Planned(const char* text, const std::string& arch, int threads) : module(parseModule(text)) {
+    verifyModule(*module);
+    Op* f = module->funcs().at(0);
+    plan = planLayouts(*f, arch, threads);
+    f->walk([&](Op* op) {
+      for (Value* v : op->results())
+        if (!v->name().empty()) named[v->name()] = v;
+      for (unsigned r = 0; r < op->numRegions(); ++r)
+        for (Value* a : op->region(r).args())
+          if (!a->name().empty()) named[a->name()] = a;
+    });
+  }
+  const Layout& operator[](const std::string& name) const { return plan.at(named.at(name)); }
+};
+
+TEST(LayoutPlan, AccumulatorsStayInTheWgmmaLayoutThroughTheLoopAndTheEpilogue) {
+  Planned p(kLoop, "sm_90a", 128);
+  WgmmaShape w;
+  ASSERT_TRUE(wgmmaApplies(*p.named.at("acc_3")->definingOp(), "sm_90a", 128, &w));
+  Layout acc = wgmmaAccLayout(64, 64, w, 128);
+  for (const char* v : {"acc_3", "acc_2", "acc", "c"}) EXPECT_EQ(p[v], acc) << v;
+  // Loads follow their pointers; pointers and the loop-carried pointers stay blocked.
+  Layout blocked = blockedLayout({64, 64}, 128);
+  for (const char* v : {"pa", "pa_2", "pa_3", "a", "b", "pc"}) EXPECT_EQ(p[v], blocked) << v;
+}
+
+TEST(LayoutPlan, WithoutWgmmaEverythingIsBlocked) {
+  Planned p(kLoop, "sm_80", 128);
+  Layout blocked = blockedLayout({64, 64}, 128);
+  for (const char* v : {"acc_3", "acc_2", "acc", "c", "a", "pa_2"}) EXPECT_EQ(p[v], blocked) << v;
 }
 
 }  // namespace
