@@ -86,7 +86,7 @@ LVal* Lowering::castElem(const Op& op, LVal* v, const Type& from, const Type& to
   bool exotic = s == DType::E8M0 || s == DType::F4E2M1 || d == DType::E8M0 || d == DType::F4E2M1;
   if (exotic) throw InternalError("castElem on e8m0/f4e2m1: castRounded handles those");
   if (fp8) {
-    if (arch_ != "sm_89" && arch_.rfind("sm_9", 0) != 0) unsupported(op, "fp8 casts before sm_89");
+    if (opts_.arch != "sm_89" && opts_.arch.rfind("sm_9", 0) != 0) unsupported(op, "fp8 casts before sm_89");
     const char* fmt = (s == DType::F8E4M3 || d == DType::F8E4M3) ? "e4m3x2" : "e5m2x2";
     if (d == DType::F8E4M3 || d == DType::F8E5M2) {
       LVal* x = isFloat(s) ? (s == DType::F32 ? v : b_.CreateFPCast(v, b_.getFloatTy()))

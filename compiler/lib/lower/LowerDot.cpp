@@ -5,7 +5,7 @@ namespace tilefuse::lower::detail {
 
 void Lowering::lowerDot(const Op& op) {
   WgmmaShape w;
-  if (wgmmaApplies(op, arch_, threads_, &w)) return lowerWgmma(op, w);
+  if (onWgmma(op, &w)) return lowerWgmma(op, w);
   vals_[op.result()] = dotRegs(op, op.operand(0)->type(), get(op.operand(0)), op.operand(1)->type(), get(op.operand(1)),
                                in(op.operand(2), layoutOf(op.result())), op.result()->type());
 }
@@ -24,7 +24,7 @@ Regs Lowering::dotRegs(const Op& op, const Type& at, const Regs& aRegs, const Ty
   toSmem(bRegs, bt, aBytes);
   barrier();
   bool halfs = at.elem == bt.elem && (at.elem == DType::BF16 || at.elem == DType::F16);
-  if (halfs && arch_ >= "sm_80") return dotByMma(at, bt, ct, acc, aBytes, layoutOf(op.result()));
+  if (halfs && opts_.arch >= "sm_80") return dotByMma(at, bt, ct, acc, aBytes, layoutOf(op.result()));
   auto widen = [&](LVal* v, DType d) -> LVal* {
     if (intDot) return b_.CreateSExt(v, accTy);
     if (d == DType::F8E4M3 || d == DType::F8E5M2) return castElem(op, v, Type::scalar(d), Type::scalar(DType::F32));
@@ -52,7 +52,7 @@ Regs Lowering::dotRegs(const Op& op, const Type& at, const Regs& aRegs, const Ty
 // 32-wide K block), then the f32 product.
 void Lowering::lowerDotScaled(const Op& op) {
   WgmmaShape w;
-  if (wgmmaApplies(op, arch_, threads_, &w)) return lowerWgmma(op, w);
+  if (onWgmma(op, &w)) return lowerWgmma(op, w);
   const Type& at = op.operand(0)->type();
   const Type& bt = op.operand(2)->type();
   Regs a = dequantize(op, at, get(op.operand(0)), op.operand(1)->type(), get(op.operand(1)), true);

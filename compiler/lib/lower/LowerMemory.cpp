@@ -20,8 +20,7 @@ void Lowering::lowerMemory(const Op& op) {
   Regs value = load ? Regs{} : in(op.operand(1), L);
   Regs out{{}, L};
   if (op.kind() != OpKind::AtomicAdd && op.kind() != OpKind::AtomicMax && d != DType::I1) {
-    int64_t width =
-        std::min<int64_t>(vectorRun(L), axis_->vectorWidth(op.operand(0), mask ? op.operand(maskIdx) : nullptr));
+    int64_t width = accessWidth(op.operand(0), mask ? op.operand(maskIdx) : nullptr);
     if (width > 1) {
       lowerVectorAccess(op, p, mask, other, value, width, out);
       if (load) vals_[op.result()] = std::move(out);

@@ -21,8 +21,6 @@
 namespace tilefuse::lower::detail {
 namespace {
 
-int64_t roundUp(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
-
 bool isZeroConstant(const Value* v) {
   const Op* def = v->definingOp();
   if (!def || def->kind() != OpKind::Constant) return false;
@@ -69,12 +67,11 @@ bool Lowering::advanceable(const Value* v, const Block& body, std::set<const Val
 }
 
 bool Lowering::planPipeline(const Op& loop, Pipeline* p) {
-  if (numStages_ < 2) return false;
+  if (opts_.numStages < 2) return false;
   const Block& body = loop.region(0);
   const Op* dot = nullptr;
-  WgmmaShape w;
   for (const auto& o : body.ops()) {
-    if (!wgmmaApplies(*o, arch_, threads_, &w)) continue;
+    if (!onWgmma(*o)) continue;
     if (o->kind() != OpKind::Dot) return false;
     if (dot) return false;  // one dot per pipelined loop
     dot = o.get();
@@ -90,17 +87,16 @@ bool Lowering::planPipeline(const Op& loop, Pipeline* p) {
     std::set<const Value*> seen;
     for (unsigned k = 0; k < std::min(2u, ld->numOperands()); ++k)
       if (!advanceable(ld->operand(k), body, seen)) return false;
-    const Value* mask = ld->numOperands() > 1 ? ld->operand(1) : nullptr;
-    int64_t width = std::min(vectorRun(layoutOf(ld->operand(0))), axis_->vectorWidth(ld->operand(0), mask, 16));
-    width = std::min(width, 16 / bs.elemBytes);
+    int64_t width = accessWidth(ld->operand(0), ld->numOperands() > 1 ? ld->operand(1) : nullptr);
     if (width * bs.elemBytes < 4) return false;  // cp.async moves 4, 8 or 16 bytes
     p->loads[i] = ld;
     p->width[i] = width;
   }
   p->dot = dot;
-  p->stages = numStages_;
-  p->aBytes = roundUp(dot->operand(0)->type().numel() * bs.elemBytes, 1024);
-  p->stageBytes = p->aBytes + roundUp(dot->operand(1)->type().numel() * bs.elemBytes, 1024);
+  p->stages = opts_.numStages;
+  WgmmaOperandBytes bytes = wgmmaOperandBytes(*dot);
+  p->aBytes = bytes.a;
+  p->stageBytes = bytes.a + bytes.b;
   return true;
 }
 

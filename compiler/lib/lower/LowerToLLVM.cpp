@@ -50,7 +50,7 @@ void Lowering::lowerKernel(const Op& f) {
 // thread-invariant index math ahead of the body.
 void Lowering::beginFunction(const Op& f, llvm::Function* fn) {
   fn_ = fn;
-  plan_ = planLayouts(f, arch_, threads_);
+  plan_ = planLayouts(f, opts_.arch, threads_);
   axis_ = std::make_unique<AxisAnalysis>(f);
   entry_ = llvm::BasicBlock::Create(ctx_, "entry", fn_);
   b_.SetInsertPoint(entry_);
@@ -306,10 +306,9 @@ void Lowering::lowerFor(const Op& op) {
   // Accumulators a wgmma dot yields are still in flight when the next iteration, or
   // the code after the loop, reads them.
   std::vector<Value*> yielded = yieldedValues(body);
-  WgmmaShape w;
   for (size_t i = 0; i < carried.size(); ++i) {
     const Op* def = yielded[i]->definingOp();
-    if (def && wgmmaApplies(*def, arch_, threads_, &w) && !wgmmaPromotes(*def)) wgmmaPending_.insert(carried[i]);
+    if (def && onWgmma(*def) && !wgmmaPromotes(*def)) wgmmaPending_.insert(carried[i]);
   }
   b_.CreateCondBr(b_.CreateICmpSLT(iv, ub), bodyBB, exit);
   b_.SetInsertPoint(bodyBB);

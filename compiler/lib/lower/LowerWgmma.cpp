@@ -20,24 +20,18 @@
 namespace tilefuse::lower::detail {
 namespace {
 
-int64_t roundUp(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
-
 // Swizzle width for rows of `rowBytes` bytes.
 int64_t swizzleBytes(int64_t rowBytes) { return std::min<int64_t>(128, rowBytes); }
 int swizzleMode(int64_t r) { return r == 128 ? 1 : r == 64 ? 2 : 3; }
 
-struct Operands {
-  int64_t aBytes, bBytes;
-};
-Operands operandBytes(const Op& dot) {
-  bool scaled = dot.kind() == OpKind::DotScaled;
-  const Type& a = dot.operand(0)->type();
-  const Type& b = dot.operand(scaled ? 2 : 1)->type();
-  int64_t eb = scaled ? 2 : wgmmaElemBytes(a.elem);
-  return {roundUp(a.numel() * eb, 1024), roundUp(b.numel() * eb, 1024)};
-}
-
 }  // namespace
+
+// Each operand tile in whole 1024-byte swizzle atoms.
+WgmmaOperandBytes wgmmaOperandBytes(const Op& dot) {
+  auto atoms = [](int64_t bytes) { return (bytes + 1023) / 1024 * 1024; };
+  WgmmaB bs = wgmmaB(dot);
+  return {atoms(dot.operand(0)->type().numel() * bs.elemBytes), atoms(bs.value->type().numel() * bs.elemBytes)};
+}
 
 // Shared memory for wgmma operands: rings of num_stages stages for the pipelined
 // loops (LowerPipeline.cpp), two stages shared by the other dots, then scratch.
@@ -54,14 +48,14 @@ void Lowering::reserveWgmmaOperands(const Block& body) {
         pipelinedLoads_.insert(p.loads[0]);
         pipelinedLoads_.insert(p.loads[1]);
       }
-      WgmmaShape w;
-      if (o->kind() == OpKind::Dot && wgmmaApplies(*o, arch_, threads_, &w)) {
+      if (onWgmma(*o)) {
         // A trans that only feeds B is staged from its operand: nothing to lower.
-        if (const Op* t = o->operand(1)->definingOp(); t && wgmmaB(*o).value != o->operand(1)) stagedTrans_.insert(t);
-      }
-      if (wgmmaApplies(*o, arch_, threads_, &w) && !pipelinedDots_.count(o.get())) {
-        Operands s = operandBytes(*o);
-        wgmmaStageBytes_ = std::max(wgmmaStageBytes_, s.aBytes + s.bBytes);
+        const Op* t = o->kind() == OpKind::Dot ? o->operand(1)->definingOp() : nullptr;
+        if (t && wgmmaB(*o).value != o->operand(1)) stagedTrans_.insert(t);
+        if (!pipelinedDots_.count(o.get())) {
+          WgmmaOperandBytes s = wgmmaOperandBytes(*o);
+          wgmmaStageBytes_ = std::max(wgmmaStageBytes_, s.a + s.b);
+        }
       }
       for (unsigned r = 0; r < o->numRegions(); ++r) walk(o->region(r));
     }
@@ -105,8 +99,7 @@ Regs Lowering::waitWgmma(const Regs& r, int pending) {
 // every group (a later wgmma accumulating into it needs no wait).
 void Lowering::waitPending(const Op& user) {
   if (wgmmaPending_.empty()) return;
-  WgmmaShape w;
-  bool chained = wgmmaApplies(user, arch_, threads_, &w);
+  bool chained = onWgmma(user);
   for (unsigned i = 0; i < user.numOperands(); ++i) {
     const Value* v = user.operand(i);
     if (!wgmmaPending_.count(v) || (chained && i == accOperand(user))) continue;
@@ -127,7 +120,7 @@ LVal* Lowering::swizzledOffset(LVal* row, LVal* col, int64_t rows, int64_t cols,
 }
 
 // Which tile stages as B, and how: the [N, K] operand of a trans, or B itself.
-WgmmaB Lowering::wgmmaB(const Op& dot) {
+WgmmaB wgmmaB(const Op& dot) {
   if (dot.kind() == OpKind::DotScaled) return {dot.operand(2), false, false, 2};  // dequantized to bf16
   const Value* b = dot.operand(1);
   int64_t eb = wgmmaElemBytes(b->type().elem);
@@ -188,9 +181,8 @@ void Lowering::lowerWgmma(const Op& op, const WgmmaShape& w) {
   // Alternate between the two stages; mem2reg turns the counter into phis.
   LVal* stage = b_.CreateLoad(i32, wgmmaStage_);
   b_.CreateStore(b_.CreateXor(stage, idx(1)), wgmmaStage_);
-  Operands sizes = operandBytes(op);
   LVal* aBase = b_.CreateAdd(idx(wgmmaBase_), b_.CreateMul(stage, idx(wgmmaStageBytes_)));
-  LVal* bBase = b_.CreateAdd(aBase, idx(sizes.aBytes));
+  LVal* bBase = b_.CreateAdd(aBase, idx(wgmmaOperandBytes(op).a));
   ptx("wgmma.wait_group.sync.aligned 1;");
   barrier();
   stageOperand(a, at, aBase, false);

@@ -46,6 +46,12 @@ struct WgmmaB {
   int64_t elemBytes;
 };
 inline int64_t wgmmaElemBytes(DType d) { return d == DType::BF16 || d == DType::F16 ? 2 : 1; }
+WgmmaB wgmmaB(const Op& dot);
+// Shared-memory bytes of a wgmma dot's staged A and B.
+struct WgmmaOperandBytes {
+  int64_t a, b;
+};
+WgmmaOperandBytes wgmmaOperandBytes(const Op& dot);
 // fp8 dots add their products in fp32 outside the tensor cores (LowerWgmma.cpp).
 inline bool wgmmaPromotes(const Op& dot) {
   DType a = dot.operand(0)->type().elem;
@@ -78,14 +84,7 @@ using Env = std::map<const Value*, Regs, ArgOrder>;
 class Lowering {
  public:
   Lowering(llvm::LLVMContext& ctx, llvm::Module& mod, const LowerOptions& opts, const Module& module)
-      : ctx_(ctx),
-        mod_(mod),
-        b_(ctx),
-        threads_(32 * opts.numWarps),
-        numStages_(opts.numStages),
-        arch_(opts.arch),
-        opts_(opts),
-        module_(module) {}
+      : ctx_(ctx), mod_(mod), b_(ctx), threads_(32 * opts.numWarps), opts_(opts), module_(module) {}
 
   int sharedBytes() const { return static_cast<int>(smemBytes_); }
   void lowerKernel(const Op& f);
@@ -252,6 +251,11 @@ class Lowering {
   void lowerMemory(const Op& op);
   void lowerVectorAccess(const Op& op, const Regs& p, const Regs* mask, const Regs* other, const Regs& value,
                          int64_t width, Regs& out);
+  // Elements per vector access (at most 16 bytes) through pointer tile `ptr`: what its
+  // layout keeps in consecutive slots and the axis analysis proves contiguous and aligned.
+  int64_t accessWidth(const Value* ptr, const Value* mask) {
+    return std::min(vectorRun(layoutOf(ptr)), axis_->vectorWidth(ptr, mask, 16));
+  }
   // How many leading slots of `l` hold consecutive elements (a power of two).
   static int64_t vectorRun(const Layout& l) {
     int64_t run = 1;
@@ -265,11 +269,15 @@ class Lowering {
   Regs dotRegs(const Op& op, const Type& at, const Regs& aRegs, const Type& bt, const Regs& bRegs, const Regs& acc,
                const Type& ct);
   Regs dotByMma(const Type& at, const Type& bt, const Type& ct, const Regs& acc, int64_t aBytes, const Layout& L);
+  // Whether `op` is a dot that runs on wgmma here (its tiling in `w`).
+  bool onWgmma(const Op& op, WgmmaShape* w = nullptr) {
+    WgmmaShape unused;
+    return wgmmaApplies(op, opts_.arch, threads_, w ? w : &unused);
+  }
   void reserveWgmmaOperands(const Block& body);
   void lowerWgmma(const Op& op, const WgmmaShape& w);
   void stageOperand(const Regs& r, const Type& t, LVal* base, bool transpose);
   LVal* swizzledOffset(LVal* row, LVal* col, int64_t rows, int64_t cols, int64_t eb);
-  WgmmaB wgmmaB(const Op& dot);
   Regs issueWgmma(const Op& op, const WgmmaShape& w, Regs acc, LVal* aBase, LVal* bBase);
   bool advanceable(const Value* v, const Block& body, std::set<const Value*>& seen);
   bool planPipeline(const Op& loop, Pipeline* p);
@@ -346,8 +354,6 @@ class Lowering {
   llvm::Module& mod_;
   IRBuilder<> b_;
   int threads_;
-  int numStages_;
-  std::string arch_;
   LowerOptions opts_;
   const Module& module_;
   llvm::Function* fn_ = nullptr;
