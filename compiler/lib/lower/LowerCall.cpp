@@ -16,6 +16,16 @@ std::vector<llvm::Type*> Lowering::regTypes(const Type& t) {
   return std::vector<llvm::Type*>(slots(callLayout(t)), scalarType(t));
 }
 
+// The registers a call passes for `v`, and a value of type t made of the registers
+// `next` yields in that order.
+Regs Lowering::passed(const Value* v) { return v->type().isDesc() ? get(v) : in(v, callLayout(v->type())); }
+
+Regs Lowering::received(const Type& t, const std::function<LVal*()>& next) {
+  Regs r{{}, callLayout(t)};
+  for (size_t i = 0; i < regTypes(t).size(); ++i) r.e.push_back(next());
+  return r;
+}
+
 llvm::Function* Lowering::lowerCallee(const Op& f, int64_t floor) {
   const Block& body = f.region(0);
   std::vector<llvm::Type*> params, results;
@@ -29,20 +39,14 @@ llvm::Function* Lowering::lowerCallee(const Op& f, int64_t floor) {
   floor_ = floor;
   beginFunction(f, fn);
   unsigned p = 0;
-  for (Value* a : body.args()) {
-    Regs r{{}, a->type().isDesc() ? Layout{} : callLayout(a->type())};
-    for (size_t i = 0; i < regTypes(a->type()).size(); ++i) r.e.push_back(fn->getArg(p++));
-    vals_[a] = std::move(r);
-  }
+  for (Value* a : body.args()) vals_[a] = received(a->type(), [&] { return fn->getArg(p++); });
   reserveWgmmaOperands(body);
   lowerBlock(body);
   waitPending(*body.terminator());
   LVal* ret = llvm::PoisonValue::get(fnTy->getReturnType());
   unsigned k = 0;
-  for (Value* v : body.terminator()->operands()) {
-    Regs r = v->type().isDesc() ? get(v) : in(v, callLayout(v->type()));
-    for (LVal* x : r.e) ret = b_.CreateInsertValue(ret, x, {k++});
-  }
+  for (Value* v : body.terminator()->operands())
+    for (LVal* x : passed(v).e) ret = b_.CreateInsertValue(ret, x, {k++});
   b_.CreateRet(ret);
   endFunction();
   return fn;
@@ -62,16 +66,12 @@ void Lowering::lowerCall(const Op& op) {
   smemBytes_ = std::max<uint64_t>(smemBytes_, (*calleeSmem_)[name]);
   std::vector<LVal*> args;
   for (Value* v : op.operands()) {
-    Regs r = v->type().isDesc() ? get(v) : in(v, callLayout(v->type()));
+    Regs r = passed(v);
     args.insert(args.end(), r.e.begin(), r.e.end());
   }
   LVal* res = b_.CreateCall(fn, args);
   unsigned k = 0;
-  for (Value* r : op.results()) {
-    Regs out{{}, r->type().isDesc() ? Layout{} : callLayout(r->type())};
-    for (size_t i = 0; i < regTypes(r->type()).size(); ++i) out.e.push_back(b_.CreateExtractValue(res, {k++}));
-    vals_[r] = std::move(out);
-  }
+  for (Value* r : op.results()) vals_[r] = received(r->type(), [&] { return b_.CreateExtractValue(res, {k++}); });
 }
 
 }  // namespace tilefuse::lower::detail

@@ -79,11 +79,7 @@ void Lowering::lowerVectorAccess(const Op& op, const Regs& p, const Regs* mask, 
   llvm::Type* et = elemType(d);
   auto* vt = llvm::FixedVectorType::get(et, static_cast<unsigned>(width));
   llvm::Align align(width * mod_.getDataLayout().getTypeAllocSize(et));
-  auto pack = [&](const Regs& r, int s) {
-    LVal* v = llvm::PoisonValue::get(vt);
-    for (int i = 0; i < width; ++i) v = b_.CreateInsertElement(v, r.e[s + i], b_.getInt32(i));
-    return v;
-  };
+  auto pack = [&](const Regs& r, int s) { return packSlots(r, s, static_cast<int>(width)); };
   const Layout& L = p.L;
   for (int s = 0; s < slots(L); s += static_cast<int>(width)) {
     LVal* ptr = p.e[s];

@@ -93,6 +93,7 @@ bool Lowering::planPipeline(const Op& loop, Pipeline* p) {
     p->width[i] = width;
   }
   p->dot = dot;
+  p->args = pipelineArgs(*p, body);
   p->stages = opts_.numStages;
   WgmmaOperandBytes bytes = wgmmaOperandBytes(*dot);
   p->aBytes = bytes.a;
@@ -219,8 +220,7 @@ void Lowering::pipelinePrologue(Pipeline& p, const Op& loop, LVal* lb, LVal* ub,
   b_.CreateStore(idx(0), p.counter);
   // Iteration 0 sees the loop's initial values.
   Env env;
-  for (const Value* a : pipelineArgs(p, body))
-    env[a] = a == body.arg(0) ? Regs{{lb}, layoutOf(a)} : inits[a->index() - 1];
+  for (const Value* a : p.args) env[a] = a == body.arg(0) ? Regs{{lb}, layoutOf(a)} : inits[a->index() - 1];
   for (int d = 0; d + 1 < p.stages; ++d) {
     if (d) env = advance(std::move(env), body, step, 1);
     copyStage(p, body, env, idx(d), b_.CreateICmpSLT(env[body.arg(0)].e[0], ub));
@@ -240,7 +240,7 @@ void Lowering::lowerPipelinedDot(const Op& op, const WgmmaShape& w, const Pipeli
   ptx("wgmma.wait_group.sync.aligned 1;");
   barrier();
   Env now;
-  for (const Value* a : pipelineArgs(p, body)) now[a] = get(a);
+  for (const Value* a : p.args) now[a] = get(a);
   Env ahead = advance(std::move(now), body, p.step, p.stages - 1);
   LVal* ahead1 = b_.CreateAdd(stage, idx(p.stages - 1));
   LVal* wrap = b_.CreateSelect(b_.CreateICmpUGE(ahead1, idx(p.stages)), b_.CreateSub(ahead1, idx(p.stages)), ahead1);

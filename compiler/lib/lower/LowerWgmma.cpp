@@ -136,15 +136,13 @@ void Lowering::stageOperand(const Regs& r, const Type& t, LVal* base, bool trans
   int64_t eb = wgmmaElemBytes(t.elem);
   int64_t rows = t.shape[0], cols = t.shape[1];
   int run = transpose ? 1 : static_cast<int>(std::min<int64_t>(16 / eb, vectorRun(r.L)));
-  llvm::Type* et = elemType(t.elem);
   for (int s = 0; s < slots(r.L); s += run) {
     if (!slotOwned(r.L, s)) continue;
     LVal* e = flatIndex(r.L, s);
     LVal* row = coord(e, t.shape, 0);
     LVal* col = coord(e, t.shape, 1);
     LVal* off = transpose ? swizzledOffset(col, row, cols, rows, eb) : swizzledOffset(row, col, rows, cols, eb);
-    LVal* v = llvm::PoisonValue::get(llvm::FixedVectorType::get(et, run));
-    for (int i = 0; i < run; ++i) v = b_.CreateInsertElement(v, r.e[s + i], b_.getInt32(i));
+    LVal* v = packSlots(r, s, run);
     LVal* addr = b_.CreateGEP(b_.getInt8Ty(), smem(), b_.CreateAdd(base, off));
     b_.CreateAlignedStore(v, addr, llvm::Align(eb * run));
   }

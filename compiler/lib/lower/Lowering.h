@@ -67,6 +67,7 @@ struct Pipeline {
   int64_t width[2] = {1, 1};                // elements per cp.async
   int stages = 0;
   int64_t base = 0, stageBytes = 0, aBytes = 0;  // the ring in shared memory
+  std::vector<const Value*> args;                // loop values the copies depend on (pipelineArgs)
   llvm::AllocaInst* counter = nullptr;           // stage of the current iteration
   LVal* ub = nullptr;
   LVal* step = nullptr;
@@ -251,6 +252,12 @@ class Lowering {
   void lowerMemory(const Op& op);
   void lowerVectorAccess(const Op& op, const Regs& p, const Regs* mask, const Regs* other, const Regs& value,
                          int64_t width, Regs& out);
+  // Slots s .. s+n-1 of `r` as one LLVM vector (for a vector load or store).
+  LVal* packSlots(const Regs& r, int s, int n) {
+    LVal* v = llvm::PoisonValue::get(llvm::FixedVectorType::get(r.e[s]->getType(), n));
+    for (int i = 0; i < n; ++i) v = b_.CreateInsertElement(v, r.e[s + i], b_.getInt32(i));
+    return v;
+  }
   // Elements per vector access (at most 16 bytes) through pointer tile `ptr`: what its
   // layout keeps in consecutive slots and the axis analysis proves contiguous and aligned.
   int64_t accessWidth(const Value* ptr, const Value* mask) {
@@ -301,8 +308,11 @@ class Lowering {
   void beginFunction(const Op& f, llvm::Function* fn);
   void endFunction();
   std::vector<llvm::Type*> regTypes(const Type& t);
-  // Flattened registers of `v` in the layout a call passes it (blocked tiles).
-  Layout callLayout(const Type& t) const { return defaultLayout(t, threads_); }
+  // The layout in which a call passes a value of type t (blocked tiles; descriptors
+  // have none).
+  Layout callLayout(const Type& t) const { return t.isDesc() ? Layout{} : defaultLayout(t, threads_); }
+  Regs passed(const Value* v);
+  Regs received(const Type& t, const std::function<LVal*()>& next);
 
   // Runs `body` only when `cond`; returns the phi of body's value and `otherwise`.
   LVal* guarded(LVal* cond, const std::function<LVal*()>& body, LVal* otherwise) {
