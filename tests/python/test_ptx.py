@@ -16,6 +16,17 @@ from tests.shared_kernels import dot8, noinline_calls
 
 PTXAS = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
 
+
+def assert_assembles(ptx, arch, tmp_path):
+    """ptxas accepts `ptx` for `arch`."""
+    src = tmp_path / "k.ptx"
+    src.write_text(ptx)
+    r = subprocess.run(
+        [PTXAS, f"-arch={arch}", str(src), "-o", str(tmp_path / "k.cubin")], capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+
+
 f32 = np.zeros(64, np.float32)
 m32 = np.zeros((64, 64), np.float32)
 mbf = np.zeros((64, 64), ml_dtypes.bfloat16)
@@ -72,12 +83,7 @@ def test_ptx_assembles(name, arch, tmp_path):
     k = kernel.warmup(*args, grid=(1,), target=arch, **kwargs)
     assert f".target {arch}" in k.asm["ptx"]
     assert "define void @" in k.asm["llir"]
-    src = tmp_path / "k.ptx"
-    src.write_text(k.asm["ptx"])
-    r = subprocess.run(
-        [PTXAS, f"-arch={arch}", str(src), "-o", str(tmp_path / "k.cubin")], capture_output=True, text=True
-    )
-    assert r.returncode == 0, r.stderr
+    assert_assembles(k.asm["ptx"], arch, tmp_path)
 
 
 @tf.jit
@@ -93,12 +99,7 @@ def debug_kernel(x_ptr, n, BLOCK: tl.constexpr):
 def test_print_and_assert_assemble(arch, tmp_path):
     k = debug_kernel.warmup(f32, 64, BLOCK=64, grid=(1,), target=arch)
     assert "vprintf" in k.asm["ptx"] and "__assertfail" in k.asm["ptx"]
-    src = tmp_path / "k.ptx"
-    src.write_text(k.asm["ptx"])
-    r = subprocess.run(
-        [PTXAS, f"-arch={arch}", str(src), "-o", str(tmp_path / "k.cubin")], capture_output=True, text=True
-    )
-    assert r.returncode == 0, r.stderr
+    assert_assembles(k.asm["ptx"], arch, tmp_path)
 
 
 @tf.jit
@@ -125,12 +126,7 @@ def test_rounded_casts_from_wide_sources_assemble(src, to, mode, tmp_path):
         tl.store(y_ptr + offs, tl.load(x_ptr + offs).to(TO, rounding=MODE).to(tl.float32))
 
     kernel = k.warmup(np.zeros(64, src), f32, TO=to, MODE=mode, grid=(1,), target="sm_90a")
-    path = tmp_path / "k.ptx"
-    path.write_text(kernel.asm["ptx"])
-    r = subprocess.run(
-        [PTXAS, "-arch=sm_90a", str(path), "-o", str(tmp_path / "k.cubin")], capture_output=True, text=True
-    )
-    assert r.returncode == 0, r.stderr
+    assert_assembles(kernel.asm["ptx"], "sm_90a", tmp_path)
 
 
 ROUNDINGS = [
@@ -145,12 +141,7 @@ def test_rounded_casts_assemble(to, mode, tmp_path):
     i32 = np.zeros(64, np.int32)
     i16 = np.zeros(64, np.int16)
     k = convert.convert_kernel.warmup(f32, i32, i16, f32, 64, TO=to, MODE=mode, BLOCK=64, grid=(1,), target="sm_90a")
-    src = tmp_path / "k.ptx"
-    src.write_text(k.asm["ptx"])
-    r = subprocess.run(
-        [PTXAS, "-arch=sm_90a", str(src), "-o", str(tmp_path / "k.cubin")], capture_output=True, text=True
-    )
-    assert r.returncode == 0, r.stderr
+    assert_assembles(k.asm["ptx"], "sm_90a", tmp_path)
 
 
 FAST_PATHS = {
