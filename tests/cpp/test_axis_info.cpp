@@ -7,8 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "tilefuse/ir/Text.h"
-#include "tilefuse/ir/Verifier.h"
+#include "ParsedKernel.h"
 #include "tilefuse/lower/AxisInfo.h"
 
 namespace tilefuse::lower {
@@ -16,26 +15,14 @@ namespace {
 
 using V = std::vector<int64_t>;
 
-// A parsed, verified one-function module with its named values and its loads and stores.
-struct Kernel {
-  std::unique_ptr<Module> module;
-  Op* func = nullptr;
-  std::map<std::string, const Value*> named;
+// A parsed kernel with its loads and stores in program order.
+struct Kernel : test::ParsedKernel {
   std::vector<const Op*> memOps;
-
-  explicit Kernel(const std::string& text) : module(parseModule(text)) {
-    verifyModule(*module);
-    func = module->funcs().at(0);
+  explicit Kernel(const std::string& text) : ParsedKernel(text) {
     func->walk([&](Op* op) {
-      for (Value* v : op->results())
-        if (!v->name().empty()) named[v->name()] = v;
-      for (unsigned r = 0; r < op->numRegions(); ++r)
-        for (Value* a : op->region(r).args())
-          if (!a->name().empty()) named[a->name()] = a;
       if (op->kind() == OpKind::Load || op->kind() == OpKind::Store) memOps.push_back(op);
     });
   }
-  const Value* operator[](const std::string& name) const { return named.at(name); }
 };
 
 std::string replaced(std::string s, const std::string& from, const std::string& to) {

@@ -3,14 +3,11 @@
 // one holder and replicated bits hold exact copies.
 #include <gtest/gtest.h>
 
-#include <map>
-#include <memory>
 #include <set>
 #include <string>
 
 #include "../../compiler/lib/lower/Layout.h"
-#include "tilefuse/ir/Text.h"
-#include "tilefuse/ir/Verifier.h"
+#include "ParsedKernel.h"
 
 namespace tilefuse::lower::detail {
 namespace {
@@ -144,29 +141,19 @@ func @mm(%a_ptr: ptr<bf16>, %b_ptr: ptr<bf16>, %c_ptr: ptr<bf16>, %K: i32) {alig
 }
 )";
 
+// The kernel's layout plan, by value name.
 struct Planned {
-  std::unique_ptr<Module> module;
+  test::ParsedKernel kernel;
   LayoutPlan plan;
-  std::map<std::string, const Value*> named;
-  Planned(const char* text, const std::string& arch, int threads) : module(parseModule(text)) {
-    verifyModule(*module);
-    Op* f = module->funcs().at(0);
-    plan = planLayouts(*f, arch, threads);
-    f->walk([&](Op* op) {
-      for (Value* v : op->results())
-        if (!v->name().empty()) named[v->name()] = v;
-      for (unsigned r = 0; r < op->numRegions(); ++r)
-        for (Value* a : op->region(r).args())
-          if (!a->name().empty()) named[a->name()] = a;
-    });
-  }
-  const Layout& operator[](const std::string& name) const { return plan.at(named.at(name)); }
+  Planned(const char* text, const std::string& arch, int threads)
+      : kernel(text), plan(planLayouts(*kernel.func, arch, threads)) {}
+  const Layout& operator[](const std::string& name) const { return plan.at(kernel[name]); }
 };
 
 TEST(LayoutPlan, AccumulatorsStayInTheWgmmaLayoutThroughTheLoopAndTheEpilogue) {
   Planned p(kLoop, "sm_90a", 128);
   WgmmaShape w;
-  ASSERT_TRUE(wgmmaApplies(*p.named.at("acc_3")->definingOp(), "sm_90a", 128, &w));
+  ASSERT_TRUE(wgmmaApplies(*p.kernel["acc_3"]->definingOp(), "sm_90a", 128, &w));
   Layout acc = wgmmaAccLayout(64, 64, w, 128);
   for (const char* v : {"acc_3", "acc_2", "acc", "c"}) EXPECT_EQ(p[v], acc) << v;
   // Loads follow their pointers; pointers and the loop-carried pointers stay blocked.
