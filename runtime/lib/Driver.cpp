@@ -71,13 +71,18 @@ int deviceCount() {
   return n;
 }
 
-DeviceInfo deviceInfo(int ordinal) {
-  const DriverApi& d = driver();
+CUdevice deviceHandle(int ordinal) {
   int n = deviceCount();
   if (ordinal < 0 || ordinal >= n)
     throw DriverError("device " + std::to_string(ordinal) + " does not exist (" + std::to_string(n) + " visible)");
   CUdevice dev;
-  TF_CU_CHECK(d.cuDeviceGet(&dev, ordinal));
+  TF_CU_CHECK(driver().cuDeviceGet(&dev, ordinal));
+  return dev;
+}
+
+DeviceInfo deviceInfo(int ordinal) {
+  const DriverApi& d = driver();
+  CUdevice dev = deviceHandle(ordinal);
   DeviceInfo info{};
   info.ordinal = ordinal;
   char name[256] = {};

@@ -6,11 +6,7 @@ namespace tilefuse::runtime {
 
 void useDevice(int device) {
   const DriverApi& d = driver();
-  int n = deviceCount();
-  if (device < 0 || device >= n)
-    throw DriverError("device " + std::to_string(device) + " does not exist (" + std::to_string(n) + " visible)");
-  CUdevice dev;
-  TF_CU_CHECK(d.cuDeviceGet(&dev, device));
+  CUdevice dev = deviceHandle(device);
   CUcontext cur = nullptr;
   TF_CU_CHECK(d.cuCtxGetCurrent(&cur));
   if (cur) {

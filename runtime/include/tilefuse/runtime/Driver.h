@@ -40,5 +40,7 @@ struct DeviceInfo {
 int driverVersion();  // e.g. 13000 for CUDA 13.0
 int deviceCount();    // 0 when no driver is present
 DeviceInfo deviceInfo(int ordinal);
+// The driver's handle of device `ordinal`; DriverError naming it when it does not exist.
+CUdevice deviceHandle(int ordinal);
 
 }  // namespace tilefuse::runtime
