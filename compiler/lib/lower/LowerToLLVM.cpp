@@ -321,14 +321,23 @@ void Lowering::lowerFor(const Op& op) {
   b_.CreateBr(header);
   b_.SetInsertPoint(exit);
   for (unsigned i = 0; i < op.numResults(); ++i) vals_[op.result(i)] = phis[i];
-  // Accumulators still in flight are waited for first thing after the loop: ptxas
-  // serializes the wgmma groups when other instructions come between the loop and the
-  // wait (LLVM may still schedule a few there: see bench/RESULTS.md).
-  for (unsigned i = 0; i < op.numResults(); ++i) {
-    if (!inFlight[i]) continue;
-    vals_[op.result(i)] = waitWgmma(phis[i], 0);
-    wgmmaPending_.erase(yielded[i]);  // loop-internal names of the same registers
-    wgmmaPending_.erase(carried[i]);
+  // Accumulators still in flight are waited for first thing after the loop, in one
+  // wait alone in its block (waitWgmma).
+  Regs flight;
+  for (unsigned i = 0; i < op.numResults(); ++i)
+    if (inFlight[i]) flight.e.insert(flight.e.end(), phis[i].e.begin(), phis[i].e.end());
+  if (!flight.e.empty()) {
+    Regs done = waitWgmma(flight, 0, true);
+    size_t at = 0;
+    for (unsigned i = 0; i < op.numResults(); ++i) {
+      if (!inFlight[i]) continue;
+      Regs r{{}, phis[i].L};
+      r.e.assign(done.e.begin() + at, done.e.begin() + at + phis[i].e.size());
+      at += phis[i].e.size();
+      vals_[op.result(i)] = std::move(r);
+      wgmmaPending_.erase(yielded[i]);  // loop-internal names of the same registers
+      wgmmaPending_.erase(carried[i]);
+    }
   }
   if (pipe != pipelines_.end()) {
     ptx("cp.async.wait_group 0;");

@@ -73,10 +73,13 @@ void Lowering::ptx(const std::string& text) {
 }
 
 // wgmma.wait_group N, with `r`'s registers passing through so that no use of them
-// moves above the wait.
-Regs Lowering::waitWgmma(const Regs& r, int pending) {
+// moves above the wait. With `alone`, the wait ends its basic block: the asm also
+// yields a zero that the block branches on (to a trap, never taken), so that LLVM
+// cannot schedule other instructions between the loop and the wait (ptxas then
+// serializes every wgmma group of the loop, warning C7514).
+Regs Lowering::waitWgmma(const Regs& r, int pending, bool alone) {
   std::string text = "wgmma.wait_group.sync.aligned " + std::to_string(pending) + ";";
-  if (r.e.empty()) {
+  if (r.e.empty() && !alone) {
     ptx(text);
     return r;
   }
@@ -86,12 +89,28 @@ Regs Lowering::waitWgmma(const Regs& r, int pending) {
     tys.push_back(x->getType());
     cons += x->getType()->isFloatTy() ? "=f," : "=r,";
   }
-  for (size_t i = 0; i < r.e.size(); ++i) cons += std::to_string(i) + ",";
+  size_t n = r.e.size();
+  if (alone) {
+    tys.push_back(b_.getInt32Ty());
+    cons += "=r,";
+    text += "\nmov.u32 $" + std::to_string(n) + ", 0;";
+  }
+  for (size_t i = 0; i < n; ++i) cons += std::to_string(i) + ",";
   cons += "~{memory}";
   auto* ret = llvm::StructType::get(ctx_, tys);
-  auto* call = b_.CreateCall(llvm::InlineAsm::get(llvm::FunctionType::get(ret, tys, false), text, cons, true), r.e);
+  std::vector<llvm::Type*> argTys(tys.begin(), tys.begin() + n);
+  auto* call = b_.CreateCall(llvm::InlineAsm::get(llvm::FunctionType::get(ret, argTys, false), text, cons, true), r.e);
   Regs out{{}, r.L};
-  for (unsigned i = 0; i < r.e.size(); ++i) out.e.push_back(b_.CreateExtractValue(call, i));
+  for (unsigned i = 0; i < n; ++i) out.e.push_back(b_.CreateExtractValue(call, i));
+  if (alone) {
+    auto* trap = llvm::BasicBlock::Create(ctx_, "wait.trap", fn_);
+    auto* cont = llvm::BasicBlock::Create(ctx_, "wait.done", fn_);
+    b_.CreateCondBr(b_.CreateICmpNE(b_.CreateExtractValue(call, static_cast<unsigned>(n)), idx(0)), trap, cont);
+    b_.SetInsertPoint(trap);
+    b_.CreateIntrinsic(llvm::Intrinsic::trap, {}, {});
+    b_.CreateUnreachable();
+    b_.SetInsertPoint(cont);
+  }
   return out;
 }
 

@@ -295,7 +295,7 @@ class Lowering {
   void pipelinePrologue(Pipeline& p, const Op& loop, LVal* lb, LVal* ub, LVal* step, const std::vector<Regs>& inits);
   void lowerPipelinedDot(const Op& op, const WgmmaShape& w, const Pipeline& p);
   void ptx(const std::string& text);
-  Regs waitWgmma(const Regs& r, int pending);
+  Regs waitWgmma(const Regs& r, int pending, bool alone = false);
   void waitPending(const Op& user);
   void lowerPrint(const Op& op);
   void lowerAssert(const Op& op);
