@@ -166,3 +166,20 @@ def test_sm90_kernels_take_the_fast_paths(name):
     for needle in FAST_PATHS[name]:
         assert needle in ptx, f"{name}: no {needle!r} in the PTX"
     assert "mma.sync" not in ptx  # no fallback to the shared-memory mma path
+
+
+@pytest.mark.parametrize("bm,bn,bk,warps", [(128, 128, 64, 4), (128, 256, 64, 8)])
+def test_wgmma_groups_stay_asynchronous(bm, bn, bk, warps, tmp_path):
+    """ptxas serializes every wgmma group (warning C7514) when an instruction reading the
+    accumulator comes between the K loop and its final wait."""
+    kw = dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=8, ACTIVATION="")
+    k = matmul.matmul_kernel.warmup(
+        mbf, mbf, mbf, 4096, 4096, 4096, 4096, 1, 4096, 1, 4096, 1, grid=(1,), target="sm_90a", num_warps=warps, **kw
+    )
+    src = tmp_path / "k.ptx"
+    src.write_text(k.asm["ptx"])
+    r = subprocess.run(
+        [PTXAS, "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / "k.cubin")], capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    assert "C7514" not in r.stderr and "serialized" not in r.stderr, r.stderr
