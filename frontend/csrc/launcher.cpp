@@ -4,9 +4,9 @@
 // arguments to the parameters, keys them (constexpr values; dtype, 16-byte
 // alignment and device of tensors; the specialization class of ints; float, bool;
 // grid, num_warps, num_stages), and launches the specialization remembered under
-// that key with the arguments packed as the kernel's parameter buffer. Anything it
-// does not know returns None and the caller takes the full path (jit.run), which
-// checks, compiles and remembers.
+// that key with the arguments packed as the kernel's parameter buffer (and the
+// kernel's tensor maps encoded from them). Anything it does not know returns None and
+// the caller takes the full path (jit.run), which checks, compiles and remembers.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -17,9 +17,11 @@
 #include <vector>
 
 #include "tilefuse/runtime/Launch.h"
+#include "tilefuse/runtime/TensorMap.h"
 
 namespace py = pybind11;
 using tilefuse::runtime::LoadedKernel;
+using tilefuse::runtime::TensorMapDesc;
 
 namespace {
 
@@ -46,13 +48,33 @@ struct Bound {
   size_t hash = 0;
 };
 
+// One parameter in the packed buffer: the call's parameter `param` as struct code
+// `code` ('Q' pointer or int64, 'q' int64, 'i' int32, 'f' float) at byte `offset`.
+struct Slot {
+  int param;
+  char code;
+  size_t offset;
+};
+
+// A tensor map encoded at each launch: `desc` with the sizes and strides that come
+// from parameters filled in (params: the call's parameter, or -1 for a constant).
+struct MapSlot {
+  TensorMapDesc desc;
+  std::string where;
+  int base;
+  std::array<int, 5> sizeParam, strideParam;
+  size_t offset;
+};
+
+constexpr size_t kMaxParams = 4096;  // the parameter space of a kernel
+
 struct Entry {
   Bound key;
   std::shared_ptr<LoadedKernel> kernel;
-  std::vector<std::pair<int, char>> plan;  // (parameter, struct code) of the kernel's parameters, in order
+  std::vector<Slot> slots;
+  std::vector<MapSlot> maps;
   size_t size = 0;
-  int device = 0;
-  py::object deviceObj;  // the same, as a Python int for the stream query
+  py::object device;  // the kernel's device, as a Python int for the stream query
   py::object result;
 };
 
@@ -70,26 +92,31 @@ class FastPath {
     if (!bind(grid, numWarps, numStages, args, kwargs, b)) return py::none();
     for (const Entry& e : entries_) {
       if (e.key.hash != b.hash || !(e.key.key == b.key)) continue;
-      alignas(16) char buf[1024];
-      if (e.size > sizeof buf) return py::none();
-      size_t off = 0;
-      for (auto [i, code] : e.plan) {
-        size_t w = code == 'i' || code == 'f' ? 4 : 8;
-        off = (off + w - 1) / w * w;
-        if (code == 'f') {
-          float f = static_cast<float>(b.floats[i]);
-          std::memcpy(buf + off, &f, 4);
-        } else if (code == 'i') {
-          int32_t v = static_cast<int32_t>(b.ints[i]);
-          std::memcpy(buf + off, &v, 4);
+      alignas(64) char buf[kMaxParams];
+      for (const Slot& sl : e.slots) {
+        if (sl.code == 'f') {
+          float f = static_cast<float>(b.floats[sl.param]);
+          std::memcpy(buf + sl.offset, &f, 4);
+        } else if (sl.code == 'i') {
+          int32_t v = static_cast<int32_t>(b.ints[sl.param]);
+          std::memcpy(buf + sl.offset, &v, 4);
         } else {
-          std::memcpy(buf + off, &b.ints[i], 8);
+          std::memcpy(buf + sl.offset, &b.ints[sl.param], 8);
         }
-        off += w;
+      }
+      for (const MapSlot& m : e.maps) {
+        TensorMapDesc d = m.desc;
+        for (int a = 0; a < d.rank; ++a) {
+          if (m.sizeParam[a] >= 0) d.sizes[a] = b.ints[m.sizeParam[a]];
+          if (m.strideParam[a] >= 0) d.strides[a] = b.ints[m.strideParam[a]];
+        }
+        d.where = &m.where;
+        CUtensorMap map = tilefuse::runtime::encodeTensorMap(d, static_cast<uint64_t>(b.ints[m.base]));
+        std::memcpy(buf + m.offset, &map, sizeof map);
       }
       uint64_t stream = 0;
       if (!stream_.is_none()) {
-        PyObject* dev = e.deviceObj.ptr();
+        PyObject* dev = e.device.ptr();
         PyObject* r = PyObject_Vectorcall(stream_.ptr(), &dev, 1, nullptr);
         if (!r) throw py::error_already_set();
         stream = PyLong_AsUnsignedLongLong(r);
@@ -102,24 +129,49 @@ class FastPath {
   }
 
   // After the full path launched: launches with the same key go straight to `kernel`.
+  // `plan`: (parameter, struct code) of the kernel's parameters in order; `maps`: its
+  // tensor maps as (elem bytes, base parameter, sizes, strides, box, swizzle, where)
+  // with each size and stride a (parameter or -1, value) pair; `tensorTypes`: the
+  // types of the call's torch tensors.
   bool remember(py::handle grid, int numWarps, int numStages, py::tuple args, py::dict kwargs,
-                std::shared_ptr<LoadedKernel> kernel, std::vector<std::pair<int, char>> plan, py::object result) {
-    for (py::handle a : args)
-      if (isTorchTensor(a)) tensorTypes_.insert(Py_TYPE(a.ptr()));
-    for (auto kv : kwargs)
-      if (isTorchTensor(kv.second)) tensorTypes_.insert(Py_TYPE(kv.second.ptr()));
+                std::shared_ptr<LoadedKernel> kernel, std::vector<std::pair<int, char>> plan, py::list maps,
+                std::vector<py::type> tensorTypes, py::object result) {
+    for (const py::type& t : tensorTypes) tensorTypes_.insert(reinterpret_cast<PyTypeObject*>(t.ptr()));
     Entry e;
     if (!bind(grid, numWarps, numStages, args, kwargs, e.key)) return false;
     size_t off = 0;
     for (auto [i, code] : plan) {
       size_t w = code == 'i' || code == 'f' ? 4 : 8;
-      off = (off + w - 1) / w * w + w;
+      off = (off + w - 1) / w * w;
+      e.slots.push_back({i, code, off});
+      off += w;
     }
+    for (py::handle h : maps) {
+      auto t = h.cast<py::tuple>();
+      MapSlot m;
+      m.desc.elemBytes = t[0].cast<int>();
+      m.base = t[1].cast<int>();
+      auto sizes = t[2].cast<std::vector<std::pair<int, int64_t>>>();
+      auto strides = t[3].cast<std::vector<std::pair<int, int64_t>>>();
+      auto box = t[4].cast<std::vector<int64_t>>();
+      m.desc.rank = static_cast<int>(sizes.size());
+      if (m.desc.rank > 5) return false;
+      for (int a = 0; a < m.desc.rank; ++a) {
+        std::tie(m.sizeParam[a], m.desc.sizes[a]) = sizes[a];
+        std::tie(m.strideParam[a], m.desc.strides[a]) = strides[a];
+        m.desc.box[a] = box[a];
+      }
+      m.desc.swizzleBytes = t[5].cast<int>();
+      m.where = t[6].cast<std::string>();
+      off = (off + 63) / 64 * 64;
+      m.offset = off;
+      off += sizeof(CUtensorMap);
+      e.maps.push_back(std::move(m));
+    }
+    if (off > kMaxParams) return false;
     e.size = off;
     e.kernel = std::move(kernel);
-    e.plan = std::move(plan);
-    e.device = e.kernel->device();
-    e.deviceObj = py::int_(e.device);
+    e.device = py::int_(e.kernel->device());
     e.result = std::move(result);
     entries_.push_back(std::move(e));
     return true;
@@ -128,11 +180,6 @@ class FastPath {
   size_t size() const { return entries_.size(); }
 
  private:
-  static bool isTorchTensor(py::handle v) {
-    std::string mod = py::str(py::type::handle_of(v).attr("__module__"));
-    return mod.rfind("torch", 0) == 0 && py::hasattr(v, "data_ptr") && py::hasattr(v, "dtype");
-  }
-
   static void mix(size_t& h, size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); }
 
   // out = obj.name() for a method returning an int.
@@ -259,6 +306,7 @@ void init_launcher(py::module_& m) {
           py::arg("names"), py::arg("is_const"), py::arg("defaults"), py::arg("stream"))
       .def("launch", &FastPath::launch, py::arg("grid"), py::arg("num_warps"), py::arg("num_stages"))
       .def("remember", &FastPath::remember, py::arg("grid"), py::arg("num_warps"), py::arg("num_stages"),
-           py::arg("args"), py::arg("kwargs"), py::arg("kernel"), py::arg("plan"), py::arg("result"))
+           py::arg("args"), py::arg("kwargs"), py::arg("kernel"), py::arg("plan"), py::arg("maps"),
+           py::arg("tensor_types"), py::arg("result"))
       .def("__len__", &FastPath::size);
 }

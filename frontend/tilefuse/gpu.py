@@ -4,6 +4,7 @@ disk) -> launch through the C++ runtime on the current torch stream."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import struct
@@ -15,7 +16,7 @@ from .errors import CompilationError, LaunchError
 
 _D = _C.ir.DType
 _R = _C.runtime
-_VERSION = "0.1.0"
+_VERSION = "0.2.0"
 _compiler_id = None
 
 
@@ -65,7 +66,13 @@ def lower(kernel, arch: str, num_warps: int, num_stages: int = 3, keep_ir: bool 
         low = _C.lower.compile(kernel.module, kernel.name, arch, num_warps, num_stages, keep_ir)
     except _C.UserError as e:
         raise CompilationError(e.message, e.file, e.line, e.col) from None
-    return {"llir": low.llir, "ptx": low.ptx, "num_threads": low.num_threads, "shared_bytes": low.shared_bytes}
+    return {
+        "llir": low.llir,
+        "ptx": low.ptx,
+        "num_threads": low.num_threads,
+        "shared_bytes": low.shared_bytes,
+        "tensor_maps": low.tensor_maps,
+    }
 
 
 def _cache_key(kernel, arch: str, num_warps: int, num_stages: int) -> str:
@@ -100,18 +107,21 @@ def binary(kernel, arch: str, num_warps: int, num_stages: int) -> tuple[bytes, d
     key = _cache_key(kernel, arch, num_warps, num_stages)
     blob = cache.get(key)
     if blob is not None:
-        threads, shared, n = struct.unpack_from("<iiI", blob)
-        meta = {"num_threads": threads, "shared_bytes": shared}
-        return blob[12 + n :], dict(meta, ptx=blob[12 : 12 + n].decode())
+        threads, shared, n, m = struct.unpack_from("<iiII", blob)
+        meta = {"num_threads": threads, "shared_bytes": shared, "tensor_maps": json.loads(blob[16 + n : 16 + n + m])}
+        return blob[16 + n + m :], dict(meta, ptx=blob[16 : 16 + n].decode())
     low = lower(kernel, arch, num_warps, num_stages, keep_ir=False)  # a launch needs no LLVM IR text
     image = _ptxas(low["ptx"], arch) or (low["ptx"].encode() + b"\0")
     ptx = low["ptx"].encode()
-    cache.put(key, struct.pack("<iiI", low["num_threads"], low["shared_bytes"], len(ptx)) + ptx + image)
+    maps = json.dumps(low["tensor_maps"]).encode()
+    head = struct.pack("<iiII", low["num_threads"], low["shared_bytes"], len(ptx), len(maps))
+    cache.put(key, head + ptx + maps + image)
     return image, low
 
 
 def _pack(name, t, v, device):
-    """A runtime.KernelArg for parameter `name` of type `t`."""
+    """A runtime.KernelArg for parameter `name` of type `t`, and its raw value (the
+    data pointer of a tensor)."""
     from .jit import _is_dlpack
 
     K = _R.ArgKind
@@ -139,14 +149,14 @@ def _pack(name, t, v, device):
                 raise LaunchError(f"argument '{name}' is not memory of cuda:{device}")
         if ptr % elem:
             raise LaunchError(f"argument '{name}' is misaligned: address {ptr:#x} is not a multiple of {elem} bytes")
-        return _R.KernelArg(K.ptr, ptr)
+        return _R.KernelArg(K.ptr, ptr), ptr
     if t.elem == _D.f32:
-        return _R.KernelArg(K.f32, struct.unpack("<I", struct.pack("<f", float(v)))[0])
+        return _R.KernelArg(K.f32, struct.unpack("<I", struct.pack("<f", float(v)))[0]), v
     if t.elem == _D.i1:
-        return _R.KernelArg(K.i1, int(bool(v)))
+        return _R.KernelArg(K.i1, int(bool(v))), v
     if t.elem == _D.i64:
-        return _R.KernelArg(K.i64, int(v) & (2**64 - 1))
-    return _R.KernelArg(K.i32, int(v) & (2**32 - 1))
+        return _R.KernelArg(K.i64, int(v) & (2**64 - 1)), v
+    return _R.KernelArg(K.i32, int(v) & (2**32 - 1)), v
 
 
 def device_of(values) -> int:
@@ -210,6 +220,27 @@ def pack_plan(spec, names):
     return plan
 
 
+def map_plan(maps, plan):
+    """The tensor maps of a kernel for the C++ launch fast path: their kernel-parameter
+    indices turned into call-parameter indices through `plan` (pack_plan's)."""
+
+    def dim(d):
+        return (plan[d[0]][0] if d[0] >= 0 else -1, d[1])
+
+    return [
+        (
+            m["elem_bytes"],
+            plan[m["base"]][0],
+            [dim(d) for d in m["sizes"]],
+            [dim(d) for d in m["strides"]],
+            m["box"],
+            m["swizzle"],
+            m["where"],
+        )
+        for m in maps
+    ]
+
+
 def stream_function():
     """device -> the current torch stream (raw handle); None (the default stream) without torch."""
     _current_stream(0)  # imports torch once, if it is there
@@ -218,11 +249,37 @@ def stream_function():
     return getattr(_torch._C, "_cuda_getCurrentRawStream", None) or _current_stream
 
 
+def _encode_maps(maps, raw, name):
+    """The tensor maps of one launch from the raw argument values."""
+    out = []
+    for m in maps:
+
+        def value(d):
+            return d[1] if d[0] < 0 else int(raw[d[0]])
+
+        try:
+            out.append(
+                _R.encode_tensor_map(
+                    m["elem_bytes"],
+                    raw[m["base"]],
+                    [value(d) for d in m["sizes"]],
+                    [value(d) for d in m["strides"]],
+                    m["box"],
+                    m["swizzle"],
+                    m["where"],
+                )
+            )
+        except _R.TensorMapError as e:
+            raise LaunchError(f"{name}: {e}") from None
+    return out
+
+
 def launch(kernel, spec, bound, grid, num_warps: int, num_stages: int):
+    """Launches on the GPU of the arguments; returns the loaded kernel and its tensor maps."""
     device = device_of(bound.values())
     _R.use_device(device)
-    loaded = kernel.loaded.get((device, num_warps, num_stages))
-    if loaded is None:
+    entry = kernel.loaded.get((device, num_warps, num_stages))
+    if entry is None:
         image, meta = binary(kernel, arch_of_device(device), num_warps, num_stages)
         kernel.asm.setdefault("ptx", meta["ptx"])
         info = _R.device_info(device)
@@ -233,7 +290,10 @@ def launch(kernel, spec, bound, grid, num_warps: int, num_stages: int):
                 "(use fewer stages or smaller tiles)"
             )
         loaded = _R.LoadedKernel(device, image, kernel.name, meta["num_threads"], meta["shared_bytes"])
-        kernel.loaded[(device, num_warps, num_stages)] = loaded
-    args = [_pack(s[0], s[2], bound[s[0]], device) for s in spec if s[1] == "arg"]
-    loaded.launch(grid, _current_stream(device), args)
-    return loaded
+        entry = kernel.loaded[(device, num_warps, num_stages)] = (loaded, meta["tensor_maps"])
+    loaded, maps = entry
+    packed = [_pack(s[0], s[2], bound[s[0]], device) for s in spec if s[1] == "arg"]
+    args = [p[0] for p in packed]
+    encoded = _encode_maps(maps, [p[1] for p in packed], kernel.name) if maps else []
+    loaded.launch(grid, _current_stream(device), args, encoded)
+    return loaded, maps

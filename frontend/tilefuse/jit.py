@@ -244,7 +244,10 @@ class JITFunction:
             # A repeated launch of a seen specialization stays in C++; anything else runs run().
             fast = self._cfast
             if fast is not None:
-                k = fast.launch(grid, num_warps, num_stages, *args, **kwargs)
+                try:
+                    k = fast.launch(grid, num_warps, num_stages, *args, **kwargs)
+                except _C.runtime.TensorMapError as e:
+                    raise LaunchError(f"{self.__name__}: {e}") from None
                 if k is not None:
                     return k
             return self.run(*args, grid=grid, num_warps=num_warps, num_stages=num_stages, **kwargs)
@@ -373,13 +376,25 @@ class JITFunction:
         if select_backend(bound.values()) == "cuda":
             from . import gpu
 
-            loaded = gpu.launch(kernel, spec, bound, g, num_warps, num_stages)
+            loaded, maps = gpu.launch(kernel, spec, bound, g, num_warps, num_stages)
             plan = gpu.pack_plan(spec, self._names)
             if plan is not None and not callable(grid):
                 if self._cfast is None:
                     defaults = {p.name: p.default for p in self.params if p.default is not inspect.Parameter.empty}
                     self._cfast = _C.launcher.FastPath(self._names, self._is_const, defaults, gpu.stream_function())
-                self._cfast.remember(grid, num_warps, num_stages, args, kwargs, loaded, plan, kernel)
+                tensor_types = list({type(v) for v in bound.values() if _is_torch_tensor(v)})
+                self._cfast.remember(
+                    grid,
+                    num_warps,
+                    num_stages,
+                    args,
+                    kwargs,
+                    loaded,
+                    plan,
+                    gpu.map_plan(maps, plan),
+                    tensor_types,
+                    kernel,
+                )
         else:
             _launch_interp(kernel, spec, bound, g)
         return kernel

@@ -51,7 +51,8 @@ LoadedKernel::~LoadedKernel() {
   if (module_ && driverAvailable()) driver().cuModuleUnload(module_);
 }
 
-void LoadedKernel::launch(std::array<uint32_t, 3> grid, uint64_t stream, const std::vector<KernelArg>& args) const {
+void LoadedKernel::launch(std::array<uint32_t, 3> grid, uint64_t stream, const std::vector<KernelArg>& args,
+                          const std::vector<CUtensorMap>& maps) const {
   if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return;  // an empty grid launches nothing
   // Parameter storage: each argument in its declared width.
   std::vector<uint64_t> storage(args.size());
@@ -60,6 +61,7 @@ void LoadedKernel::launch(std::array<uint32_t, 3> grid, uint64_t stream, const s
     storage[i] = args[i].bits;
     params[i] = &storage[i];  // little endian: the low bytes hold narrower values
   }
+  for (const CUtensorMap& m : maps) params.push_back(const_cast<CUtensorMap*>(&m));
   TF_CU_CHECK(driver().cuLaunchKernel(fn_, grid[0], grid[1], grid[2], static_cast<unsigned>(threads_), 1, 1,
                                       static_cast<unsigned>(shared_), reinterpret_cast<CUstream>(stream), params.data(),
                                       nullptr));

@@ -37,7 +37,8 @@ llvm::Function* Lowering::lowerCallee(const Op& f, int64_t floor) {
   auto* fn = llvm::Function::Create(fnTy, llvm::Function::InternalLinkage, funcName(f), mod_);
   fn->addFnAttr(llvm::Attribute::NoInline);
   floor_ = floor;
-  beginFunction(f, fn);
+  planFunction(f);
+  beginFunction(fn);
   unsigned p = 0;
   for (Value* a : body.args()) vals_[a] = received(a->type(), [&] { return fn->getArg(p++); });
   reserveWgmmaOperands(body);

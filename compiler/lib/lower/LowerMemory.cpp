@@ -114,10 +114,11 @@ void Lowering::lowerDesc(const Op& op) {
     vals_[op.result()] = std::move(r);
     return;
   }
+  bool load = op.kind() == OpKind::DescLoad;
+  if (int map = tensorMapOf(op.operand(0)); map >= 0) return load ? lowerTmaLoad(op, map) : lowerTmaStore(op, map);
   const Type& dt = op.operand(0)->type();
   const Regs& desc = get(op.operand(0));
   size_t rank = dt.shape.size();
-  bool load = op.kind() == OpKind::DescLoad;
   unsigned first = load ? 1 : 2;
   llvm::Type* et = elemType(dt.elem);
   const Layout& L = load ? layoutOf(op.result()) : get(op.operand(1)).L;

@@ -1,14 +1,17 @@
 // Software pipelining of K loops on sm_90a: a for loop whose body feeds one wgmma dot
 // with two loads (no other use of the loaded tiles) copies the operand tiles of
-// iteration j + S - 1 with cp.async into a ring of S shared-memory stages while the
-// tensor cores work on iteration j, so global latency hides behind the dot.
+// iteration j + S - 1 into a ring of S shared-memory stages while the tensor cores
+// work on iteration j, so global latency hides behind the dot. Pointer loads copy
+// with cp.async (every thread its share); descriptor loads with tensor maps copy
+// with TMA (thread 0 issues whole boxes that complete on the stage's mbarrier).
 //
 //   prologue:  copy iterations 0 .. S-2 into stages 0 .. S-2 (one cp.async group each)
-//   iteration j:  wait until at most S-2 copy groups are pending (stage j is in);
-//                 barrier; wgmma on stage j (left in flight); wait for the wgmma of
-//                 j-1 and barrier, so that no warpgroup still reads stage j-1;
+//   iteration j:  wait until at most S-2 copy groups are pending and the stage's
+//                 mbarrier completes (stage j is in); barrier; wgmma on stage j (left
+//                 in flight); wait for the wgmma of j-1 and barrier, so that no
+//                 warpgroup still reads stage j-1;
 //                 copy iteration j+S-1 into stage (j+S-1) % S = stage of j-1
-//   after the loop: drain the copies.
+//   after the loop: drain the copies (every TMA copy issued was waited for).
 //
 // The pointers and masks of a later iteration are computed by lowering their
 // producing ops again with the loop-carried values advanced (advance()): a pointer
@@ -47,6 +50,12 @@ bool indexOp(const Op& op) {
   }
 }
 
+// The values a copy of load `ld` depends on: pointers and mask, or the offsets.
+std::vector<const Value*> copyInputs(const Op& ld) {
+  if (ld.kind() == OpKind::DescLoad) return {ld.operands().begin() + 1, ld.operands().end()};
+  return {ld.operands().begin(), ld.operands().begin() + std::min(2u, ld.numOperands())};
+}
+
 }  // namespace
 
 // Whether `v` (used in `body` of a for loop) can be computed for a later iteration:
@@ -82,15 +91,20 @@ bool Lowering::planPipeline(const Op& loop, Pipeline* p) {
   for (unsigned i = 0; i < 2; ++i) {
     const Value* v = i ? bs.value : dot->operand(0);
     const Op* ld = v->definingOp();
-    if (!ld || ld->kind() != OpKind::Load || v->ownerBlock() != &body || v->uses().size() != 1) return false;
-    if (ld->numOperands() > 2 && !isZeroConstant(ld->operand(2))) return false;
+    if (!ld || v->ownerBlock() != &body || v->uses().size() != 1) return false;
+    if (ld->kind() == OpKind::DescLoad) {
+      p->tma[i] = tensorMapOf(ld->operand(0));
+      if (p->tma[i] < 0) return false;
+    } else if (ld->kind() != OpKind::Load || (ld->numOperands() > 2 && !isZeroConstant(ld->operand(2)))) {
+      return false;
+    }
     std::set<const Value*> seen;
-    for (unsigned k = 0; k < std::min(2u, ld->numOperands()); ++k)
-      if (!advanceable(ld->operand(k), body, seen)) return false;
-    int64_t width = accessWidth(ld->operand(0), ld->numOperands() > 1 ? ld->operand(1) : nullptr);
-    if (width * bs.elemBytes < 4) return false;  // cp.async moves 4, 8 or 16 bytes
+    for (const Value* x : copyInputs(*ld))
+      if (!advanceable(x, body, seen)) return false;
     p->loads[i] = ld;
-    p->width[i] = width;
+    if (p->tma[i] >= 0) continue;
+    p->width[i] = accessWidth(ld->operand(0), ld->numOperands() > 1 ? ld->operand(1) : nullptr);
+    if (p->width[i] * bs.elemBytes < 4) return false;  // cp.async moves 4, 8 or 16 bytes
   }
   p->dot = dot;
   p->args = pipelineArgs(*p, body);
@@ -167,19 +181,38 @@ std::vector<const Value*> Lowering::pipelineArgs(const Pipeline& p, const Block&
     }
   };
   for (const Op* ld : p.loads)
-    for (unsigned k = 0; k < std::min(2u, ld->numOperands()); ++k) visit(ld->operand(k));
+    for (const Value* x : copyInputs(*ld)) visit(x);
   std::vector<const Value*> args = {body.arg(0)};
   for (unsigned i = 1; i < body.numArgs(); ++i)
     if (seen.count(body.arg(i))) args.push_back(body.arg(i));
   return args;
 }
 
-// cp.async of both operand tiles of the iteration described by `env` into `stage`;
-// `valid` false copies nothing (zero fill). One commit group.
+// Copies both operand tiles of the iteration described by `env` into `stage`;
+// `valid` false copies nothing (cp.async: zero fill; TMA: nothing issued, nothing
+// waited for). One cp.async commit group.
 void Lowering::copyStage(const Pipeline& p, const Block& body, const Env& env, LVal* stage, LVal* valid) {
   LVal* smem32 = b_.CreatePtrToInt(smem(), b_.getInt32Ty());
   LVal* ring = b_.CreateAdd(smem32, b_.CreateAdd(idx(p.base), b_.CreateMul(stage, idx(p.stageBytes))));
+  if (p.tma[0] >= 0 || p.tma[1] >= 0) {
+    LVal* issue = b_.CreateAnd(valid, b_.CreateICmpEQ(tid_, idx(0)));
+    LVal* bar = barrierAddr(b_.CreateAdd(stage, idx(p.barrier)));
+    int64_t bytes = 0;
+    for (unsigned i = 0; i < 2; ++i)
+      if (p.tma[i] >= 0) bytes += p.loads[i]->result()->type().numel() * wgmmaElemBytes(p.loads[i]->result()->type().elem);
+    armBarrier(bar, bytes, issue);
+    for (unsigned i = 0; i < 2; ++i) {
+      if (p.tma[i] < 0) continue;
+      const Op* ld = p.loads[i];
+      std::vector<LVal*> coords;
+      for (const Value* x : copyInputs(*ld))
+        coords.push_back(b_.CreateSExtOrTrunc(evalUnder(x, body, env).e[0], b_.getInt32Ty()));
+      tmaCopyIn(p.tma[i], ld->result()->type(), b_.CreateAdd(ring, idx(i ? p.aBytes : 0)), coords, bar, issue);
+    }
+  }
+  if (p.tma[0] >= 0 && p.tma[1] >= 0) return;
   for (unsigned i = 0; i < 2; ++i) {
+    if (p.tma[i] >= 0) continue;
     const Op* ld = p.loads[i];
     const Type& t = ld->result()->type();
     Regs ptrs = evalUnder(ld->operand(0), body, env);
@@ -218,6 +251,11 @@ void Lowering::pipelinePrologue(Pipeline& p, const Op& loop, LVal* lb, LVal* ub,
   IRBuilder<> eb(entry_);
   p.counter = eb.CreateAlloca(b_.getInt32Ty());
   b_.CreateStore(idx(0), p.counter);
+  if (p.tma[0] >= 0 || p.tma[1] >= 0) {
+    // Phases continue across entries of the loop (an outer loop): set once.
+    p.phases = eb.CreateAlloca(b_.getInt32Ty());
+    eb.CreateStore(eb.getInt32(0), p.phases);
+  }
   // Iteration 0 sees the loop's initial values.
   Env env;
   for (const Value* a : p.args) env[a] = a == body.arg(0) ? Regs{{lb}, layoutOf(a)} : inits[a->index() - 1];
@@ -231,9 +269,17 @@ void Lowering::lowerPipelinedDot(const Op& op, const WgmmaShape& w, const Pipeli
   const Block& body = *op.parentBlock();
   Regs acc = in(op.operand(2), layoutOf(op.result()));
   LVal* stage = b_.CreateLoad(b_.getInt32Ty(), p.counter);
-  ptx("cp.async.wait_group " + std::to_string(p.stages - 2) + ";");
-  ptx("fence.proxy.async.shared::cta;");
-  barrier();
+  if (p.tma[0] < 0 || p.tma[1] < 0) {
+    ptx("cp.async.wait_group " + std::to_string(p.stages - 2) + ";");
+    ptx("fence.proxy.async.shared::cta;");
+  }
+  if (p.phases) {
+    LVal* phases = b_.CreateLoad(b_.getInt32Ty(), p.phases);
+    waitBarrier(barrierAddr(b_.CreateAdd(stage, idx(p.barrier))), b_.CreateAnd(b_.CreateLShr(phases, stage), idx(1)));
+    b_.CreateStore(b_.CreateXor(phases, b_.CreateShl(idx(1), stage)), p.phases);
+  }
+  // Each thread's own mbarrier wait shows it the TMA data; cp.async data needs the barrier.
+  if (p.tma[0] < 0 || p.tma[1] < 0) barrier();
   LVal* aBase = b_.CreateAdd(idx(p.base), b_.CreateMul(stage, idx(p.stageBytes)));
   vals_[op.result()] = issueWgmma(op, w, std::move(acc), aBase, b_.CreateAdd(aBase, idx(p.aBytes)));
   if (!wgmmaPromotes(op)) wgmmaPending_.insert(op.result());

@@ -21,8 +21,14 @@ namespace detail {
 
 void Lowering::lowerKernel(const Op& f) {
   const Block& body = f.region(0);
+  planFunction(f);
+  planTensorMaps(f);
+  if (!tensorMaps_.empty()) floor_ = kBarrierBytes;
+  reserveWgmmaOperands(body);
   std::vector<llvm::Type*> params;
   for (Value* a : body.args()) params.push_back(scalarType(a->type()));
+  // Tensor maps come by value after the kernel's parameters (as __grid_constant__).
+  for (size_t i = 0; i < tensorMaps_.size(); ++i) params.push_back(llvm::PointerType::get(ctx_, 0));
   auto* fnTy = llvm::FunctionType::get(b_.getVoidTy(), params, false);
   fn_ = llvm::Function::Create(fnTy, llvm::Function::ExternalLinkage, funcName(f), mod_);
   if (const Attr* al = f.attr("aligned16"); al && std::holds_alternative<std::vector<int64_t>>(*al))
@@ -31,27 +37,42 @@ void Lowering::lowerKernel(const Op& f) {
         fn_->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::getWithAlignment(ctx_, llvm::Align(16)));
   auto* md = mod_.getOrInsertNamedMetadata("nvvm.annotations");
   auto* i32 = b_.getInt32Ty();
-  md->addOperand(llvm::MDNode::get(ctx_, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, "kernel"),
-                                          llvm::ValueAsMetadata::get(llvm::ConstantInt::get(i32, 1))}));
-  md->addOperand(llvm::MDNode::get(ctx_, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, "maxntidx"),
-                                          llvm::ValueAsMetadata::get(llvm::ConstantInt::get(i32, threads_))}));
-  beginFunction(f, fn_);
+  auto constant = [&](int v) { return llvm::ValueAsMetadata::get(llvm::ConstantInt::get(i32, v)); };
+  md->addOperand(llvm::MDNode::get(ctx_, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, "kernel"), constant(1)}));
+  md->addOperand(
+      llvm::MDNode::get(ctx_, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, "maxntidx"), constant(threads_)}));
+  if (!tensorMaps_.empty()) {
+    std::vector<llvm::Metadata*> gridConstant;
+    for (size_t i = 0; i < tensorMaps_.size(); ++i) {
+      unsigned p = body.numArgs() + static_cast<unsigned>(i);
+      fn_->addParamAttr(p, llvm::Attribute::getWithByValType(ctx_, llvm::ArrayType::get(b_.getInt8Ty(), 128)));
+      fn_->addParamAttr(p, llvm::Attribute::getWithAlignment(ctx_, llvm::Align(64)));
+      fn_->getArg(p)->setName("tensor_map" + std::to_string(i));
+      gridConstant.push_back(constant(static_cast<int>(p) + 1));  // 1-based
+    }
+    md->addOperand(llvm::MDNode::get(ctx_, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, "grid_constant"),
+                                            llvm::MDNode::get(ctx_, gridConstant)}));
+  }
+  beginFunction(fn_);
   for (unsigned i = 0; i < body.numArgs(); ++i) {
     fn_->getArg(i)->setName(body.arg(i)->name());
     vals_[body.arg(i)] = Regs{{fn_->getArg(i)}, layoutOf(body.arg(i))};
   }
-  reserveWgmmaOperands(body);
+  initBarriers();
   lowerBlock(body);
   b_.CreateRetVoid();
   endFunction();
 }
 
-// Per-function state: the layout plan, the axis analysis, and an entry block for
-// thread-invariant index math ahead of the body.
-void Lowering::beginFunction(const Op& f, llvm::Function* fn) {
-  fn_ = fn;
+// The layout plan and the axis analysis of a function.
+void Lowering::planFunction(const Op& f) {
   plan_ = planLayouts(f, opts_.arch, threads_);
   axis_ = std::make_unique<AxisAnalysis>(f);
+}
+
+// An entry block for thread-invariant index math ahead of the body.
+void Lowering::beginFunction(llvm::Function* fn) {
+  fn_ = fn;
   entry_ = llvm::BasicBlock::Create(ctx_, "entry", fn_);
   b_.SetInsertPoint(entry_);
   tid_ = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {}, {});
@@ -650,6 +671,7 @@ LoweredKernel compileKernel(const Module& m, const std::string& kernel, const Lo
   out.name = kernel;
   out.numThreads = 32 * opts.numWarps;
   out.sharedBytes = low.sharedBytes();
+  out.tensorMaps = low.tensorMaps();
   auto emitted = target::optimizeAndEmitPTX(mod, {opts.arch, 3, opts.keepIR});
   out.llir = std::move(emitted.optimizedIR);
   out.ptx = std::move(emitted.ptx);

@@ -43,6 +43,10 @@ void Lowering::reserveWgmmaOperands(const Block& body) {
       if (o->kind() == OpKind::For && planPipeline(*o, &p)) {
         p.base = next;
         next += p.stages * p.stageBytes;
+        if (p.tma[0] >= 0 || p.tma[1] >= 0) {
+          p.barrier = barrierSlots_;
+          barrierSlots_ += p.stages;
+        }
         auto& slot = pipelines_[o.get()] = p;
         pipelinedDots_[p.dot] = &slot;
         pipelinedLoads_.insert(p.loads[0]);

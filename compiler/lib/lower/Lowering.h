@@ -60,11 +60,25 @@ inline bool wgmmaPromotes(const Op& dot) {
 // The accumulator operand of dot (2) and dot_scaled (4).
 inline unsigned accOperand(const Op& dot) { return dot.kind() == OpKind::Dot ? 2 : 4; }
 
+// How tiles of a descriptor's block type move as TMA boxes (LowerTma.cpp): whether
+// they can, the swizzle span in bytes (0: none), the box's last dim, and the
+// number of rows (the outer dims flattened).
+struct TmaView {
+  bool ok = false;
+  int64_t swizzle = 0, innerBox = 0, outer = 1;
+};
+TmaView tmaView(const Type& t);
+// Shared bytes [0, kBarrierBytes) hold the mbarriers of kernels with tensor maps.
+constexpr int64_t kBarrierBytes = 1024;
+
 // A software-pipelined K loop (LowerPipeline.cpp).
 struct Pipeline {
   const Op* dot = nullptr;
-  const Op* loads[2] = {nullptr, nullptr};  // the loads of A and B
+  const Op* loads[2] = {nullptr, nullptr};  // the loads (or descriptor loads) of A and B
   int64_t width[2] = {1, 1};                // elements per cp.async
+  int tma[2] = {-1, -1};                    // the tensor map of a descriptor load
+  int barrier = 0;                          // first mbarrier slot (TMA operands), one per stage
+  llvm::AllocaInst* phases = nullptr;       // bit s: the parity stage s waits for next
   int stages = 0;
   int64_t base = 0, stageBytes = 0, aBytes = 0;  // the ring in shared memory
   std::vector<const Value*> args;                // loop values the copies depend on (pipelineArgs)
@@ -88,6 +102,7 @@ class Lowering {
       : ctx_(ctx), mod_(mod), b_(ctx), threads_(32 * opts.numWarps), opts_(opts), module_(module) {}
 
   int sharedBytes() const { return static_cast<int>(smemBytes_); }
+  const std::vector<TensorMapSpec>& tensorMaps() const { return tensorMaps_; }
   void lowerKernel(const Op& f);
   // A noinline device function as an LLVM function taking and returning the
   // registers of its arguments and results in blocked layouts; its shared memory
@@ -270,6 +285,24 @@ class Lowering {
     return run;
   }
   void lowerDesc(const Op& op);
+  // --- TMA (LowerTma.cpp) ---
+  void planTensorMaps(const Op& f);
+  int tensorMapOf(const Value* desc) const;  // -1: bounds-checked accesses
+  LVal* tensorMapAddr(int map);
+  LVal* barrierAddr(LVal* slot);
+  void initBarriers();
+  void armBarrier(LVal* bar, int64_t bytes, LVal* issue);
+  void waitBarrier(LVal* bar, LVal* parity);
+  static std::string tmaCoords(size_t rank, unsigned first);
+  std::vector<LVal*> boxCoords(const std::vector<LVal*>& coords, int64_t blk, int64_t innerBox);
+  void tmaCopyIn(int map, const Type& t, LVal* dst, const std::vector<LVal*>& coords, LVal* bar, LVal* issue);
+  void tmaCopyOut(int map, const Type& t, LVal* src, const std::vector<LVal*>& coords, LVal* issue);
+  LVal* tileOffset(LVal* e, const Type& t);
+  Regs readTile(int64_t base, const Type& t, const Layout& L);
+  void writeTile(int64_t base, const Type& t, const Regs& r);
+  std::vector<LVal*> descCoords(const Op& op, unsigned first);
+  void lowerTmaLoad(const Op& op, int map);
+  void lowerTmaStore(const Op& op, int map);
   void lowerReduce(const Op& op);
   bool lowerReduceByShuffles(const Op& op);
   void lowerDot(const Op& op);
@@ -305,7 +338,8 @@ class Lowering {
   void lowerIf(const Op& op);
   void lowerWhile(const Op& op);
   void lowerCall(const Op& op);
-  void beginFunction(const Op& f, llvm::Function* fn);
+  void planFunction(const Op& f);
+  void beginFunction(llvm::Function* fn);
   void endFunction();
   std::vector<llvm::Type*> regTypes(const Type& t);
   // The layout in which a call passes a value of type t (blocked tiles; descriptors
@@ -394,6 +428,10 @@ class Lowering {
   std::set<const Op*> stagedTrans_;  // trans ops whose [N, K] operand a wgmma stages as B
   llvm::AllocaInst* wgmmaStage_ = nullptr;
   std::set<const Value*> wgmmaPending_;
+  std::vector<TensorMapSpec> tensorMaps_;
+  std::unordered_map<const Op*, int> tmaMaps_;  // make_desc -> tensor map
+  int barrierSlots_ = 0;
+  llvm::AllocaInst* tmaPhase_ = nullptr;  // parity of barrier slot 0
 };
 
 }  // namespace tilefuse::lower::detail

@@ -7,7 +7,9 @@
 // by area under lib/lower (Lowering.h lists the files).
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tilefuse/ir/IR.h"
 
@@ -21,12 +23,29 @@ struct LowerOptions {
   std::string libdevice;  // path of libdevice.10.bc; empty: $CUDA_HOME or /usr/local/cuda
 };
 
+// A CUDA tensor map (TMA descriptor) of one make_tensor_descriptor: the launch encodes
+// it from the kernel's arguments and passes it by value as an extra parameter (the
+// kernel's own parameters first, then the maps in order).
+struct TensorMapSpec {
+  struct Dim {
+    int param = -1;      // the kernel parameter holding the value, or -1:
+    int64_t value = 0;   // a constant
+  };
+  int base = 0;                     // the parameter holding the global address (16-byte aligned)
+  int elemBytes = 0;
+  std::vector<Dim> sizes, strides;  // outermost first; strides in elements, the last is 1
+  std::vector<int64_t> box;         // the box one copy moves, outermost first
+  int swizzleBytes = 0;             // 0 (none), 32, 64 or 128
+  std::string where;                // file:line of the make_tensor_descriptor
+};
+
 struct LoweredKernel {
   std::string name;
   std::string llir;  // optimized LLVM IR text
   std::string ptx;
   int numThreads = 0;
   int sharedBytes = 0;  // dynamic shared memory the launch must provide
+  std::vector<TensorMapSpec> tensorMaps;
 };
 
 // Throws UserError at the op's location for ops the GPU backend does not lower yet.

@@ -27,7 +27,9 @@ class LoadedKernel {
   LoadedKernel(const LoadedKernel&) = delete;
   LoadedKernel& operator=(const LoadedKernel&) = delete;
 
-  void launch(std::array<uint32_t, 3> grid, uint64_t stream, const std::vector<KernelArg>& args) const;
+  // `maps`: the kernel's tensor maps, passed after `args`.
+  void launch(std::array<uint32_t, 3> grid, uint64_t stream, const std::vector<KernelArg>& args,
+              const std::vector<CUtensorMap>& maps = {}) const;
   // `params` holds every argument laid out as the kernel's parameter list (natural
   // alignment, as a C struct): one copy instead of one object per argument. Makes the
   // kernel's context current first when another one is.

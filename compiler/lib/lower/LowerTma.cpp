@@ -1,0 +1,302 @@
+// TMA on sm_90: a tensor descriptor whose base, sizes and strides are kernel
+// arguments or constants becomes a CUDA tensor map that the launch encodes from the
+// arguments and passes by value (a __grid_constant__ parameter, TensorMapSpec). Its
+// loads and stores move whole tiles between global and shared memory with
+// cp.async.bulk.tensor: loads complete on an mbarrier, stores in a bulk group. The
+// copy engine zero-fills what lies outside the tensor and writes nothing there, as
+// the descriptor semantics ask. Other descriptors keep bounds-checked accesses
+// (LowerMemory.cpp).
+//
+// Tile layout in shared memory (the box layout of the tensor map, equal to
+// LowerWgmma.cpp's operand layout, so a pipelined dot reads what the copies wrote):
+// a tile of rank >= 2 is split along its last dim into column blocks of
+// R = min(128, row bytes) bytes, each block row-major over the flattened outer dims
+// and R-byte swizzled (one box per block); a rank-1 tile is stored plainly.
+//
+// mbarriers live in shared bytes [0, kBarrierBytes) of kernels with tensor maps:
+// slot 0 serves the loads outside pipelines, each pipeline takes num_stages slots.
+#include "Lowering.h"
+
+namespace tilefuse::lower::detail {
+namespace {
+
+int64_t elemBytesOf(DType d) { return d == DType::I1 || bitWidth(d) % 8 ? 0 : bitWidth(d) / 8; }
+
+}  // namespace
+
+// Whether tiles of `t` (a descriptor's block) can move as TMA boxes, and how.
+TmaView tmaView(const Type& t) {
+  TmaView v;
+  int64_t eb = elemBytesOf(t.elem);
+  size_t rank = t.shape.size();
+  if (!eb || rank < 1 || rank > 5) return v;
+  int64_t cols = t.shape.back(), rowBytes = cols * eb;
+  if (rank == 1) {
+    v.ok = rowBytes % 16 == 0 && cols <= 256;
+    v.innerBox = cols;
+    return v;
+  }
+  for (size_t d = 0; d + 1 < rank; ++d) {
+    if (t.shape[d] > 256) return v;
+    v.outer *= t.shape[d];
+  }
+  // Column blocks must start on whole swizzle patterns (8 rows of R bytes).
+  v.ok = rowBytes >= 32 && v.outer % 8 == 0;
+  v.swizzle = std::min<int64_t>(128, rowBytes);
+  v.innerBox = v.swizzle / eb;
+  return v;
+}
+
+void Lowering::planTensorMaps(const Op& f) {
+  if (opts_.arch != "sm_90a" && opts_.arch != "sm_90") return;
+  const Block& body = f.region(0);
+  std::set<int64_t> aligned;
+  if (const Attr* al = f.attr("aligned16"); al && std::holds_alternative<std::vector<int64_t>>(*al))
+    for (int64_t i : std::get<std::vector<int64_t>>(*al)) aligned.insert(i);
+  // A kernel parameter (of integer type for sizes and strides), or a constant.
+  auto dim = [&](const Value* v, TensorMapSpec::Dim& d) {
+    if (const Op* def = v->definingOp()) {
+      const Attr* a = def->kind() == OpKind::Constant ? def->attr("value") : nullptr;
+      if (!a || !std::holds_alternative<int64_t>(*a)) return false;
+      d.value = std::get<int64_t>(*a);
+      return true;
+    }
+    const Type& t = v->type();
+    if (v->ownerBlock() != &body || t.isPtr() || (t.elem != DType::I32 && t.elem != DType::I64)) return false;
+    d.param = static_cast<int>(v->index());
+    return true;
+  };
+  std::function<void(const Block&)> walk = [&](const Block& b) {
+    for (const auto& o : b.ops()) {
+      for (unsigned r = 0; r < o->numRegions(); ++r) walk(o->region(r));
+      if (o->kind() != OpKind::MakeDesc) continue;
+      const Type& dt = o->result()->type();
+      TmaView view = tmaView(dt);
+      const Value* base = o->operand(0);
+      if (!view.ok || base->definingOp() || base->ownerBlock() != &body || !aligned.count(base->index())) continue;
+      size_t rank = dt.shape.size();
+      int64_t eb = elemBytesOf(dt.elem);
+      TensorMapSpec s;
+      s.base = static_cast<int>(base->index());
+      s.elemBytes = static_cast<int>(eb);
+      s.sizes.resize(rank);
+      s.strides.resize(rank);
+      bool ok = true;
+      for (size_t a = 0; a < rank && ok; ++a) {
+        ok = dim(o->operand(1 + a), s.sizes[a]) && dim(o->operand(1 + rank + a), s.strides[a]);
+        if (!ok) break;
+        const TensorMapSpec::Dim &size = s.sizes[a], &stride = s.strides[a];
+        if (size.param < 0 && size.value < 1) ok = false;
+        if (a + 1 == rank)  // the copy engine walks the last dim contiguously
+          ok = ok && stride.param < 0 && stride.value == 1;
+        else if (stride.param >= 0)
+          ok = ok && aligned.count(stride.param);  // divisible by 16
+        else
+          ok = ok && stride.value > 0 && stride.value * eb % 16 == 0;
+      }
+      if (!ok) continue;
+      s.box = dt.shape;
+      s.box.back() = view.innerBox;
+      s.swizzleBytes = static_cast<int>(view.swizzle);
+      const Location& loc = o->loc();
+      s.where = loc.known() ? *loc.file + ":" + std::to_string(loc.line) : funcName(f);
+      tmaMaps_[o.get()] = static_cast<int>(tensorMaps_.size());
+      tensorMaps_.push_back(std::move(s));
+    }
+  };
+  walk(body);
+  if (!tensorMaps_.empty()) barrierSlots_ = 1;
+}
+
+int Lowering::tensorMapOf(const Value* desc) const {
+  const Op* def = desc->definingOp();
+  auto it = def ? tmaMaps_.find(def) : tmaMaps_.end();
+  return it == tmaMaps_.end() ? -1 : it->second;
+}
+
+LVal* Lowering::tensorMapAddr(int map) {
+  return b_.CreatePtrToInt(fn_->getArg(fn_->arg_size() - tensorMaps_.size() + map), b_.getInt64Ty());
+}
+
+LVal* Lowering::barrierAddr(LVal* slot) {
+  return b_.CreateAdd(b_.CreatePtrToInt(smem(), b_.getInt32Ty()), b_.CreateMul(slot, idx(8)));
+}
+
+// Thread 0 initializes every mbarrier (one arrival per phase) before any copy.
+void Lowering::initBarriers() {
+  if (!barrierSlots_) return;
+  if (barrierSlots_ * 8 > kBarrierBytes) throw InternalError("lowering: too many mbarriers");
+  std::string text = "{\n.reg .pred p;\nsetp.eq.u32 p, $0, 0;\n";
+  for (int i = 0; i < barrierSlots_; ++i) text += "@p mbarrier.init.shared::cta.b64 [$1+" + std::to_string(8 * i) + "], 1;\n";
+  text += "@p fence.mbarrier_init.release.cluster;\n}";
+  auto* ty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt32Ty(), b_.getInt32Ty()}, false);
+  b_.CreateCall(llvm::InlineAsm::get(ty, text, "r,r,~{memory}", true), {tid_, barrierAddr(idx(0))});
+  barrier();
+}
+
+// When `issue`: arms `bar` for `bytes` bytes of copies.
+void Lowering::armBarrier(LVal* bar, int64_t bytes, LVal* issue) {
+  std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $0, 0;\n@p mbarrier.arrive.expect_tx.shared::cta.b64 _, [$1], " +
+                     std::to_string(bytes) + ";\n}";
+  auto* ty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt32Ty(), b_.getInt32Ty()}, false);
+  b_.CreateCall(llvm::InlineAsm::get(ty, text, "r,r,~{memory}", true), {b_.CreateZExt(issue, b_.getInt32Ty()), bar});
+}
+
+// Until phase `parity` of `bar` completes.
+void Lowering::waitBarrier(LVal* bar, LVal* parity) {
+  std::string text =
+      "{\n.reg .pred p;\ntf_wait_${:uid}:\nmbarrier.try_wait.parity.shared::cta.b64 p, [$0], $1;\n"
+      "@!p bra tf_wait_${:uid};\n}";
+  auto* ty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt32Ty(), b_.getInt32Ty()}, false);
+  b_.CreateCall(llvm::InlineAsm::get(ty, text, "r,r,~{memory}", true), {bar, parity});
+}
+
+// The s32 box coordinates, innermost first, of block `blk` of a tile at `coords`.
+std::string Lowering::tmaCoords(size_t rank, unsigned first) {
+  std::string c = "{";
+  for (size_t a = 0; a < rank; ++a) c += (a ? ", $" : "$") + std::to_string(first + a);
+  return c + "}";
+}
+
+std::vector<LVal*> Lowering::boxCoords(const std::vector<LVal*>& coords, int64_t blk, int64_t innerBox) {
+  std::vector<LVal*> c(coords.rbegin(), coords.rend());
+  c[0] = b_.CreateAdd(c[0], idx(blk * innerBox));
+  return c;
+}
+
+// When `issue`: copies the tile of type t at `coords` (outermost first) of tensor map
+// `map` to shared address `dst` (32-bit), completing on `bar`.
+void Lowering::tmaCopyIn(int map, const Type& t, LVal* dst, const std::vector<LVal*>& coords, LVal* bar, LVal* issue) {
+  const TensorMapSpec& s = tensorMaps_[map];
+  size_t rank = t.shape.size();
+  TmaView v = tmaView(t);
+  int64_t blocks = t.shape.back() / v.innerBox, blockBytes = v.outer * v.innerBox * s.elemBytes;
+  std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $0, 0;\n@p cp.async.bulk.tensor." + std::to_string(rank) +
+                     "d.shared::cluster.global.mbarrier::complete_tx::bytes [$1], [$2, " + tmaCoords(rank, 4) +
+                     "], [$3];\n}";
+  std::vector<llvm::Type*> tys = {b_.getInt32Ty(), b_.getInt32Ty(), b_.getInt64Ty(), b_.getInt32Ty()};
+  std::string cons = "r,r,l,r";
+  for (size_t a = 0; a < rank; ++a) {
+    tys.push_back(b_.getInt32Ty());
+    cons += ",r";
+  }
+  auto* asmFn = llvm::InlineAsm::get(llvm::FunctionType::get(b_.getVoidTy(), tys, false), text, cons + ",~{memory}", true);
+  LVal* on = b_.CreateZExt(issue, b_.getInt32Ty());
+  LVal* tmap = tensorMapAddr(map);
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    std::vector<LVal*> args = {on, b_.CreateAdd(dst, idx(blk * blockBytes)), tmap, bar};
+    for (LVal* c : boxCoords(coords, blk, v.innerBox)) args.push_back(c);
+    b_.CreateCall(asmFn, args);
+  }
+}
+
+// When `issue`: copies the tile at shared address `src` to `coords` of tensor map
+// `map` and waits until the writes are done and visible to ordinary loads.
+void Lowering::tmaCopyOut(int map, const Type& t, LVal* src, const std::vector<LVal*>& coords, LVal* issue) {
+  const TensorMapSpec& s = tensorMaps_[map];
+  size_t rank = t.shape.size();
+  TmaView v = tmaView(t);
+  int64_t blocks = t.shape.back() / v.innerBox, blockBytes = v.outer * v.innerBox * s.elemBytes;
+  std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $0, 0;\n@p cp.async.bulk.tensor." + std::to_string(rank) +
+                     "d.global.shared::cta.bulk_group [$2, " + tmaCoords(rank, 3) + "], [$1];\n}";
+  std::vector<llvm::Type*> tys = {b_.getInt32Ty(), b_.getInt32Ty(), b_.getInt64Ty()};
+  std::string cons = "r,r,l";
+  for (size_t a = 0; a < rank; ++a) {
+    tys.push_back(b_.getInt32Ty());
+    cons += ",r";
+  }
+  auto* asmFn = llvm::InlineAsm::get(llvm::FunctionType::get(b_.getVoidTy(), tys, false), text, cons + ",~{memory}", true);
+  LVal* on = b_.CreateZExt(issue, b_.getInt32Ty());
+  LVal* tmap = tensorMapAddr(map);
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    std::vector<LVal*> args = {on, b_.CreateAdd(src, idx(blk * blockBytes)), tmap};
+    for (LVal* c : boxCoords(coords, blk, v.innerBox)) args.push_back(c);
+    b_.CreateCall(asmFn, args);
+  }
+  std::string done =
+      "{\n.reg .pred p;\nsetp.ne.b32 p, $0, 0;\n@p cp.async.bulk.commit_group;\n@p cp.async.bulk.wait_group 0;\n"
+      "@p fence.proxy.async.global;\n}";
+  auto* ty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt32Ty()}, false);
+  b_.CreateCall(llvm::InlineAsm::get(ty, done, "r,~{memory}", true), {on});
+}
+
+// Byte offset of flat element e of tile t in the box layout above.
+LVal* Lowering::tileOffset(LVal* e, const Type& t) {
+  int64_t eb = elemBytesOf(t.elem);
+  if (t.shape.size() == 1) return b_.CreateMul(e, idx(eb));
+  int64_t cols = t.shape.back(), rows = t.numel() / cols;
+  LVal* row = b_.CreateLShr(e, idx(__builtin_ctzll(cols)));
+  LVal* col = b_.CreateAnd(e, idx(cols - 1));
+  return swizzledOffset(row, col, rows, cols, eb);
+}
+
+// Registers in layout L of the tile t at shared byte `base` (box layout).
+Regs Lowering::readTile(int64_t base, const Type& t, const Layout& L) {
+  int64_t eb = elemBytesOf(t.elem);
+  llvm::Type* et = elemType(t.elem);
+  int run = static_cast<int>(std::min<int64_t>(16 / eb, vectorRun(L)));
+  Regs out{{}, L};
+  for (int s = 0; s < slots(L); s += run) {
+    LVal* addr = b_.CreateGEP(b_.getInt8Ty(), smem(), b_.CreateAdd(idx(base), tileOffset(flatIndex(L, s), t)));
+    LVal* v = b_.CreateAlignedLoad(llvm::FixedVectorType::get(et, run), addr, llvm::Align(eb * run));
+    for (int i = 0; i < run; ++i) out.e.push_back(b_.CreateExtractElement(v, b_.getInt32(i)));
+  }
+  return out;
+}
+
+void Lowering::writeTile(int64_t base, const Type& t, const Regs& r) {
+  int64_t eb = elemBytesOf(t.elem);
+  int run = static_cast<int>(std::min<int64_t>(16 / eb, vectorRun(r.L)));
+  for (int s = 0; s < slots(r.L); s += run) {
+    if (!slotOwned(r.L, s)) continue;
+    LVal* addr = b_.CreateGEP(b_.getInt8Ty(), smem(), b_.CreateAdd(idx(base), tileOffset(flatIndex(r.L, s), t)));
+    b_.CreateAlignedStore(packSlots(r, s, run), addr, llvm::Align(eb * run));
+  }
+}
+
+std::vector<LVal*> Lowering::descCoords(const Op& op, unsigned first) {
+  std::vector<LVal*> c;
+  for (unsigned a = first; a < op.numOperands(); ++a)
+    c.push_back(b_.CreateSExtOrTrunc(get(op.operand(a)).e[0], b_.getInt32Ty()));
+  return c;
+}
+
+// desc_load outside a pipeline: copy into scratch, wait, read in the planned layout.
+void Lowering::lowerTmaLoad(const Op& op, int map) {
+  const Type& t = op.result()->type();
+  int64_t base = scratchBase(), bytes = t.numel() * elemBytesOf(t.elem);
+  smemBytes_ = std::max<uint64_t>(smemBytes_, base + bytes);
+  if (!tmaPhase_) {
+    IRBuilder<> eb(entry_);
+    tmaPhase_ = eb.CreateAlloca(b_.getInt32Ty());
+    eb.CreateStore(eb.getInt32(0), tmaPhase_);
+  }
+  std::vector<LVal*> coords = descCoords(op, 1);
+  // Earlier ordinary accesses of the scratch space come before the copy engine's writes.
+  ptx("fence.proxy.async.shared::cta;");
+  barrier();
+  LVal* bar = barrierAddr(idx(0));
+  LVal* issue = b_.CreateICmpEQ(tid_, idx(0));
+  armBarrier(bar, bytes, issue);
+  tmaCopyIn(map, t, b_.CreateAdd(b_.CreatePtrToInt(smem(), b_.getInt32Ty()), idx(base)), coords, bar, issue);
+  LVal* phase = b_.CreateLoad(b_.getInt32Ty(), tmaPhase_);
+  waitBarrier(bar, phase);
+  b_.CreateStore(b_.CreateXor(phase, idx(1)), tmaPhase_);
+  vals_[op.result()] = readTile(base, t, layoutOf(op.result()));
+}
+
+void Lowering::lowerTmaStore(const Op& op, int map) {
+  const Type& t = op.operand(1)->type();
+  int64_t base = scratchBase();
+  smemBytes_ = std::max<uint64_t>(smemBytes_, base + t.numel() * elemBytesOf(t.elem));
+  std::vector<LVal*> coords = descCoords(op, 2);
+  barrier();
+  writeTile(base, t, get(op.operand(1)));
+  ptx("fence.proxy.async.shared::cta;");
+  barrier();
+  tmaCopyOut(map, t, b_.CreateAdd(b_.CreatePtrToInt(smem(), b_.getInt32Ty()), idx(base)), coords,
+             b_.CreateICmpEQ(tid_, idx(0)));
+  barrier();  // the scratch space is free again
+}
+
+}  // namespace tilefuse::lower::detail
