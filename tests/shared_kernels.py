@@ -49,3 +49,43 @@ def wrapped_copy(x_ptr, y_ptr, n, base, HINT: tl.constexpr, BLOCK: tl.constexpr)
     if HINT:
         offs = tl.max_contiguous(tl.multiple_of(offs, BLOCK), BLOCK)
     tl.store(y_ptr + offs, tl.load(x_ptr + offs) * 3)
+
+
+# Tensor-descriptor copies (TMA on sm_90 when the strides allow): blocks start one block
+# before the tensor and run past its end, so loads read zeros outside and stores clip.
+@tf.jit
+def desc_copy1(x_ptr, y_ptr, N, B: tl.constexpr):
+    dx = tl.make_tensor_descriptor(x_ptr, [N], [1], [B])
+    dy = tl.make_tensor_descriptor(y_ptr, [N], [1], [B])
+    p = (tl.program_id(0) - 1) * B
+    dy.store([p], dx.load([p]) * 3 - 1)
+
+
+@tf.jit
+def desc_copy2(x_ptr, y_ptr, M, N, stride, BM: tl.constexpr, BN: tl.constexpr):
+    dx = tl.make_tensor_descriptor(x_ptr, [M, N], [stride, 1], [BM, BN])
+    dy = tl.make_tensor_descriptor(y_ptr, [M, N], [stride, 1], [BM, BN])
+    pm, pn = (tl.program_id(0) - 1) * BM, (tl.program_id(1) - 1) * BN
+    dy.store([pm, pn], dx.load([pm, pn]) * 3 - 1)
+
+
+@tf.jit
+def desc_copy3(x_ptr, y_ptr, D0, D1, D2, s0, s1, B0: tl.constexpr, B1: tl.constexpr, B2: tl.constexpr):
+    dx = tl.make_tensor_descriptor(x_ptr, [D0, D1, D2], [s0, s1, 1], [B0, B1, B2])
+    dy = tl.make_tensor_descriptor(y_ptr, [D0, D1, D2], [s0, s1, 1], [B0, B1, B2])
+    p0, p1, p2 = tl.program_id(0) * B0, (tl.program_id(1) - 1) * B1, tl.program_id(2) * B2
+    dy.store([p0, p1, p2], dx.load([p0, p1, p2]) * 3 - 1)
+
+
+@tf.jit
+def matmul_desc_a(a_ptr, b_ptr, c_ptr, M, N, K, sa, sb, sc, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    # A through a descriptor (TMA), B and C through pointers (cp.async, masked stores).
+    a_desc = tl.make_tensor_descriptor(a_ptr, [M, K], [sa, 1], [BM, BK])
+    pm, pn = tl.program_id(0) * BM, tl.program_id(1) * BN
+    rn, rk = pn + tl.arange(0, BN), tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        b = tl.load(b_ptr + (k * BK + rk)[:, None] * sb + rn[None, :], mask=(k * BK + rk)[:, None] < K, other=0.0)
+        acc = tl.dot(a_desc.load([pm, k * BK]), b, acc)
+    rm = pm + tl.arange(0, BM)
+    tl.store(c_ptr + rm[:, None] * sc + rn[None, :], acc.to(tl.bfloat16), mask=(rm[:, None] < M) & (rn[None, :] < N))
