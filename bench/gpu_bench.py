@@ -19,6 +19,7 @@ import triton.language as ttl
 from tilefuse import gpu
 
 from kernels_dsl.tutorials import matmul, softmax, vector_add
+from kernels_dsl.tutorials.matmul_desc import matmul_desc_kernel
 
 
 @triton.jit
@@ -171,6 +172,24 @@ def main():
         res["matmul_4096_bf16_tflops"][f"tilefuse_{bm}x{bn}x{bk}_{w}warps_{st}stages"] = tflops(
             lambda g=g, kw=kw, w=w, st=st: matmul.matmul_kernel[g](*margs, num_warps=w, num_stages=st, **kw), flop
         )[0]
+    # The tensor-descriptor version (TMA copies) and Triton's tuned tile config beside it.
+    dargs = (a, b, c, 4096, 4096, 4096, 4096, 4096, 4096)
+    for bm, bn, bk, w, st in [(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4)]:
+        kw = dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=8)
+        g = ((4096 // bm) * (4096 // bn),)
+        res["matmul_4096_bf16_tflops"][f"tilefuse_desc_{bm}x{bn}x{bk}_{w}warps_{st}stages"] = tflops(
+            lambda g=g, kw=kw, w=w, st=st: matmul_desc_kernel[g](*dargs, num_warps=w, num_stages=st, **kw), flop
+        )[0]
+    for st in (3, 4):
+        try:
+            res["matmul_4096_bf16_tflops"][f"triton_128x256x64_8warps_{st}stages"] = tflops(
+                lambda st=st: _triton_matmul[(32, 16)](
+                    a, b, c, 4096, 4096, 4096, BM=128, BN=256, BK=64, num_warps=8, num_stages=st
+                ),
+                flop,
+            )[0]
+        except Exception as e:  # noqa: BLE001 - a config Triton refuses (shared memory) is reported, not fatal
+            res["matmul_4096_bf16_tflops"][f"triton_128x256x64_8warps_{st}stages"] = f"failed: {type(e).__name__}"
     with open(args.out, "w") as f:
         json.dump(res, f, indent=2)
     print(json.dumps(res, indent=2))

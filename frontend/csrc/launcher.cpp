@@ -4,7 +4,7 @@
 // arguments to the parameters, keys them (constexpr values; dtype, 16-byte
 // alignment and device of tensors; the specialization class of ints; float, bool;
 // grid, num_warps, num_stages), and launches the specialization remembered under
-// that key with the arguments packed as the kernel's parameter buffer (and the
+// that key with the arguments laid out in one buffer and passed by pointer (and the
 // kernel's tensor maps encoded from them). Anything it does not know returns None and
 // the caller takes the full path (jit.run), which checks, compiles and remembers.
 #include <pybind11/pybind11.h>
@@ -66,14 +66,15 @@ struct MapSlot {
   size_t offset;
 };
 
-constexpr size_t kMaxParams = 4096;  // the parameter space of a kernel
+constexpr size_t kMaxParams = 4096;  // bytes of a kernel's parameter space
+constexpr size_t kMaxSlots = kMaxParams / 4;
 
 struct Entry {
   Bound key;
   std::shared_ptr<LoadedKernel> kernel;
   std::vector<Slot> slots;
   std::vector<MapSlot> maps;
-  size_t size = 0;
+  std::vector<size_t> offsets;  // of every parameter in the buffer, in order
   py::object device;  // the kernel's device, as a Python int for the stream query
   py::object result;
 };
@@ -122,7 +123,10 @@ class FastPath {
         stream = PyLong_AsUnsignedLongLong(r);
         Py_DECREF(r);
       }
-      e.kernel->launchPacked(b.grid, stream, std::string_view(buf, e.size));
+      // Parameters by pointer: the driver takes tensor maps (__grid_constant__) this way.
+      void* params[kMaxSlots];
+      for (size_t i = 0; i < e.offsets.size(); ++i) params[i] = buf + e.offsets[i];
+      e.kernel->launchParams(b.grid, stream, params);
       return e.result;
     }
     return py::none();
@@ -144,6 +148,7 @@ class FastPath {
       size_t w = code == 'i' || code == 'f' ? 4 : 8;
       off = (off + w - 1) / w * w;
       e.slots.push_back({i, code, off});
+      e.offsets.push_back(off);
       off += w;
     }
     for (py::handle h : maps) {
@@ -165,11 +170,11 @@ class FastPath {
       m.where = t[6].cast<std::string>();
       off = (off + 63) / 64 * 64;
       m.offset = off;
+      e.offsets.push_back(off);
       off += sizeof(CUtensorMap);
       e.maps.push_back(std::move(m));
     }
     if (off > kMaxParams) return false;
-    e.size = off;
     e.kernel = std::move(kernel);
     e.device = py::int_(e.kernel->device());
     e.result = std::move(result);

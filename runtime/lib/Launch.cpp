@@ -81,4 +81,14 @@ void LoadedKernel::launchPacked(std::array<uint32_t, 3> grid, uint64_t stream, s
                                       config));
 }
 
+void LoadedKernel::launchParams(std::array<uint32_t, 3> grid, uint64_t stream, void** params) const {
+  if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return;
+  const DriverApi& d = driver();
+  CUcontext cur = nullptr;
+  TF_CU_CHECK(d.cuCtxGetCurrent(&cur));
+  if (cur != ctx_) TF_CU_CHECK(d.cuCtxSetCurrent(ctx_));
+  TF_CU_CHECK(d.cuLaunchKernel(fn_, grid[0], grid[1], grid[2], static_cast<unsigned>(threads_), 1, 1,
+                               static_cast<unsigned>(shared_), reinterpret_cast<CUstream>(stream), params, nullptr));
+}
+
 }  // namespace tilefuse::runtime

@@ -116,6 +116,12 @@ void Lowering::lowerDesc(const Op& op) {
   }
   bool load = op.kind() == OpKind::DescLoad;
   if (int map = tensorMapOf(op.operand(0)); map >= 0) return load ? lowerTmaLoad(op, map) : lowerTmaStore(op, map);
+  lowerCheckedDesc(op);
+}
+
+// desc_load / desc_store element by element, each access checked against the sizes.
+void Lowering::lowerCheckedDesc(const Op& op) {
+  bool load = op.kind() == OpKind::DescLoad;
   const Type& dt = op.operand(0)->type();
   const Regs& desc = get(op.operand(0));
   size_t rank = dt.shape.size();

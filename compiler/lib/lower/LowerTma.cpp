@@ -2,10 +2,10 @@
 // arguments or constants becomes a CUDA tensor map that the launch encodes from the
 // arguments and passes by value (a __grid_constant__ parameter, TensorMapSpec). Its
 // loads and stores move whole tiles between global and shared memory with
-// cp.async.bulk.tensor: loads complete on an mbarrier, stores in a bulk group. The
-// copy engine zero-fills what lies outside the tensor and writes nothing there, as
-// the descriptor semantics ask. Other descriptors keep bounds-checked accesses
-// (LowerMemory.cpp).
+// cp.async.bulk.tensor: loads complete on an mbarrier (the copy engine zero-fills
+// what lies outside the tensor, as the descriptor semantics ask), stores in a bulk
+// group. Other descriptors keep bounds-checked accesses (LowerMemory.cpp), as do the
+// stores the copy engine would get wrong (lowerTmaStore).
 //
 // Tile layout in shared memory (the box layout of the tensor map, equal to
 // LowerWgmma.cpp's operand layout, so a pipelined dot reads what the copies wrote):
@@ -285,11 +285,26 @@ void Lowering::lowerTmaLoad(const Op& op, int map) {
   vals_[op.result()] = readTile(base, t, layoutOf(op.result()));
 }
 
+// desc_store: write the tile to scratch, copy it out. The copy engine faults on
+// stores at negative coordinates, and clips the last dim only to 16-byte chunks (it
+// would write past a row that does not end on one): such stores take the checked path.
 void Lowering::lowerTmaStore(const Op& op, int map) {
   const Type& t = op.operand(1)->type();
-  int64_t base = scratchBase();
-  smemBytes_ = std::max<uint64_t>(smemBytes_, base + t.numel() * elemBytesOf(t.elem));
+  int64_t eb = elemBytesOf(t.elem), base = scratchBase();
+  smemBytes_ = std::max<uint64_t>(smemBytes_, base + t.numel() * eb);
   std::vector<LVal*> coords = descCoords(op, 2);
+  LVal* inside = b_.getTrue();
+  for (LVal* c : coords) inside = b_.CreateAnd(inside, b_.CreateICmpSGE(c, idx(0)));
+  const Regs& desc = get(op.operand(0));  // [base, sizes..., strides...] as i64
+  LVal* size = desc.e[t.shape.size()];
+  LVal* end = b_.CreateAdd(b_.CreateSExt(coords.back(), b_.getInt64Ty()), b_.getInt64(t.shape.back()));
+  LVal* wholeChunks = b_.CreateICmpEQ(b_.CreateAnd(b_.CreateMul(size, b_.getInt64(eb)), b_.getInt64(15)), b_.getInt64(0));
+  inside = b_.CreateAnd(inside, b_.CreateOr(b_.CreateICmpSLE(end, size), wholeChunks));
+  auto* tma = llvm::BasicBlock::Create(ctx_, "tma.store", fn_);
+  auto* checked = llvm::BasicBlock::Create(ctx_, "checked.store", fn_);
+  auto* done = llvm::BasicBlock::Create(ctx_, "store.done", fn_);
+  b_.CreateCondBr(inside, tma, checked);
+  b_.SetInsertPoint(tma);
   barrier();
   writeTile(base, t, get(op.operand(1)));
   ptx("fence.proxy.async.shared::cta;");
@@ -297,6 +312,11 @@ void Lowering::lowerTmaStore(const Op& op, int map) {
   tmaCopyOut(map, t, b_.CreateAdd(b_.CreatePtrToInt(smem(), b_.getInt32Ty()), idx(base)), coords,
              b_.CreateICmpEQ(tid_, idx(0)));
   barrier();  // the scratch space is free again
+  b_.CreateBr(done);
+  b_.SetInsertPoint(checked);
+  lowerCheckedDesc(op);
+  b_.CreateBr(done);
+  b_.SetInsertPoint(done);
 }
 
 }  // namespace tilefuse::lower::detail

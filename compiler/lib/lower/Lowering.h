@@ -285,6 +285,7 @@ class Lowering {
     return run;
   }
   void lowerDesc(const Op& op);
+  void lowerCheckedDesc(const Op& op);
   // --- TMA (LowerTma.cpp) ---
   void planTensorMaps(const Op& f);
   int tensorMapOf(const Value* desc) const;  // -1: bounds-checked accesses

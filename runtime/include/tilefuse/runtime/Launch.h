@@ -34,6 +34,8 @@ class LoadedKernel {
   // alignment, as a C struct): one copy instead of one object per argument. Makes the
   // kernel's context current first when another one is.
   void launchPacked(std::array<uint32_t, 3> grid, uint64_t stream, std::string_view params) const;
+  // `params[i]` points at the value of the kernel's parameter i.
+  void launchParams(std::array<uint32_t, 3> grid, uint64_t stream, void** params) const;
   int device() const { return device_; }
   int numThreads() const { return threads_; }
   int sharedBytes() const { return shared_; }
