@@ -544,9 +544,13 @@ def _wide_inputs(rng, src):
     return x
 
 
+WIDE_CASTS = [
+    (to, mode) for to in (tl.float32, tl.bfloat16, tl.float16, tl.float8e4nv, tl.float8e8m0) for mode in ("rtz", "ru")
+] + [(tl.float8e8m0, "rne")]
+
+
 @pytest.mark.parametrize("src", [np.float64, np.int64, np.int32])
-@pytest.mark.parametrize("to", [tl.float32, tl.bfloat16, tl.float16, tl.float8e4nv])
-@pytest.mark.parametrize("mode", ["rtz", "ru"])
+@pytest.mark.parametrize("to, mode", WIDE_CASTS, ids=[f"{t.name}-{m}" for t, m in WIDE_CASTS])
 def test_rounded_casts_from_f64_and_ints(src, to, mode):
     rng = np.random.default_rng()
     x = _wide_inputs(rng, src)

@@ -103,19 +103,25 @@ def test_print_and_assert_assemble(arch, tmp_path):
 
 
 @tf.jit
-def scale_from_f64(x_ptr, y_ptr):
+def to_fp8(x_ptr, y_ptr):
     offs = tl.arange(0, 16)
-    tl.store(y_ptr + offs, tl.load(x_ptr + offs).to(tl.float8e8m0, rounding="rtz").to(tl.float32))
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs).to(tl.float8e4nv).to(tl.float32))
 
 
 def test_unsupported_ops_name_the_kernel_line():
-    with pytest.raises(tf.CompilationError, match="does not lower casts from f64 to e8m0 with rounding 'rtz' yet") as e:
-        scale_from_f64.warmup(np.zeros(16), f32, grid=(1,), target="sm_90a")
+    with pytest.raises(tf.CompilationError, match="does not lower fp8 casts before sm_89 yet") as e:
+        to_fp8.warmup(f32, f32, grid=(1,), target="sm_80")
     assert e.value.file == __file__
-    assert "float8e8m0" in e.value.source_line
+    assert "float8e4nv" in e.value.source_line
 
 
-WIDE = [(np.float64, tl.bfloat16, "rtz"), (np.int64, tl.float16, "ru"), (np.int32, tl.float8e4nv, "rtz")]
+WIDE = [
+    (np.float64, tl.bfloat16, "rtz"),
+    (np.int64, tl.float16, "ru"),
+    (np.int32, tl.float8e4nv, "rtz"),
+    (np.float64, tl.float8e8m0, "ru"),
+    (np.int64, tl.float8e8m0, "rne"),
+]
 
 
 @pytest.mark.parametrize("src, to, mode", WIDE, ids=[f"{s.__name__}-{t.name}-{m}" for s, t, m in WIDE])

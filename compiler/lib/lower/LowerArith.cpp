@@ -160,10 +160,7 @@ LVal* Lowering::castRounded(const Op& op, LVal* v, const Type& from, const Type&
                                                      : b_.CreateFPExt(v, f32);
   }
   bool wide = x->getType()->isDoubleTy();
-  if (d == DType::E8M0) {
-    if (wide) unsupported(op, "casts from " + from.elementType().str() + " to e8m0 with rounding '" + mode + "'");
-    return roundToE8M0(x, mode, rbits);
-  }
+  if (d == DType::E8M0) return wide ? roundWideToE8M0(x, mode, rbits) : roundToE8M0(x, mode, rbits);
   if (d == DType::F64) return wide ? x : b_.CreateFPExt(x, f64);
   if (d == DType::F32 && !wide) return x;
   return roundToFormat(x, d, mode, rbits);
@@ -290,6 +287,32 @@ LVal* Lowering::roundToE8M0(LVal* x, const std::string& mode, LVal* rbits) {
   LVal* code = b_.CreateAdd(E, b_.CreateZExt(b_.CreateAnd(up, b_.CreateNot(tiny)), b_.getInt32Ty()));
   code = b_.CreateIntrinsic(llvm::Intrinsic::umin, {b_.getInt32Ty()}, {code, idx(254)});
   code = b_.CreateSelect(isNan, idx(255), code);
+  return b_.CreateTrunc(code, b_.getInt8Ty());
+}
+
+// The same from f64: below 2^-127 code 0, from 2^127 (and inf) code 254, otherwise the
+// exponent of |x| plus one when the mode rounds its 52 discarded mantissa bits up.
+LVal* Lowering::roundWideToE8M0(LVal* x, const std::string& mode, LVal* rbits) {
+  auto* i64 = b_.getInt64Ty();
+  auto* f64 = b_.getDoubleTy();
+  LVal* bits = b_.CreateBitCast(x, i64);
+  LVal* ax = b_.CreateIntrinsic(llvm::Intrinsic::fabs, {f64}, {x});
+  LVal* E = b_.CreateTrunc(b_.CreateAnd(b_.CreateLShr(bits, b_.getInt64(52)), b_.getInt64(0x7FF)), b_.getInt32Ty());
+  LVal* M = b_.CreateAnd(bits, b_.getInt64((int64_t(1) << 52) - 1));
+  LVal* up;
+  if (mode == "rtz")
+    up = b_.getFalse();
+  else if (mode == "ru")
+    up = b_.CreateICmpNE(M, b_.getInt64(0));
+  else if (mode == "rne")
+    up = b_.CreateICmpUGE(M, b_.getInt64(int64_t(1) << 51));  // ties up, as from f32
+  else  // fraction * 2^32 > rbits, with fraction = M / 2^52
+    up = b_.CreateICmpUGT(M, b_.CreateShl(b_.CreateZExt(rbits, i64), b_.getInt64(20)));
+  LVal* code = b_.CreateAdd(b_.CreateSub(E, idx(1023 - 127)), b_.CreateZExt(up, b_.getInt32Ty()));
+  code = b_.CreateIntrinsic(llvm::Intrinsic::smin, {b_.getInt32Ty()}, {code, idx(254)});
+  code = b_.CreateSelect(b_.CreateFCmpOLT(ax, llvm::ConstantFP::get(f64, 0x1p-127)), idx(0), code);
+  code = b_.CreateSelect(b_.CreateFCmpOGE(ax, llvm::ConstantFP::get(f64, 0x1p127)), idx(254), code);
+  code = b_.CreateSelect(b_.CreateFCmpUNO(x, x), idx(255), code);
   return b_.CreateTrunc(code, b_.getInt8Ty());
 }
 

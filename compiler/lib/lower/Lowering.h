@@ -259,6 +259,7 @@ class Lowering {
   LVal* castRounded(const Op& op, LVal* v, const Type& from, const Type& to, LVal* rbits);
   LVal* roundToFormat(LVal* x, DType to, const std::string& mode, LVal* rbits);
   LVal* roundToE8M0(LVal* x, const std::string& mode, LVal* rbits);
+  LVal* roundWideToE8M0(LVal* x, const std::string& mode, LVal* rbits);
   LVal* decodeE8M0(LVal* v);
   LVal* decodeF4(LVal* v);
   Regs dequantize(const Op& op, const Type& t, const Regs& vals, const Type& st, const Regs& scales, bool kIsColumn);
