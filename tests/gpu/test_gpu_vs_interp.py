@@ -186,13 +186,16 @@ def test_noinline_calls():
 
 @pytest.mark.parametrize("bt", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2, torch.int8])
-@pytest.mark.parametrize("shape", [(128, 128, 256, 64, 8), (64, 256, 128, 128, 4)])
+@pytest.mark.parametrize(
+    "shape", [(128, 128, 256, 64, 8), (64, 256, 128, 128, 4), (32, 64, 128, 64, 4), (16, 32, 64, 32, 2)]
+)
 def test_dot_on_8bit_tensor_cores(dtype, bt, shape):
     # wgmma k32 with K-major operands: B staged transposed from registers (bt False) or
-    # copied K-major by the pipeline (bt True). int8 is exact. fp8 products are exact, but
-    # the tensor cores add them with fewer bits than fp32 (the lowering moves each 128 of K
-    # into fp32): bench/fp8_error.py measured at most 2.6e-4 of the sum of |products| over
-    # 80 random dots on the H200; the bound is 2^-10 (9.8e-4), far below one fp8 ulp (2^-3).
+    # copied K-major by the pipeline (bt True); below 64 rows, mma.sync m16n8k32. int8 is
+    # exact. fp8 products are exact, but the tensor cores add them with fewer bits than
+    # fp32 (the wgmma lowering moves each 128 of K into fp32): bench/fp8_error.py measured
+    # at most 2.6e-4 of the sum of |products| over 80 random dots on the H200; the bound is
+    # 2^-10 (9.8e-4), far below one fp8 ulp (2^-3).
     m, n, k, bk, warps = shape
     if dtype == torch.int8:
         a = torch.randint(-128, 128, (m, k), device="cuda", dtype=torch.int8)
@@ -205,7 +208,10 @@ def test_dot_on_8bit_tensor_cores(dtype, bt, shape):
     bin_ = b.t().contiguous() if bt else b
     kw = dict(M=m, N=n, K=k, BK=bk, BT=bt)
     ptx = dot8.warmup(a, bin_, c, grid=(1,), num_warps=warps, **kw).asm["ptx"]
-    assert "wgmma.mma_async" in ptx and (("cp.async" in ptx) == bt)
+    if m >= 64:
+        assert "wgmma.mma_async" in ptx and (("cp.async" in ptx) == bt)
+    else:
+        assert "mma.sync.aligned.m16n8k32" in ptx
     dot8[(1,)](a, bin_, c, num_warps=warps, **kw)
     if dtype == torch.int8:  # torch has no int64 matmul on the GPU
         assert torch.equal(c.cpu().long(), a.cpu().long() @ b.cpu().long())

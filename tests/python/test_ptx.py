@@ -189,3 +189,27 @@ def test_wgmma_groups_stay_asynchronous(bm, bn, bk, warps, tmp_path):
     )
     assert r.returncode == 0, r.stderr
     assert "C7514" not in r.stderr and "serialized" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_89", "sm_90a"])
+@pytest.mark.parametrize("dtype", [ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, np.int8])
+def test_small_8bit_dots_take_mma_sync(arch, dtype, tmp_path):
+    # M = 32 is below wgmma's 64 rows: m16n8k32 mma.sync (fp8 from sm_89, PTX 8.4).
+    x = np.zeros((32, 64), dtype)
+    c = np.zeros((32, 32), np.int32 if dtype == np.int8 else np.float32)
+    kw = dict(M=32, N=32, K=64, BK=64, BT=False, grid=(1,), target=arch)
+    if dtype != np.int8 and arch == "sm_80":
+        with pytest.raises(tf.CompilationError, match="fp8 casts before sm_89"):
+            dot8.warmup(x, x, c, **kw)
+        return
+    ptx = dot8.warmup(x, x, c, **kw).asm["ptx"]
+    kind = (
+        "s32.s8.s8.s32"
+        if dtype == np.int8
+        else "f32.e4m3.e4m3.f32"
+        if "e4m3" in dtype.__name__
+        else "f32.e5m2.e5m2.f32"
+    )
+    assert f"mma.sync.aligned.m16n8k32.row.col.{kind}" in ptx
+    assert ".version 8.4" in ptx or arch == "sm_80"
+    assert_assembles(ptx, arch, tmp_path)

@@ -1,4 +1,4 @@
-// dot and dot_scaled: tensor cores (mma.sync) for bf16/f16, FMAs otherwise.
+// dot and dot_scaled: tensor cores (mma.sync) for bf16/f16, int8 and fp8, FMAs otherwise.
 #include "Lowering.h"
 
 namespace tilefuse::lower::detail {
@@ -23,8 +23,7 @@ Regs Lowering::dotRegs(const Op& op, const Type& at, const Regs& aRegs, const Ty
   toSmem(aRegs, at, 0);
   toSmem(bRegs, bt, aBytes);
   barrier();
-  bool halfs = at.elem == bt.elem && (at.elem == DType::BF16 || at.elem == DType::F16);
-  if (halfs && opts_.arch >= "sm_80") return dotByMma(at, bt, ct, acc, aBytes, layoutOf(op.result()));
+  if (mmaApplies(at, bt)) return dotByMma(at, bt, ct, acc, aBytes, layoutOf(op.result()));
   auto widen = [&](LVal* v, DType d) -> LVal* {
     if (intDot) return b_.CreateSExt(v, accTy);
     if (d == DType::F8E4M3 || d == DType::F8E5M2) return castElem(op, v, Type::scalar(d), Type::scalar(DType::F32));
@@ -84,36 +83,82 @@ Regs Lowering::dequantize(const Op& op, const Type& t, const Regs& vals, const T
   return out;
 }
 
-// bf16/f16 products on the tensor cores: mma.sync.m16n8k16 with fp32 accumulators.
-// A [M,K] and B [K,N] are in shared memory (row-major); the accumulator goes there
-// too, each warp takes 16x8 output tiles round robin, and the results return to
-// the cyclic layout through shared memory. Fragment layouts: PTX ISA, "Matrix
-// Fragments for mma.m16n8k16 with floating point type".
+// Whether mma.sync takes A (at) times B (bt): bf16/f16 and int8 from sm_80, fp8 (e4m3,
+// e5m2, mixed) from sm_89, in whole m16n8k16 (16-bit) or m16n8k32 (8-bit) tiles.
+bool Lowering::mmaApplies(const Type& at, const Type& bt) const {
+  auto fp8 = [](DType d) { return d == DType::F8E4M3 || d == DType::F8E5M2; };
+  DType a = at.elem, b = bt.elem;
+  bool halfs = a == b && (a == DType::BF16 || a == DType::F16);
+  bool ok = (halfs || (a == DType::I8 && b == DType::I8)) ? opts_.arch >= "sm_80"
+            : fp8(a) && fp8(b)                             ? opts_.arch >= "sm_89"
+                                                           : false;
+  int64_t kStep = halfs ? 16 : 32;
+  return ok && at.shape[0] % 16 == 0 && bt.shape[1] % 8 == 0 && at.shape[1] % kStep == 0;
+}
+
+// Products on the tensor cores with mma.sync: m16n8k16 for bf16/f16, m16n8k32 for fp8
+// (fp32 accumulators) and int8 (int32). A [M,K] and B [K,N] are in shared memory
+// (row-major); the accumulator goes there too, each warp takes 16x8 output tiles round
+// robin, and the results return to the cyclic layout through shared memory. Fragment
+// layouts: PTX ISA, "Matrix Fragments for mma.m16n8k16 / mma.m16n8k32": each 32-bit
+// operand register holds 4/eb consecutive K elements of one row of A or column of B.
 Regs Lowering::dotByMma(const Type& at, const Type& bt, const Type& ct, const Regs& acc, int64_t aBytes,
                         const Layout& L) {
   int64_t m = at.shape[0], k = at.shape[1], n = bt.shape[1];
+  int64_t eb = storeBytes(at), per = 4 / eb, kStep = 32 / eb;
+  bool ints = at.elem == DType::I8;
   int64_t cBase = aBytes + k * n * storeBytes(bt);
   toSmem(acc, ct, cBase);
   barrier();
-  const char* ty = at.elem == DType::BF16 ? "bf16" : "f16";
-  auto* f32 = b_.getFloatTy();
+  auto name = [](DType d) -> std::string {
+    switch (d) {
+      case DType::BF16:
+        return "bf16";
+      case DType::F16:
+        return "f16";
+      case DType::F8E4M3:
+        return "e4m3";
+      case DType::F8E5M2:
+        return "e5m2";
+      default:
+        return "s8";
+    }
+  };
+  std::string acct = ints ? "s32" : "f32";
   auto* i32 = b_.getInt32Ty();
-  auto* retTy = llvm::StructType::get(ctx_, {f32, f32, f32, f32});
-  auto* asmTy = llvm::FunctionType::get(retTy, {i32, i32, i32, i32, i32, i32, f32, f32, f32, f32}, false);
+  llvm::Type* cty = ints ? i32 : static_cast<llvm::Type*>(b_.getFloatTy());
+  auto* retTy = llvm::StructType::get(ctx_, {cty, cty, cty, cty});
+  auto* asmTy = llvm::FunctionType::get(retTy, {i32, i32, i32, i32, i32, i32, cty, cty, cty, cty}, false);
+  std::string c = ints ? "r" : "f";
   auto* mma = llvm::InlineAsm::get(asmTy,
-                                   std::string("mma.sync.aligned.m16n8k16.row.col.f32.") + ty + "." + ty +
-                                       ".f32 {$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};",
-                                   "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f", true);
+                                   "mma.sync.aligned.m16n8k" + std::to_string(kStep) + ".row.col." + acct + "." +
+                                       name(at.elem) + "." + name(bt.elem) + "." + acct +
+                                       " {$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};",
+                                   "=" + c + ",=" + c + ",=" + c + ",=" + c + ",r,r,r,r,r,r," + c + "," + c + "," + c +
+                                       "," + c,
+                                   true);
   LVal* lane = b_.CreateAnd(tid_, idx(31));
   LVal* warp = b_.CreateLShr(tid_, idx(5));
-  LVal* group = b_.CreateLShr(lane, idx(2));                      // row within the 8-row half
-  LVal* pair = b_.CreateShl(b_.CreateAnd(lane, idx(3)), idx(1));  // first of two adjacent columns
-  Type ft = Type::scalar(DType::F32);
-  auto half = [&](int64_t base, LVal* index) { return b_.CreateBitCast(fromSmem(base, index, at), b_.getInt16Ty()); };
-  // Two consecutive 16-bit elements, the first in the low half.
-  auto pack = [&](LVal* lo, LVal* hi) {
-    return b_.CreateOr(b_.CreateZExt(lo, i32), b_.CreateShl(b_.CreateZExt(hi, i32), b_.getInt32(16)));
+  LVal* group = b_.CreateLShr(lane, idx(2));                  // row of A and C within the 8-row half; column of B
+  LVal* quad = b_.CreateAnd(lane, idx(3));                     // which 4 bytes of K
+  LVal* pair = b_.CreateShl(quad, idx(1));                     // first of C's two adjacent columns
+  LVal* kq = b_.CreateMul(quad, idx(per));                     // first K element of the thread's registers
+  auto* bitsTy = b_.getIntNTy(static_cast<unsigned>(8 * eb));
+  // 4 bytes of A's row r from K element kk (aligned: rows are whole 32-byte steps).
+  auto aReg = [&](LVal* r, LVal* kk) {
+    LVal* off = b_.CreateAdd(idx(scratchBase()), b_.CreateMul(b_.CreateAdd(b_.CreateMul(r, idx(k)), kk), idx(eb)));
+    return b_.CreateAlignedLoad(i32, b_.CreateGEP(b_.getInt8Ty(), smem(), off), llvm::Align(4));
   };
+  // K elements kk .. kk+per-1 of B's column col, the first in the low bits.
+  auto bReg = [&](LVal* kk, LVal* col) {
+    LVal* v = idx(0);
+    for (int64_t i = 0; i < per; ++i) {
+      LVal* e = fromSmem(aBytes, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(kk, idx(i)), idx(n)), col), bt);
+      v = b_.CreateOr(v, b_.CreateShl(b_.CreateZExt(b_.CreateBitCast(e, bitsTy), i32), idx(8 * eb * i)));
+    }
+    return v;
+  };
+  Type ft = Type::scalar(ct.elem);
   int warps = threads_ / 32;
   int64_t tiles = (m / 16) * (n / 8);
   for (int64_t first = 0; first < tiles; first += warps) {
@@ -125,34 +170,23 @@ Regs Lowering::dotByMma(const Type& at, const Type& bt, const Type& ct, const Re
     b_.SetInsertPoint(body);
     LVal* r0 = b_.CreateAdd(b_.CreateMul(b_.CreateUDiv(tile, idx(n / 8)), idx(16)), group);
     LVal* r1 = b_.CreateAdd(r0, idx(8));
-    LVal* col = b_.CreateAdd(b_.CreateMul(b_.CreateURem(tile, idx(n / 8)), idx(8)), pair);
-    LVal* bcol = b_.CreateAdd(b_.CreateMul(b_.CreateURem(tile, idx(n / 8)), idx(8)), group);
+    LVal* col0 = b_.CreateMul(b_.CreateURem(tile, idx(n / 8)), idx(8));
+    LVal* col = b_.CreateAdd(col0, pair);
+    LVal* bcol = b_.CreateAdd(col0, group);
     auto cIdx = [&](LVal* r, int dc) { return b_.CreateAdd(b_.CreateMul(r, idx(n)), b_.CreateAdd(col, idx(dc))); };
-    std::vector<LVal*> c = {fromSmem(cBase, cIdx(r0, 0), ft), fromSmem(cBase, cIdx(r0, 1), ft),
-                            fromSmem(cBase, cIdx(r1, 0), ft), fromSmem(cBase, cIdx(r1, 1), ft)};
-    for (int64_t kk = 0; kk < k; kk += 16) {
-      auto aAt = [&](LVal* r, int64_t dk) {
-        return half(0, b_.CreateAdd(b_.CreateMul(r, idx(k)), b_.CreateAdd(pair, idx(kk + dk))));
-      };
-      auto bAt = [&](int64_t dk) {
-        LVal* row = b_.CreateAdd(pair, idx(kk + dk));
-        return b_.CreateBitCast(fromSmem(aBytes, b_.CreateAdd(b_.CreateMul(row, idx(n)), bcol), bt), b_.getInt16Ty());
-      };
-      std::vector<LVal*> ops = {pack(aAt(r0, 0), aAt(r0, 1)),
-                                pack(aAt(r1, 0), aAt(r1, 1)),
-                                pack(aAt(r0, 8), aAt(r0, 9)),
-                                pack(aAt(r1, 8), aAt(r1, 9)),
-                                pack(bAt(0), bAt(1)),
-                                pack(bAt(8), bAt(9)),
-                                c[0],
-                                c[1],
-                                c[2],
-                                c[3]};
+    std::vector<LVal*> cv = {fromSmem(cBase, cIdx(r0, 0), ft), fromSmem(cBase, cIdx(r0, 1), ft),
+                             fromSmem(cBase, cIdx(r1, 0), ft), fromSmem(cBase, cIdx(r1, 1), ft)};
+    for (int64_t kk = 0; kk < k; kk += kStep) {
+      LVal* k0 = b_.CreateAdd(kq, idx(kk));
+      LVal* k1 = b_.CreateAdd(k0, idx(kStep / 2));
+      std::vector<LVal*> ops = {aReg(r0, k0), aReg(r1, k0), aReg(r0, k1), aReg(r1, k1),
+                                bReg(k0, bcol), bReg(k1, bcol), cv[0],        cv[1],
+                                cv[2],        cv[3]};
       LVal* res = b_.CreateCall(mma, ops);
-      for (unsigned i = 0; i < 4; ++i) c[i] = b_.CreateExtractValue(res, i);
+      for (unsigned i = 0; i < 4; ++i) cv[i] = b_.CreateExtractValue(res, i);
     }
     LVal* dst[4] = {cIdx(r0, 0), cIdx(r0, 1), cIdx(r1, 0), cIdx(r1, 1)};
-    for (int i = 0; i < 4; ++i) b_.CreateStore(c[i], smemAddr(cBase, dst[i], ft));
+    for (int i = 0; i < 4; ++i) b_.CreateStore(cv[i], smemAddr(cBase, dst[i], ft));
     b_.CreateBr(done);
     b_.SetInsertPoint(done);
   }

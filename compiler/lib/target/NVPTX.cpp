@@ -42,8 +42,8 @@ void initNVPTX() {
 }  // namespace
 
 std::string ptxFeatureFor(std::string_view arch) {
-  if (arch == "sm_90a" || arch == "sm_90") return "+ptx80";
-  if (arch == "sm_89") return "+ptx78";
+  // PTX 8.4: mma.sync on fp8 (sm_89 and later).
+  if (arch == "sm_90a" || arch == "sm_90" || arch == "sm_89") return "+ptx84";
   if (arch == "sm_80" || arch == "sm_86" || arch == "sm_87") return "+ptx70";
   fail("unsupported target arch '" + std::string(arch) + "' (expected sm_80, sm_86, sm_87, sm_89, sm_90 or sm_90a)");
 }

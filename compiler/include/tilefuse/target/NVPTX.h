@@ -11,7 +11,7 @@ class Module;
 namespace tilefuse::target {
 
 struct PtxOptions {
-  std::string arch = "sm_90a";  // sm_90a uses +ptx80; sm_80 / sm_89 use +ptx70 / +ptx78
+  std::string arch = "sm_90a";  // sm_90a and sm_89 use +ptx84 (fp8 mma.sync); sm_80 +ptx70
   int optLevel = 3;
   bool keepIR = true;  // also return the optimized LLVM IR as text
 };
@@ -30,7 +30,7 @@ PtxResult optimizeAndEmitPTX(llvm::Module& mod, const PtxOptions& opts = {});
 // UserError with LLVM's diagnostic; an unknown arch raises UserError too.
 std::string compileLLVMIRToPTX(std::string_view llvmIR, const PtxOptions& opts = {});
 
-// The PTX ISA feature the arch needs ("+ptx80" for sm_90a).
+// The PTX ISA feature the arch needs ("+ptx84" for sm_90a).
 std::string ptxFeatureFor(std::string_view arch);
 
 std::string llvmVersion();
