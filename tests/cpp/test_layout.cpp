@@ -5,6 +5,8 @@
 
 #include <set>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "../../compiler/lib/lower/Layout.h"
 #include "ParsedKernel.h"
@@ -105,6 +107,27 @@ TEST(Layout, WgmmaLayoutsCoverEverySplit) {
     expectCovers(wgmmaAccLayout(c.m, c.n, c.w, c.threads), c.m * c.n, c.threads);
 }
 
+TEST(Layout, MmaAccumulatorMatchesTheFragment) {
+  // m16n8 tiles: lane l holds rows l/4 (+8) and columns 2 (l % 4) (+1) in c[0..3];
+  // four warps on a 32x16 tile: warps 0, 1 along M, then 2 along N.
+  Layout l = mmaAccLayout(32, 16, 128);
+  expectCovers(l, 32 * 16, 128);
+  for (int t : {0, 5, 37, 70, 127})
+    for (int i : {0, 1, 2, 3}) {
+      int lane = t % 32, warp = t / 32;
+      int64_t row = 16 * (warp % 2) + lane / 4 + 8 * (i / 2);
+      int64_t col = 8 * (warp / 2) + 2 * (lane % 4) + i % 2;
+      EXPECT_EQ(element(l, i, t), row * 16 + col) << "thread " << t << " reg " << i;
+    }
+}
+
+TEST(Layout, MmaLayoutsCoverEveryShape) {
+  // More tiles than warps (slots), fewer (replicated warps), one warp.
+  for (auto [m, n, threads] : std::vector<std::tuple<int64_t, int64_t, int>>{
+           {64, 64, 128}, {16, 8, 128}, {16, 32, 256}, {128, 16, 32}, {32, 256, 256}, {16, 16, 64}})
+    expectCovers(mmaAccLayout(m, n, threads), m * n, threads);
+}
+
 // A K loop with a bf16 dot and an epilogue, as the frontend writes the tutorial matmul.
 const char* kLoop = R"(
 func @mm(%a_ptr: ptr<bf16>, %b_ptr: ptr<bf16>, %c_ptr: ptr<bf16>, %K: i32) {aligned16 = [0, 1, 2, 3], kernel = true} {
@@ -161,10 +184,12 @@ TEST(LayoutPlan, AccumulatorsStayInTheWgmmaLayoutThroughTheLoopAndTheEpilogue) {
   for (const char* v : {"pa", "pa_2", "pa_3", "a", "b", "pc"}) EXPECT_EQ(p[v], blocked) << v;
 }
 
-TEST(LayoutPlan, WithoutWgmmaEverythingIsBlocked) {
+TEST(LayoutPlan, WithoutWgmmaAccumulatorsStayInTheMmaLayout) {
   Planned p(kLoop, "sm_80", 128);
+  Layout acc = mmaAccLayout(64, 64, 128);
+  for (const char* v : {"acc_3", "acc_2", "acc", "c"}) EXPECT_EQ(p[v], acc) << v;
   Layout blocked = blockedLayout({64, 64}, 128);
-  for (const char* v : {"acc_3", "acc_2", "acc", "c", "a", "pa_2"}) EXPECT_EQ(p[v], blocked) << v;
+  for (const char* v : {"a", "pa_2", "pc"}) EXPECT_EQ(p[v], blocked) << v;
 }
 
 }  // namespace

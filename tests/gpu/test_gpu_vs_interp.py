@@ -222,6 +222,27 @@ def test_dot_on_8bit_tensor_cores(dtype, bt, shape):
     assert ratio <= 2**-10, f"max error {ratio:.3g} of the sum of |products|"
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(
+    "shape", [(16, 16, 64, 32, 4), (32, 64, 128, 64, 4), (16, 16, 32, 16, 8), (32, 128, 64, 32, 2)]
+)
+def test_small_dots_keep_the_mma_layout(dtype, shape):
+    # Below wgmma's 64 rows: mma.sync m16n8k16 with the accumulator in registers across
+    # the K loop (more tiles than warps, fewer: replicated warps). Products are exact in
+    # fp32; sums of K terms in another order differ by a few fp32 ulps of the sum of |products|.
+    m, n, k, bk, warps = shape
+    a = torch.randn(m, k, device="cuda").to(dtype)
+    b = torch.randn(k, n, device="cuda").to(dtype)
+    c = torch.full((m, n), float("nan"), device="cuda")
+    kw = dict(M=m, N=n, K=k, BK=bk, BT=False)
+    ptx = dot8.warmup(a, b, c, grid=(1,), num_warps=warps, **kw).asm["ptx"]
+    assert "mma.sync.aligned.m16n8k16" in ptx and "wgmma" not in ptx
+    dot8[(1,)](a, b, c, num_warps=warps, **kw)
+    ref = a.double() @ b.double()
+    scale = a.double().abs() @ b.double().abs()
+    assert ((c.double() - ref).abs() / scale).max().item() <= k * 2**-24
+
+
 def test_layernorm_forward():
     m, n = 64, 1000
     x = torch.randn(m, n, device="cuda")

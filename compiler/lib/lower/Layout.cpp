@@ -53,6 +53,41 @@ Layout wgmmaAccLayout(int64_t m, int64_t n, const WgmmaShape& w, int threads) {
   return l;
 }
 
+Layout mmaAccLayout(int64_t m, int64_t n, int threads) {
+  Layout l;
+  // One tile: c[i] holds row 8*(i/2), column i%2 past the lane's position; lanes:
+  // columns 2, 4, then rows 1, 2, 4.
+  l.reg = {1, 8 * n};
+  l.thr = {2, 4, n, 2 * n, 4 * n};
+  // Warps over the tiles, along M first, then N; the tiles left go to slots.
+  int64_t tm = m / 16, tn = n / 8, im = 1, in = 1;
+  for (int w = 32; w < threads; w *= 2) {
+    if (im < tm) {
+      l.thr.push_back(16 * n * im);
+      im *= 2;
+    } else if (in < tn) {
+      l.thr.push_back(8 * in);
+      in *= 2;
+    } else {
+      l.thr.push_back(0);
+    }
+  }
+  for (; in < tn; in *= 2) l.reg.push_back(8 * in);
+  for (; im < tm; im *= 2) l.reg.push_back(16 * n * im);
+  return l;
+}
+
+bool mmaApplies(const Type& at, const Type& bt, const Type& ct, const std::string& arch) {
+  auto fp8 = [](DType d) { return d == DType::F8E4M3 || d == DType::F8E5M2; };
+  DType a = at.elem, b = bt.elem;
+  bool halfs = a == b && (a == DType::BF16 || a == DType::F16);
+  bool ints = a == DType::I8 && b == DType::I8;
+  bool ok = halfs || ints ? arch >= "sm_80" : fp8(a) && fp8(b) ? arch >= "sm_89" : false;
+  if (ct.elem != (ints ? DType::I32 : DType::F32)) return false;
+  int64_t kStep = halfs ? 16 : 32;
+  return ok && at.shape[0] % 16 == 0 && bt.shape[1] % 8 == 0 && at.shape[1] % kStep == 0;
+}
+
 Layout defaultLayout(const Type& t, int threads) {
   if (!t.isTile()) return scalarLayout(threads);
   bool bytes = t.isPtr() && (t.elem == DType::I8 || t.elem == DType::F8E4M3 || t.elem == DType::F8E5M2 ||
@@ -130,8 +165,12 @@ class Planner {
       case OpKind::DotScaled: {
         WgmmaShape w;
         const Type& t = o.result()->type();
-        plan[o.result()] = wgmmaApplies(o, arch_, threads_, &w) ? wgmmaAccLayout(t.shape[0], t.shape[1], w, threads_)
-                                                                : blocked(o.result());
+        if (wgmmaApplies(o, arch_, threads_, &w))
+          plan[o.result()] = wgmmaAccLayout(t.shape[0], t.shape[1], w, threads_);
+        else if (o.kind() == OpKind::Dot && mmaApplies(o.operand(0)->type(), o.operand(1)->type(), t, arch_))
+          plan[o.result()] = mmaAccLayout(t.shape[0], t.shape[1], threads_);
+        else
+          plan[o.result()] = blocked(o.result());
         return;
       }
       case OpKind::Hint:

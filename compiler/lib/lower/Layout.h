@@ -11,6 +11,8 @@
 //   runs: global accesses vectorize and coalesce.
 // - wgmma accumulator: the fragment of wgmma.m64nNk16 (PTX ISA, "Matrix fragments for
 //   wgmma .m64nNk16"), so dot results stay in registers across a K loop.
+// - mma accumulator: the fragment of mma.sync.m16n8 (four consecutive slots per 16x8
+//   tile), warps over the tiles, for dots below wgmma (or before sm_90a).
 #pragma once
 
 #include <cstdint>
@@ -41,13 +43,18 @@ Layout blockedLayout(const std::vector<int64_t>& shape, int threads, int64_t max
 // otherwise (16-byte accesses for 16-bit types; one layout across casts).
 Layout defaultLayout(const Type& t, int threads);
 Layout wgmmaAccLayout(int64_t m, int64_t n, const WgmmaShape& w, int threads);
+Layout mmaAccLayout(int64_t m, int64_t n, int threads);
 
 // wgmma applies to a dot of bf16/f16 operands on sm_90a with 4k warps and M, N, K that
 // the warpgroups can split; fills `w` when it does.
 bool wgmmaApplies(const Op& dot, const std::string& arch, int threads, WgmmaShape* w);
+// mma.sync applies to A (at) times B (bt) into ct: bf16/f16 and int8 from sm_80, fp8
+// (e4m3, e5m2, mixed) from sm_89, fp32 (int32) accumulators, whole m16n8k16 (16-bit)
+// or m16n8k32 (8-bit) tiles.
+bool mmaApplies(const Type& at, const Type& bt, const Type& ct, const std::string& arch);
 
-// The layout each tile value of `func` gets. Dots on wgmma produce the accumulator
-// layout; elementwise ops follow their first operand of a non-blocked layout (so an
+// The layout each tile value of `func` gets. Dots on wgmma (mma.sync) produce its
+// accumulator layout; elementwise ops follow their first operand of a non-blocked layout (so an
 // epilogue stays in registers); loads follow their pointers; loop-carried values take
 // the layout their loop body yields; everything else is blocked.
 using LayoutPlan = std::unordered_map<const Value*, Layout>;

@@ -19,11 +19,19 @@ Regs Lowering::dotRegs(const Op& op, const Type& at, const Regs& aRegs, const Ty
   llvm::Type* accTy = intDot ? b_.getInt32Ty() : b_.getFloatTy();
   // Operands go to shared memory in their own types; products accumulate in fp32 (i32).
   int64_t aBytes = m * k * storeBytes(at);
+  if (mmaApplies(at, bt, ct, opts_.arch)) {
+    // The accumulator in the mma layout (as planned; other layouts convert around it).
+    Regs accM = convert(acc, ct, mmaAccLayout(m, n, threads_));
+    barrier();
+    toSmem(aRegs, at, 0);
+    toSmem(bRegs, bt, aBytes);
+    barrier();
+    return convert(dotByMma(at, bt, ct, accM, aBytes), ct, layoutOf(op.result()));
+  }
   barrier();
   toSmem(aRegs, at, 0);
   toSmem(bRegs, bt, aBytes);
   barrier();
-  if (mmaApplies(at, bt)) return dotByMma(at, bt, ct, acc, aBytes, layoutOf(op.result()));
   auto widen = [&](LVal* v, DType d) -> LVal* {
     if (intDot) return b_.CreateSExt(v, accTy);
     if (d == DType::F8E4M3 || d == DType::F8E5M2) return castElem(op, v, Type::scalar(d), Type::scalar(DType::F32));
@@ -83,33 +91,17 @@ Regs Lowering::dequantize(const Op& op, const Type& t, const Regs& vals, const T
   return out;
 }
 
-// Whether mma.sync takes A (at) times B (bt): bf16/f16 and int8 from sm_80, fp8 (e4m3,
-// e5m2, mixed) from sm_89, in whole m16n8k16 (16-bit) or m16n8k32 (8-bit) tiles.
-bool Lowering::mmaApplies(const Type& at, const Type& bt) const {
-  auto fp8 = [](DType d) { return d == DType::F8E4M3 || d == DType::F8E5M2; };
-  DType a = at.elem, b = bt.elem;
-  bool halfs = a == b && (a == DType::BF16 || a == DType::F16);
-  bool ok = (halfs || (a == DType::I8 && b == DType::I8)) ? opts_.arch >= "sm_80"
-            : fp8(a) && fp8(b)                             ? opts_.arch >= "sm_89"
-                                                           : false;
-  int64_t kStep = halfs ? 16 : 32;
-  return ok && at.shape[0] % 16 == 0 && bt.shape[1] % 8 == 0 && at.shape[1] % kStep == 0;
-}
-
 // Products on the tensor cores with mma.sync: m16n8k16 for bf16/f16, m16n8k32 for fp8
 // (fp32 accumulators) and int8 (int32). A [M,K] and B [K,N] are in shared memory
-// (row-major); the accumulator goes there too, each warp takes 16x8 output tiles round
-// robin, and the results return to the cyclic layout through shared memory. Fragment
-// layouts: PTX ISA, "Matrix Fragments for mma.m16n8k16 / mma.m16n8k32": each 32-bit
-// operand register holds 4/eb consecutive K elements of one row of A or column of B.
-Regs Lowering::dotByMma(const Type& at, const Type& bt, const Type& ct, const Regs& acc, int64_t aBytes,
-                        const Layout& L) {
-  int64_t m = at.shape[0], k = at.shape[1], n = bt.shape[1];
+// (row-major). Fragment layouts: PTX ISA, "Matrix Fragments for mma.m16n8k16 /
+// mma.m16n8k32": each 32-bit operand register holds 4/eb consecutive K elements of one
+// row of A or column of B; `acc` and the result are in the mma layout (Layout.h), the
+// accumulator of a tile in four consecutive slots.
+Regs Lowering::dotByMma(const Type& at, const Type& bt, const Type& ct, const Regs& acc, int64_t aBytes) {
+  int64_t k = at.shape[1], n = bt.shape[1];
+  const Layout& M = acc.L;
   int64_t eb = storeBytes(at), per = 4 / eb, kStep = 32 / eb;
   bool ints = at.elem == DType::I8;
-  int64_t cBase = aBytes + k * n * storeBytes(bt);
-  toSmem(acc, ct, cBase);
-  barrier();
   auto name = [](DType d) -> std::string {
     switch (d) {
       case DType::BF16:
@@ -138,11 +130,10 @@ Regs Lowering::dotByMma(const Type& at, const Type& bt, const Type& ct, const Re
                                        "," + c,
                                    true);
   LVal* lane = b_.CreateAnd(tid_, idx(31));
-  LVal* warp = b_.CreateLShr(tid_, idx(5));
-  LVal* group = b_.CreateLShr(lane, idx(2));                  // row of A and C within the 8-row half; column of B
-  LVal* quad = b_.CreateAnd(lane, idx(3));                     // which 4 bytes of K
-  LVal* pair = b_.CreateShl(quad, idx(1));                     // first of C's two adjacent columns
-  LVal* kq = b_.CreateMul(quad, idx(per));                     // first K element of the thread's registers
+  LVal* group = b_.CreateLShr(lane, idx(2));  // row of A and C within the 8-row half; column of B
+  LVal* quad = b_.CreateAnd(lane, idx(3));     // which 4 bytes of K
+  LVal* pair = b_.CreateShl(quad, idx(1));     // the first of C's two adjacent columns
+  LVal* kq = b_.CreateMul(quad, idx(per));     // the first K element of the thread's registers
   auto* bitsTy = b_.getIntNTy(static_cast<unsigned>(8 * eb));
   // 4 bytes of A's row r from K element kk (aligned: rows are whole 32-byte steps).
   auto aReg = [&](LVal* r, LVal* kk) {
@@ -158,41 +149,24 @@ Regs Lowering::dotByMma(const Type& at, const Type& bt, const Type& ct, const Re
     }
     return v;
   };
-  Type ft = Type::scalar(ct.elem);
-  int warps = threads_ / 32;
-  int64_t tiles = (m / 16) * (n / 8);
-  for (int64_t first = 0; first < tiles; first += warps) {
-    // Warp w takes tile first + w (when it exists).
-    LVal* tile = b_.CreateAdd(idx(first), warp);
-    auto* body = llvm::BasicBlock::Create(ctx_, "mma.tile", fn_);
-    auto* done = llvm::BasicBlock::Create(ctx_, "mma.next", fn_);
-    b_.CreateCondBr(b_.CreateICmpULT(tile, idx(tiles)), body, done);
-    b_.SetInsertPoint(body);
-    LVal* r0 = b_.CreateAdd(b_.CreateMul(b_.CreateUDiv(tile, idx(n / 8)), idx(16)), group);
+  Regs out = acc;
+  for (int s = 0; s < slots(M); s += 4) {
+    // This thread's element of C[i] of the tile: row r0 (+8), column tile + pair (+1).
+    LVal* e = flatIndex(M, s);
+    LVal* r0 = coord(e, ct.shape, 0);
     LVal* r1 = b_.CreateAdd(r0, idx(8));
-    LVal* col0 = b_.CreateMul(b_.CreateURem(tile, idx(n / 8)), idx(8));
-    LVal* col = b_.CreateAdd(col0, pair);
-    LVal* bcol = b_.CreateAdd(col0, group);
-    auto cIdx = [&](LVal* r, int dc) { return b_.CreateAdd(b_.CreateMul(r, idx(n)), b_.CreateAdd(col, idx(dc))); };
-    std::vector<LVal*> cv = {fromSmem(cBase, cIdx(r0, 0), ft), fromSmem(cBase, cIdx(r0, 1), ft),
-                             fromSmem(cBase, cIdx(r1, 0), ft), fromSmem(cBase, cIdx(r1, 1), ft)};
+    LVal* bcol = b_.CreateAdd(b_.CreateSub(coord(e, ct.shape, 1), pair), group);
+    std::vector<LVal*> cv(out.e.begin() + s, out.e.begin() + s + 4);
     for (int64_t kk = 0; kk < k; kk += kStep) {
       LVal* k0 = b_.CreateAdd(kq, idx(kk));
       LVal* k1 = b_.CreateAdd(k0, idx(kStep / 2));
-      std::vector<LVal*> ops = {aReg(r0, k0), aReg(r1, k0), aReg(r0, k1), aReg(r1, k1),
-                                bReg(k0, bcol), bReg(k1, bcol), cv[0],        cv[1],
-                                cv[2],        cv[3]};
+      std::vector<LVal*> ops = {aReg(r0, k0),   aReg(r1, k0),   aReg(r0, k1), aReg(r1, k1), bReg(k0, bcol),
+                                bReg(k1, bcol), cv[0],          cv[1],        cv[2],        cv[3]};
       LVal* res = b_.CreateCall(mma, ops);
       for (unsigned i = 0; i < 4; ++i) cv[i] = b_.CreateExtractValue(res, i);
     }
-    LVal* dst[4] = {cIdx(r0, 0), cIdx(r0, 1), cIdx(r1, 0), cIdx(r1, 1)};
-    for (int i = 0; i < 4; ++i) b_.CreateStore(cv[i], smemAddr(cBase, dst[i], ft));
-    b_.CreateBr(done);
-    b_.SetInsertPoint(done);
+    std::copy(cv.begin(), cv.end(), out.e.begin() + s);
   }
-  barrier();
-  Regs out{{}, L};
-  for (int s = 0; s < slots(L); ++s) out.e.push_back(fromSmem(cBase, flatIndex(L, s), ct));
   return out;
 }
 

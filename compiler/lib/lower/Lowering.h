@@ -310,8 +310,7 @@ class Lowering {
   void lowerDot(const Op& op);
   Regs dotRegs(const Op& op, const Type& at, const Regs& aRegs, const Type& bt, const Regs& bRegs, const Regs& acc,
                const Type& ct);
-  bool mmaApplies(const Type& at, const Type& bt) const;
-  Regs dotByMma(const Type& at, const Type& bt, const Type& ct, const Regs& acc, int64_t aBytes, const Layout& L);
+  Regs dotByMma(const Type& at, const Type& bt, const Type& ct, const Regs& acc, int64_t aBytes);
   // Whether `op` is a dot that runs on wgmma here (its tiling in `w`).
   bool onWgmma(const Op& op, WgmmaShape* w = nullptr) {
     WgmmaShape unused;
