@@ -1,6 +1,7 @@
 // tilefuse._C.launcher: the launch fast path. Unlike the other bindings this one
 // works on Python objects itself: a repeated launch of a seen specialization must
-// not run Python code. A FastPath belongs to one @jit function. It binds the call's
+// not run Python code. `kernel[grid]` returns a BoundLaunch, a callable for one grid
+// that CPython calls directly (vectorcall). A FastPath belongs to one @jit function. It binds the call's
 // arguments to the parameters, keys them (constexpr values; dtype, 16-byte
 // alignment and device of tensors; the specialization class of ints; float, bool;
 // grid, num_warps, num_stages), and launches the specialization remembered under
@@ -10,6 +11,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <set>
@@ -79,18 +82,78 @@ struct Entry {
   py::object result;
 };
 
+constexpr int kMaxArgs = 256;
+
+// The keyword arguments of a call (names and values, borrowed).
+struct Keywords {
+  PyObject* names[kMaxArgs];
+  PyObject* values[kMaxArgs];
+  int n = 0;
+  bool add(PyObject* name, PyObject* value) {
+    if (n == kMaxArgs) return false;
+    names[n] = name;
+    values[n++] = value;
+    return true;
+  }
+};
+
+// A grid of 1 to 3 non-negative ints (anything else takes the full path).
+bool parseGrid(PyObject* g, std::array<uint32_t, 3>& dims) {
+  dims = {1, 1, 1};
+  auto one = [](PyObject* x, uint32_t& out) {
+    if (!PyLong_CheckExact(x)) return false;
+    long long v = PyLong_AsLongLong(x);
+    if (v < 0 || v > UINT32_MAX) {
+      PyErr_Clear();
+      return false;
+    }
+    out = static_cast<uint32_t>(v);
+    return true;
+  };
+  if (PyLong_CheckExact(g)) return one(g, dims[0]);
+  if (!PyTuple_CheckExact(g) || PyTuple_GET_SIZE(g) < 1 || PyTuple_GET_SIZE(g) > 3) return false;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(g); ++i)
+    if (!one(PyTuple_GET_ITEM(g, i), dims[i])) return false;
+  return true;
+}
+
 class FastPath {
  public:
   FastPath(std::vector<std::string> names, std::vector<bool> isConst, std::vector<py::object> defaults,
-           py::object stream)
+           py::object stream, std::string name, py::object launchError)
       : names_(std::move(names)),
         isConst_(std::move(isConst)),
         defaults_(std::move(defaults)),
-        stream_(std::move(stream)) {}
+        stream_(std::move(stream)),
+        name_(std::move(name)),
+        launchError_(std::move(launchError)) {
+    for (const std::string& n : names_)
+      nameObjs_.push_back(py::reinterpret_steal<py::object>(PyUnicode_InternFromString(n.c_str())));
+  }
 
-  py::object launch(py::handle grid, int numWarps, int numStages, py::args args, py::kwargs kwargs) {
+  // The launch of a call given the vectorcall way (positional values, then the values
+  // of `kwnames`, which may name num_warps and num_stages) on grid `dims`: the
+  // remembered result (a new reference), or null without an error set when this call
+  // is not known. Throws TensorMapError for arguments a tensor map cannot take.
+  PyObject* call(const std::array<uint32_t, 3>& dims, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    static PyObject* warpsName = PyUnicode_InternFromString("num_warps");
+    static PyObject* stagesName = PyUnicode_InternFromString("num_stages");
+    int warps = 4, stages = 3;
+    Keywords kw;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < nkw; ++i) {
+      PyObject* name = PyTuple_GET_ITEM(kwnames, i);
+      PyObject* v = args[nargs + i];
+      bool isWarps = sameName(name, warpsName), isStages = !isWarps && sameName(name, stagesName);
+      if (isWarps || isStages) {
+        if (!PyLong_CheckExact(v)) return nullptr;
+        (isWarps ? warps : stages) = static_cast<int>(PyLong_AsLong(v));
+      } else if (!kw.add(name, v)) {
+        return nullptr;
+      }
+    }
     Bound b;
-    if (!bind(grid, numWarps, numStages, args, kwargs, b)) return py::none();
+    if (!bind(dims, warps, stages, args, nargs, kw, b)) return nullptr;
     for (const Entry& e : entries_) {
       if (e.key.hash != b.hash || !(e.key.key == b.key)) continue;
       alignas(64) char buf[kMaxParams];
@@ -127,10 +190,13 @@ class FastPath {
       void* params[kMaxSlots];
       for (size_t i = 0; i < e.offsets.size(); ++i) params[i] = buf + e.offsets[i];
       e.kernel->launchParams(b.grid, stream, params);
-      return e.result;
+      return py::object(e.result).release().ptr();
     }
-    return py::none();
+    return nullptr;
   }
+
+  const std::string& name() const { return name_; }
+  PyObject* launchError() const { return launchError_.ptr(); }
 
   // After the full path launched: launches with the same key go straight to `kernel`.
   // `plan`: (parameter, struct code) of the kernel's parameters in order; `maps`: its
@@ -142,7 +208,14 @@ class FastPath {
                 std::vector<py::type> tensorTypes, py::object result) {
     for (const py::type& t : tensorTypes) tensorTypes_.insert(reinterpret_cast<PyTypeObject*>(t.ptr()));
     Entry e;
-    if (!bind(grid, numWarps, numStages, args, kwargs, e.key)) return false;
+    std::array<uint32_t, 3> dims;
+    if (!parseGrid(grid.ptr(), dims)) return false;
+    std::vector<PyObject*> pos;
+    for (py::handle a : args) pos.push_back(a.ptr());
+    Keywords kw;
+    for (auto item : kwargs)
+      if (!kw.add(item.first.ptr(), item.second.ptr())) return false;
+    if (!bind(dims, numWarps, numStages, pos.data(), static_cast<Py_ssize_t>(pos.size()), kw, e.key)) return false;
     size_t off = 0;
     for (auto [i, code] : plan) {
       size_t w = code == 'i' || code == 'f' ? 4 : 8;
@@ -199,40 +272,23 @@ class FastPath {
     return true;
   }
 
-  bool bind(py::handle grid, int numWarps, int numStages, py::handle args, py::handle kwargs, Bound& b) {
-    // The grid: 1 to 3 non-negative ints (a callable grid takes the full path).
-    PyObject* g = grid.ptr();
-    if (PyLong_CheckExact(g)) {
-      b.grid[0] = static_cast<uint32_t>(PyLong_AsLongLong(g));
-    } else if (PyTuple_CheckExact(g) && PyTuple_GET_SIZE(g) >= 1 && PyTuple_GET_SIZE(g) <= 3) {
-      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(g); ++i) {
-        PyObject* x = PyTuple_GET_ITEM(g, i);
-        if (!PyLong_CheckExact(x)) return false;
-        long long v = PyLong_AsLongLong(x);
-        if (v < 0 || v > UINT32_MAX) return false;
-        b.grid[i] = static_cast<uint32_t>(v);
-      }
-    } else {
-      return false;
-    }
+  static bool sameName(PyObject* a, PyObject* b) { return a == b || PyUnicode_Compare(a, b) == 0; }
+
+  bool bind(const std::array<uint32_t, 3>& dims, int numWarps, int numStages, PyObject* const* args,
+            Py_ssize_t nargs, const Keywords& kw, Bound& b) {
+    b.grid = dims;
     b.key.push_back(
         {Kind::Grid, (int64_t(b.grid[0]) << 32) | b.grid[1], (int64_t(b.grid[2]) << 32) | (numWarps << 8) | numStages});
     // Arguments to parameters.
     size_t n = names_.size();
-    std::vector<PyObject*> vals(n, nullptr);
-    PyObject* a = args.ptr();
-    if (static_cast<size_t>(PyTuple_GET_SIZE(a)) > n) return false;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(a); ++i) vals[i] = PyTuple_GET_ITEM(a, i);
-    if (kwargs && PyDict_Size(kwargs.ptr()) > 0) {
-      size_t matched = 0;
-      for (size_t i = 0; i < n; ++i) {
-        PyObject* x = PyDict_GetItemString(kwargs.ptr(), names_[i].c_str());
-        if (!x) continue;
-        if (vals[i]) return false;  // given twice
-        vals[i] = x;
-        ++matched;
-      }
-      if (matched != static_cast<size_t>(PyDict_Size(kwargs.ptr()))) return false;  // unknown names
+    if (static_cast<size_t>(nargs) > n || n > kMaxArgs) return false;
+    PyObject* vals[kMaxArgs] = {};
+    for (Py_ssize_t i = 0; i < nargs; ++i) vals[i] = args[i];
+    for (int j = 0; j < kw.n; ++j) {
+      size_t i = 0;
+      while (i < n && !sameName(kw.names[j], nameObjs_[i].ptr())) ++i;
+      if (i == n || vals[i]) return false;  // an unknown name, or given twice
+      vals[i] = kw.values[j];
     }
     b.ints.assign(n, 0);
     b.floats.assign(n, 0.0);
@@ -289,27 +345,108 @@ class FastPath {
   }
 
   std::vector<std::string> names_;
+  std::vector<py::object> nameObjs_;  // the same, interned
   std::vector<bool> isConst_;
   std::vector<py::object> defaults_;
   py::object stream_;
+  std::string name_;
+  py::object launchError_;
   std::set<PyTypeObject*> tensorTypes_;
   std::vector<Entry> entries_;
 };
+
+// kernel[grid] once the FastPath exists: a callable for one grid that CPython calls
+// directly (vectorcall, no argument tuple or dict). It launches through its FastPath,
+// or calls fallback(grid, *args, **kwargs) (the full path) for a call it does not know.
+struct BoundLaunch {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  FastPath* fast;
+  PyObject* owner;     // the FastPath's Python object, which keeps `fast` alive
+  PyObject* grid;      // as given, for the fallback
+  PyObject* fallback;
+  std::array<uint32_t, 3> dims;
+  bool gridOk;
+};
+
+PyObject* boundCall(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  auto* b = reinterpret_cast<BoundLaunch*>(self);
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  if (b->gridOk) {
+    try {
+      if (PyObject* r = b->fast->call(b->dims, args, nargs, kwnames)) return r;
+      if (PyErr_Occurred()) return nullptr;
+    } catch (const tilefuse::runtime::TensorMapError& e) {
+      PyErr_SetString(b->fast->launchError(), (b->fast->name() + ": " + e.what()).c_str());
+      return nullptr;
+    } catch (py::error_already_set& e) {
+      e.restore();
+      return nullptr;
+    } catch (...) {
+      py::detail::try_translate_exceptions();  // the registered translations (DriverError, ...)
+      return nullptr;
+    }
+  }
+  Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  std::vector<PyObject*> all(static_cast<size_t>(1 + nargs + nkw));
+  all[0] = b->grid;
+  std::copy(args, args + nargs + nkw, all.begin() + 1);
+  return PyObject_Vectorcall(b->fallback, all.data(), static_cast<size_t>(nargs + 1), kwnames);
+}
+
+void boundDealloc(PyObject* self) {
+  auto* b = reinterpret_cast<BoundLaunch*>(self);
+  Py_XDECREF(b->owner);
+  Py_XDECREF(b->grid);
+  Py_XDECREF(b->fallback);
+  PyObject_Free(self);
+}
+
+PyTypeObject* boundType() {
+  static PyTypeObject t = [] {
+    PyTypeObject ty{PyVarObject_HEAD_INIT(nullptr, 0)};
+    ty.tp_name = "tilefuse._C.launcher.BoundLaunch";
+    ty.tp_basicsize = sizeof(BoundLaunch);
+    ty.tp_dealloc = boundDealloc;
+    ty.tp_vectorcall_offset = offsetof(BoundLaunch, vectorcall);
+    ty.tp_call = PyVectorcall_Call;
+    ty.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL;
+    ty.tp_doc = "kernel[grid]: launches through the C++ fast path, else the full path";
+    return ty;
+  }();
+  static bool ready = PyType_Ready(&t) == 0;
+  if (!ready) throw py::error_already_set();
+  return &t;
+}
+
+py::object makeBound(py::object owner, py::object grid, py::object fallback) {
+  auto* b = PyObject_New(BoundLaunch, boundType());
+  if (!b) throw py::error_already_set();
+  b->vectorcall = boundCall;
+  b->fast = owner.cast<FastPath*>();
+  b->owner = owner.release().ptr();
+  b->gridOk = parseGrid(grid.ptr(), b->dims);
+  b->grid = grid.release().ptr();
+  b->fallback = fallback.release().ptr();
+  return py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(b));
+}
 
 }  // namespace
 
 void init_launcher(py::module_& m) {
   auto l = m.def_submodule("launcher", "the launch fast path");
   py::class_<FastPath>(l, "FastPath")
-      .def(
-          py::init([](std::vector<std::string> names, std::vector<bool> isConst, py::dict defaults, py::object stream) {
-            std::vector<py::object> d(names.size());  // null: no default
-            for (size_t i = 0; i < names.size(); ++i)
-              if (defaults.contains(names[i])) d[i] = defaults[py::str(names[i])];
-            return std::make_unique<FastPath>(names, isConst, d, stream);
-          }),
-          py::arg("names"), py::arg("is_const"), py::arg("defaults"), py::arg("stream"))
-      .def("launch", &FastPath::launch, py::arg("grid"), py::arg("num_warps"), py::arg("num_stages"))
+      .def(py::init([](std::vector<std::string> names, std::vector<bool> isConst, py::dict defaults,
+                       py::object stream, std::string name, py::object launchError) {
+             std::vector<py::object> d(names.size());  // null: no default
+             for (size_t i = 0; i < names.size(); ++i)
+               if (defaults.contains(names[i])) d[i] = defaults[py::str(names[i])];
+             return std::make_unique<FastPath>(names, isConst, d, stream, name, launchError);
+           }),
+           py::arg("names"), py::arg("is_const"), py::arg("defaults"), py::arg("stream"), py::arg("name"),
+           py::arg("launch_error"))
+      .def("bound", &makeBound, py::arg("grid"), py::arg("fallback"),
+           "kernel[grid]: a callable launching through this fast path, else fallback(grid, *args, **kwargs)")
       .def("remember", &FastPath::remember, py::arg("grid"), py::arg("num_warps"), py::arg("num_stages"),
            py::arg("args"), py::arg("kwargs"), py::arg("kernel"), py::arg("plan"), py::arg("maps"),
            py::arg("tensor_types"), py::arg("result"))

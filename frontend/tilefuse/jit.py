@@ -207,8 +207,10 @@ class JITFunction:
         self._source = None
         self._names = [p.name for p in self.params]
         self._is_const = [p.name in self.constexprs for p in self.params]
-        # The C++ launch fast path (tilefuse._C.launcher), made at the first GPU launch.
+        # The C++ launch fast path (tilefuse._C.launcher), made at the first GPU launch,
+        # and its callables by grid.
         self._cfast = None
+        self._bound = {}
 
     @property
     def source(self) -> FunctionSource:
@@ -239,20 +241,26 @@ class JITFunction:
     def __getitem__(self, grid):
         if callable(grid):
             return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
+        fast = self._cfast
+        if fast is None:
+            return functools.partial(self._launch_full, grid)
+        # A C++ callable per grid (cached): a repeated launch of a seen specialization
+        # runs no Python code; anything else goes to _launch_full.
+        try:
+            return self._bound[grid]
+        except (KeyError, TypeError):  # TypeError: an unhashable grid (a list)
+            pass
+        b = fast.bound(grid, self._launch_full)
+        try:
+            if len(self._bound) >= 64:
+                self._bound.clear()
+            self._bound[grid] = b
+        except TypeError:
+            pass
+        return b
 
-        def launch(*args, num_warps=4, num_stages=3, **kwargs):
-            # A repeated launch of a seen specialization stays in C++; anything else runs run().
-            fast = self._cfast
-            if fast is not None:
-                try:
-                    k = fast.launch(grid, num_warps, num_stages, *args, **kwargs)
-                except _C.runtime.TensorMapError as e:
-                    raise LaunchError(f"{self.__name__}: {e}") from None
-                if k is not None:
-                    return k
-            return self.run(*args, grid=grid, num_warps=num_warps, num_stages=num_stages, **kwargs)
-
-        return launch
+    def _launch_full(self, grid, *args, num_warps=4, num_stages=3, **kwargs):
+        return self.run(*args, grid=grid, num_warps=num_warps, num_stages=num_stages, **kwargs)
 
     def __repr__(self):
         return f"JITFunction({self.fn.__module__}:{self.fn.__qualname__})"
@@ -381,7 +389,9 @@ class JITFunction:
             if plan is not None and not callable(grid):
                 if self._cfast is None:
                     defaults = {p.name: p.default for p in self.params if p.default is not inspect.Parameter.empty}
-                    self._cfast = _C.launcher.FastPath(self._names, self._is_const, defaults, gpu.stream_function())
+                    self._cfast = _C.launcher.FastPath(
+                        self._names, self._is_const, defaults, gpu.stream_function(), self.__name__, LaunchError
+                    )
                 tensor_types = list({type(v) for v in bound.values() if _is_torch_tensor(v)})
                 self._cfast.remember(
                     grid,

@@ -415,6 +415,16 @@ def test_repeated_launches_take_the_fast_path_correctly():
     vector_add.add_kernel[(4,)](other, other, out, 999, BLOCK_SIZE=256)
     torch.cuda.synchronize()
     assert torch.equal(out, other + other)
+    # kernel[grid] is one C++ callable per grid; grids it cannot parse (a list, numpy
+    # ints, a negative size) go to the full path, which converts or rejects them.
+    assert vector_add.add_kernel[(4,)] is vector_add.add_kernel[(4,)]
+    for grid in ([4], (np.int64(4),), 4):
+        out.fill_(float("nan"))
+        vector_add.add_kernel[grid](other, other, out, 999, BLOCK_SIZE=256)
+        torch.cuda.synchronize()
+        assert torch.equal(out, other + other), grid
+    with pytest.raises(tf.LaunchError, match="grid"):
+        vector_add.add_kernel[(-1,)](other, other, out, 999, BLOCK_SIZE=256)
 
 
 @tf.jit
