@@ -89,3 +89,19 @@ def matmul_desc_a(a_ptr, b_ptr, c_ptr, M, N, K, sa, sb, sc, BM: tl.constexpr, BN
         acc = tl.dot(a_desc.load([pm, k * BK]), b, acc)
     rm = pm + tl.arange(0, BM)
     tl.store(c_ptr + rm[:, None] * sc + rn[None, :], acc.to(tl.bfloat16), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@tf.jit
+def matmul_desc_persistent(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    # Each program walks several output tiles: the pipelined K loop runs again and again,
+    # so its stages and mbarriers carry over from one run to the next.
+    a_desc = tl.make_tensor_descriptor(a_ptr, [M, K], [K, 1], [BM, BK])
+    b_desc = tl.make_tensor_descriptor(b_ptr, [K, N], [N, 1], [BK, BN])
+    c_desc = tl.make_tensor_descriptor(c_ptr, [M, N], [N, 1], [BM, BN])
+    tiles_n = tl.cdiv(N, BN)
+    for t in range(tl.program_id(0), tl.cdiv(M, BM) * tiles_n, tl.num_programs(0)):
+        pm, pn = (t // tiles_n) * BM, (t % tiles_n) * BN
+        acc = tl.zeros((BM, BN), tl.float32)
+        for k in range(0, tl.cdiv(K, BK)):
+            acc = tl.dot(a_desc.load([pm, k * BK]), b_desc.load([k * BK, pn]), acc)
+        c_desc.store([pm, pn], acc.to(tl.bfloat16))

@@ -8,7 +8,7 @@ import tilefuse as tf
 
 from kernels_dsl.tutorials.matmul_desc import matmul_desc_kernel
 from tests.gpu.test_gpu_vs_interp import to_numpy
-from tests.shared_kernels import desc_copy1, desc_copy2, desc_copy3, matmul_desc_a
+from tests.shared_kernels import desc_copy1, desc_copy2, desc_copy3, matmul_desc_a, matmul_desc_persistent
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
@@ -111,6 +111,24 @@ def test_pipeline_mixing_tma_and_cp_async(stages):
     grid = (tf.cdiv(m, 64), tf.cdiv(n, 64))
     matmul_desc_a[grid](a, b, c, m, n, k, sa, n, n, BM=64, BN=64, BK=64, num_stages=stages)
     ref = (a[:, :k].double() @ b.double()).cpu().numpy()
+    np.testing.assert_allclose(to_numpy(c).astype(np.float64), ref, rtol=2**-7, atol=2**-7 * np.sqrt(k))
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("programs", [1, 3, 7])
+def test_pipelined_loop_runs_again_in_an_outer_loop(stages, programs):
+    # 3+ stages: decoupled warpgroups and "empty" mbarriers, whose phases carry over
+    # from one run of the K loop to the next (K = 320: 5 iterations, not a multiple of
+    # the stages); 1 program walks all 12 tiles, 7 programs walk 1 or 2.
+    m, n, k = 256, 384, 320
+    a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    b = torch.randn(k, n, device="cuda").to(torch.bfloat16)
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    meta = dict(BM=128, BN=64, BK=64, num_warps=8, num_stages=stages)
+    ptx = matmul_desc_persistent.warmup(a, b, c, m, n, k, grid=(programs,), **meta).asm["ptx"]
+    assert ("mbarrier.arrive.shared::cta" in ptx) == (stages >= 3)
+    matmul_desc_persistent[(programs,)](a, b, c, m, n, k, **meta)
+    ref = (a.double() @ b.double()).cpu().numpy()
     np.testing.assert_allclose(to_numpy(c).astype(np.float64), ref, rtol=2**-7, atol=2**-7 * np.sqrt(k))
 
 

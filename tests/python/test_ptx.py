@@ -12,6 +12,7 @@ import tilefuse.language as tl
 
 from kernels_dsl import convert
 from kernels_dsl.tutorials import layernorm, matmul, softmax, vector_add
+from kernels_dsl.tutorials.matmul_desc import matmul_desc_kernel
 from tests.shared_kernels import dot8, noinline_calls
 
 PTXAS = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
@@ -189,6 +190,25 @@ def test_wgmma_groups_stay_asynchronous(bm, bn, bk, warps, tmp_path):
     )
     assert r.returncode == 0, r.stderr
     assert "C7514" not in r.stderr and "serialized" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_descriptor_pipelines_keep_wgmma_groups_asynchronous(stages, tmp_path):
+    # 3+ stages: decoupled warpgroups that release stages on mbarriers (no CTA barrier in
+    # the loop); the release must not make ptxas serialize the wgmma groups either.
+    kw = dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64, GROUP_SIZE_M=8)
+    k = matmul_desc_kernel.warmup(
+        mbf, mbf, mbf, 4096, 4096, 4096, 4096, 4096, 4096, grid=(1,), target="sm_90a", num_stages=stages, **kw
+    )
+    ptx = k.asm["ptx"]
+    assert ("mbarrier.arrive.shared::cta" in ptx) == (stages >= 3)
+    src = tmp_path / "k.ptx"
+    src.write_text(ptx)
+    r = subprocess.run(
+        [PTXAS, "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / "k.cubin")], capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    assert "C7514" not in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_89", "sm_90a"])
