@@ -13,14 +13,6 @@
 //                 copy iteration j+S-1 into stage (j+S-1) % S = stage of j-1
 //   after the loop: drain the copies (every TMA copy issued was waited for).
 //
-// Decoupled (both operands through TMA, 3+ stages): no CTA barrier per iteration, so
-// warpgroups drift apart and one's epilogue work overlaps another's tensor-core work.
-// Each warpgroup releases the stage of iteration j-1 on its "empty" mbarrier once its
-// group j-1 is done; thread 0 refills a stage only after every warpgroup released it,
-// and copies run S-2 iterations ahead into the stage of iteration j-2, so the refill
-// waits for releases one iteration old. The last iteration's stage is not released
-// (see pipelinePrologue).
-//
 // The pointers and masks of a later iteration are computed by lowering their
 // producing ops again with the loop-carried values advanced (advance()): a pointer
 // tile that the loop bumps by ptr_add each iteration is bumped S-1 more times. Copies
@@ -117,8 +109,6 @@ bool Lowering::planPipeline(const Op& loop, Pipeline* p) {
   p->dot = dot;
   p->args = pipelineArgs(*p, body);
   p->stages = opts_.numStages;
-  p->decoupled = p->tma[0] >= 0 && p->tma[1] >= 0 && p->stages >= 3;
-  p->lag = p->decoupled ? 2 : 1;
   WgmmaOperandBytes bytes = wgmmaOperandBytes(*dot);
   p->aBytes = bytes.a;
   p->stageBytes = bytes.a + bytes.b;
@@ -206,17 +196,6 @@ void Lowering::copyStage(const Pipeline& p, const Block& body, const Env& env, L
   LVal* ring = b_.CreateAdd(smem32, b_.CreateAdd(idx(p.base), b_.CreateMul(stage, idx(p.stageBytes))));
   if (p.tma[0] >= 0 || p.tma[1] >= 0) {
     LVal* issue = b_.CreateAnd(valid, b_.CreateICmpEQ(tid_, idx(0)));
-    if (p.decoupled) {
-      // A stage filled before is refilled once every warpgroup has released it.
-      LVal* bit = b_.CreateShl(idx(1), stage);
-      LVal* used = b_.CreateLoad(b_.getInt32Ty(), p.used);
-      LVal* phases = b_.CreateLoad(b_.getInt32Ty(), p.emptyPhases);
-      LVal* refill = b_.CreateAnd(valid, b_.CreateICmpNE(b_.CreateAnd(used, bit), idx(0)));
-      waitBarrier(barrierAddr(b_.CreateAdd(stage, idx(p.empty))), b_.CreateAnd(b_.CreateLShr(phases, stage), idx(1)),
-                  b_.CreateAnd(refill, b_.CreateICmpEQ(tid_, idx(0))));
-      b_.CreateStore(b_.CreateSelect(refill, b_.CreateXor(phases, bit), phases), p.emptyPhases);
-      b_.CreateStore(b_.CreateSelect(valid, b_.CreateOr(used, bit), used), p.used);
-    }
     LVal* bar = barrierAddr(b_.CreateAdd(stage, idx(p.barrier)));
     int64_t bytes = 0;
     for (unsigned i = 0; i < 2; ++i)
@@ -263,7 +242,7 @@ void Lowering::copyStage(const Pipeline& p, const Block& body, const Env& env, L
   ptx("cp.async.commit_group;");
 }
 
-// Before the loop (insertion point in its preheader): stages 0 .. S-1-lag.
+// Before the loop (insertion point in its preheader): stages 0 .. S-2.
 void Lowering::pipelinePrologue(Pipeline& p, const Op& loop, LVal* lb, LVal* ub, LVal* step,
                                 const std::vector<Regs>& inits) {
   const Block& body = loop.region(0);
@@ -272,36 +251,15 @@ void Lowering::pipelinePrologue(Pipeline& p, const Op& loop, LVal* lb, LVal* ub,
   IRBuilder<> eb(entry_);
   p.counter = eb.CreateAlloca(b_.getInt32Ty());
   b_.CreateStore(idx(0), p.counter);
-  auto persistent = [&] {  // set once: phases continue across entries of the loop (an outer loop)
-    llvm::AllocaInst* a = eb.CreateAlloca(b_.getInt32Ty());
-    eb.CreateStore(eb.getInt32(0), a);
-    return a;
-  };
-  if (p.tma[0] >= 0 || p.tma[1] >= 0) p.phases = persistent();
-  if (p.decoupled) {
-    p.used = persistent();
-    p.emptyPhases = persistent();
-    p.prev = eb.CreateAlloca(b_.getInt32Ty());
-    eb.CreateStore(eb.getInt32(-1), p.prev);
-    // The last stage of an earlier run of the loop was never released (a release after
-    // the loop makes ptxas serialize the wgmma groups, C7514): once every warpgroup is
-    // past that loop (a barrier), it is refilled without waiting; its phases stay.
-    LVal* last = b_.CreateLoad(b_.getInt32Ty(), p.prev);
-    guarded(
-        b_.CreateICmpSGE(last, idx(0)),
-        [&]() -> LVal* {
-          barrier();
-          LVal* used = b_.CreateLoad(b_.getInt32Ty(), p.used);
-          b_.CreateStore(b_.CreateAnd(used, b_.CreateNot(b_.CreateShl(idx(1), last))), p.used);
-          return nullptr;
-        },
-        nullptr);
-    b_.CreateStore(idx(-1), p.prev);
+  if (p.tma[0] >= 0 || p.tma[1] >= 0) {
+    // Phases continue across entries of the loop (an outer loop): set once.
+    p.phases = eb.CreateAlloca(b_.getInt32Ty());
+    eb.CreateStore(eb.getInt32(0), p.phases);
   }
   // Iteration 0 sees the loop's initial values.
   Env env;
   for (const Value* a : p.args) env[a] = a == body.arg(0) ? Regs{{lb}, layoutOf(a)} : inits[a->index() - 1];
-  for (int d = 0; d + p.lag < p.stages; ++d) {
+  for (int d = 0; d + 1 < p.stages; ++d) {
     if (d) env = advance(std::move(env), body, step, 1);
     copyStage(p, body, env, idx(d), b_.CreateICmpSLT(env[body.arg(0)].e[0], ub));
   }
@@ -326,21 +284,11 @@ void Lowering::lowerPipelinedDot(const Op& op, const WgmmaShape& w, const Pipeli
   vals_[op.result()] = issueWgmma(op, w, std::move(acc), aBase, b_.CreateAdd(aBase, idx(p.aBytes)));
   if (!wgmmaPromotes(op)) wgmmaPending_.insert(op.result());
   ptx("wgmma.wait_group.sync.aligned 1;");
-  if (p.decoupled) {
-    // The group of iteration j-1 is done: its warpgroup releases that stage.
-    LVal* prev = b_.CreateLoad(b_.getInt32Ty(), p.prev);
-    LVal* first = b_.CreateICmpEQ(b_.CreateAnd(tid_, idx(127)), idx(0));
-    arriveBarrier(barrierAddr(b_.CreateAdd(prev, idx(p.empty))),
-                  b_.CreateAnd(first, b_.CreateICmpSGE(prev, idx(0))));
-    b_.CreateStore(stage, p.prev);
-  } else {
-    barrier();
-  }
+  barrier();
   Env now;
   for (const Value* a : p.args) now[a] = get(a);
-  int distance = p.stages - p.lag;  // iterations the copies run ahead
-  Env ahead = advance(std::move(now), body, p.step, distance);
-  LVal* ahead1 = b_.CreateAdd(stage, idx(distance));
+  Env ahead = advance(std::move(now), body, p.step, p.stages - 1);
+  LVal* ahead1 = b_.CreateAdd(stage, idx(p.stages - 1));
   LVal* wrap = b_.CreateSelect(b_.CreateICmpUGE(ahead1, idx(p.stages)), b_.CreateSub(ahead1, idx(p.stages)), ahead1);
   copyStage(p, body, ahead, wrap, b_.CreateICmpSLT(ahead[body.arg(0)].e[0], p.ub));
   LVal* next = b_.CreateAdd(stage, idx(1));

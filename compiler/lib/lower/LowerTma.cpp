@@ -14,8 +14,7 @@
 // and R-byte swizzled (one box per block); a rank-1 tile is stored plainly.
 //
 // mbarriers live in shared bytes [0, kBarrierBytes) of kernels with tensor maps:
-// slot 0 serves the loads outside pipelines, each pipeline takes num_stages slots
-// (and num_stages more when decoupled, LowerPipeline.cpp).
+// slot 0 serves the loads outside pipelines, each pipeline takes num_stages slots.
 #include "Lowering.h"
 
 namespace tilefuse::lower::detail {
@@ -106,7 +105,7 @@ void Lowering::planTensorMaps(const Op& f) {
     }
   };
   walk(body);
-  if (!tensorMaps_.empty()) barrierArrivals_ = {1};
+  if (!tensorMaps_.empty()) barrierSlots_ = 1;
 }
 
 int Lowering::tensorMapOf(const Value* desc) const {
@@ -123,14 +122,12 @@ LVal* Lowering::barrierAddr(LVal* slot) {
   return b_.CreateAdd(b_.CreatePtrToInt(smem(), b_.getInt32Ty()), b_.CreateMul(slot, idx(8)));
 }
 
-// Thread 0 initializes every mbarrier before any copy.
+// Thread 0 initializes every mbarrier (one arrival per phase) before any copy.
 void Lowering::initBarriers() {
-  if (barrierArrivals_.empty()) return;
-  if (static_cast<int64_t>(barrierArrivals_.size()) * 8 > kBarrierBytes) throw InternalError("lowering: too many mbarriers");
+  if (!barrierSlots_) return;
+  if (barrierSlots_ * 8 > kBarrierBytes) throw InternalError("lowering: too many mbarriers");
   std::string text = "{\n.reg .pred p;\nsetp.eq.u32 p, $0, 0;\n";
-  for (size_t i = 0; i < barrierArrivals_.size(); ++i)
-    text += "@p mbarrier.init.shared::cta.b64 [$1+" + std::to_string(8 * i) + "], " +
-            std::to_string(barrierArrivals_[i]) + ";\n";
+  for (int i = 0; i < barrierSlots_; ++i) text += "@p mbarrier.init.shared::cta.b64 [$1+" + std::to_string(8 * i) + "], 1;\n";
   text += "@p fence.mbarrier_init.release.cluster;\n}";
   auto* ty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt32Ty(), b_.getInt32Ty()}, false);
   b_.CreateCall(llvm::InlineAsm::get(ty, text, "r,r,~{memory}", true), {tid_, barrierAddr(idx(0))});
@@ -145,22 +142,13 @@ void Lowering::armBarrier(LVal* bar, int64_t bytes, LVal* issue) {
   b_.CreateCall(llvm::InlineAsm::get(ty, text, "r,r,~{memory}", true), {b_.CreateZExt(issue, b_.getInt32Ty()), bar});
 }
 
-// Until phase `parity` of `bar` completes (only where `when`, if given).
-void Lowering::waitBarrier(LVal* bar, LVal* parity, LVal* when) {
+// Until phase `parity` of `bar` completes.
+void Lowering::waitBarrier(LVal* bar, LVal* parity) {
   std::string text =
-      "{\n.reg .pred p, q;\nsetp.ne.b32 q, $2, 0;\n@!q bra tf_skip_${:uid};\ntf_wait_${:uid}:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [$0], $1;\n@!p bra tf_wait_${:uid};\ntf_skip_${:uid}:\n}";
-  auto* i32 = b_.getInt32Ty();
-  auto* ty = llvm::FunctionType::get(b_.getVoidTy(), {i32, i32, i32}, false);
-  LVal* on = when ? b_.CreateZExt(when, i32) : idx(1);
-  b_.CreateCall(llvm::InlineAsm::get(ty, text, "r,r,r,~{memory}", true), {bar, parity, on});
-}
-
-// One arrival on `bar` where `when`.
-void Lowering::arriveBarrier(LVal* bar, LVal* when) {
-  std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $1, 0;\n@p mbarrier.arrive.shared::cta.b64 _, [$0];\n}";
+      "{\n.reg .pred p;\ntf_wait_${:uid}:\nmbarrier.try_wait.parity.shared::cta.b64 p, [$0], $1;\n"
+      "@!p bra tf_wait_${:uid};\n}";
   auto* ty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt32Ty(), b_.getInt32Ty()}, false);
-  b_.CreateCall(llvm::InlineAsm::get(ty, text, "r,r,~{memory}", true), {bar, b_.CreateZExt(when, b_.getInt32Ty())});
+  b_.CreateCall(llvm::InlineAsm::get(ty, text, "r,r,~{memory}", true), {bar, parity});
 }
 
 // The s32 box coordinates, innermost first, of block `blk` of a tile at `coords`.

@@ -44,12 +44,8 @@ void Lowering::reserveWgmmaOperands(const Block& body) {
         p.base = next;
         next += p.stages * p.stageBytes;
         if (p.tma[0] >= 0 || p.tma[1] >= 0) {
-          p.barrier = static_cast<int>(barrierArrivals_.size());
-          barrierArrivals_.resize(barrierArrivals_.size() + p.stages, 1);
-        }
-        if (p.decoupled) {  // one arrival per warpgroup releases a stage
-          p.empty = static_cast<int>(barrierArrivals_.size());
-          barrierArrivals_.resize(barrierArrivals_.size() + p.stages, threads_ / 128);
+          p.barrier = barrierSlots_;
+          barrierSlots_ += p.stages;
         }
         auto& slot = pipelines_[o.get()] = p;
         pipelinedDots_[p.dot] = &slot;

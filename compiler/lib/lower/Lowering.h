@@ -79,15 +79,6 @@ struct Pipeline {
   int tma[2] = {-1, -1};                    // the tensor map of a descriptor load
   int barrier = 0;                          // first mbarrier slot (TMA operands), one per stage
   llvm::AllocaInst* phases = nullptr;       // bit s: the parity stage s waits for next
-  // Decoupled (both operands through TMA, 3+ stages): warpgroups release stages on
-  // "empty" mbarriers instead of meeting at a CTA barrier each iteration, and copies
-  // run stages-2 iterations ahead, into the stage of iteration j-2 (lag 2, else 1).
-  bool decoupled = false;
-  int lag = 1;
-  int empty = 0;                             // first "empty" mbarrier slot, one per stage
-  llvm::AllocaInst* used = nullptr;          // bit s: stage s has been filled before
-  llvm::AllocaInst* emptyPhases = nullptr;   // bit s: the parity the next refill of s waits for
-  llvm::AllocaInst* prev = nullptr;          // stage of the previous iteration, -1 at loop entry
   int stages = 0;
   int64_t base = 0, stageBytes = 0, aBytes = 0;  // the ring in shared memory
   std::vector<const Value*> args;                // loop values the copies depend on (pipelineArgs)
@@ -303,8 +294,7 @@ class Lowering {
   LVal* barrierAddr(LVal* slot);
   void initBarriers();
   void armBarrier(LVal* bar, int64_t bytes, LVal* issue);
-  void waitBarrier(LVal* bar, LVal* parity, LVal* when = nullptr);
-  void arriveBarrier(LVal* bar, LVal* when);
+  void waitBarrier(LVal* bar, LVal* parity);
   static std::string tmaCoords(size_t rank, unsigned first);
   std::vector<LVal*> boxCoords(const std::vector<LVal*>& coords, int64_t blk, int64_t innerBox);
   void tmaCopyIn(int map, const Type& t, LVal* dst, const std::vector<LVal*>& coords, LVal* bar, LVal* issue);
@@ -442,7 +432,7 @@ class Lowering {
   std::set<const Value*> wgmmaPending_;
   std::vector<TensorMapSpec> tensorMaps_;
   std::unordered_map<const Op*, int> tmaMaps_;  // make_desc -> tensor map
-  std::vector<int> barrierArrivals_;  // arrivals per phase of each mbarrier slot
+  int barrierSlots_ = 0;
   llvm::AllocaInst* tmaPhase_ = nullptr;  // parity of barrier slot 0
 };
 
