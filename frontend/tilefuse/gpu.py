@@ -18,6 +18,9 @@ _D = _C.ir.DType
 _R = _C.runtime
 _VERSION = "0.2.0"
 _compiler_id = None
+# TILEFUSE_TARGET=sm_80 (or sm_89, ...) compiles launches for that arch instead of the
+# GPU's, and lets the driver JIT the PTX: the older GPUs' code paths run on a newer GPU.
+_TARGET = os.environ.get("TILEFUSE_TARGET") or None
 
 
 def _compiler_fingerprint() -> str:
@@ -49,6 +52,9 @@ _CAI_DTYPES = {
 
 
 def arch_of_device(device: int) -> str:
+    """The target a launch on `device` compiles for (TILEFUSE_TARGET when set)."""
+    if _TARGET is not None:
+        return _TARGET
     info = _R.device_info(device)
     cc = info.major * 10 + info.minor
     if cc >= 90:
@@ -58,6 +64,13 @@ def arch_of_device(device: int) -> str:
     if cc >= 80:
         return "sm_80"
     raise LaunchError(f"{info.name} (sm_{cc}) is older than sm_80, which tilefuse needs")
+
+
+def default_target() -> str:
+    """What warmup compiles for without target=: TILEFUSE_TARGET, else GPU 0's arch, else sm_90a."""
+    if _TARGET is not None:
+        return _TARGET
+    return arch_of_device(0) if _R.device_count() > 0 else "sm_90a"
 
 
 def lower(kernel, arch: str, num_warps: int, num_stages: int = 3, keep_ir: bool = True) -> dict:
@@ -111,7 +124,8 @@ def binary(kernel, arch: str, num_warps: int, num_stages: int) -> tuple[bytes, d
         meta = {"num_threads": threads, "shared_bytes": shared, "tensor_maps": json.loads(blob[16 + n : 16 + n + m])}
         return blob[16 + n + m :], dict(meta, ptx=blob[16 : 16 + n].decode())
     low = lower(kernel, arch, num_warps, num_stages, keep_ir=False)  # a launch needs no LLVM IR text
-    image = _ptxas(low["ptx"], arch) or (low["ptx"].encode() + b"\0")
+    # A forced target's cubin may not run on this GPU; its PTX does, through the driver JIT.
+    image = (None if _TARGET else _ptxas(low["ptx"], arch)) or (low["ptx"].encode() + b"\0")
     ptx = low["ptx"].encode()
     maps = json.dumps(low["tensor_maps"]).encode()
     head = struct.pack("<iiII", low["num_threads"], low["shared_bytes"], len(ptx), len(maps))

@@ -410,13 +410,13 @@ class JITFunction:
         return kernel
 
     def warmup(self, *args, grid=None, target=None, num_warps=4, num_stages=3, **kwargs) -> CompiledKernel:
-        """Compiles for `target` (e.g. "sm_90a"; default: GPU 0, else sm_90a) without
+        """Compiles for `target` (e.g. "sm_90a"; default: $TILEFUSE_TARGET, else GPU 0, else sm_90a) without
         launching; works without a GPU. The result exposes asm["tile"], ["llir"], ["ptx"]."""
         from . import gpu
 
         kernel = self.compile(*args, **kwargs)
         if target is None:
-            target = gpu.arch_of_device(0) if _C.runtime.device_count() > 0 else "sm_90a"
+            target = gpu.default_target()
         low = gpu.lower(kernel, target, num_warps, num_stages)
         kernel.asm["llir"], kernel.asm["ptx"] = low["llir"], low["ptx"]
         return kernel

@@ -1,8 +1,10 @@
 """Every test kernel lowers to PTX that ptxas accepts, for sm_90a and sm_80 — so a
 lowering that emits invalid PTX fails CI on a machine without a GPU."""
 
+import os
 import shutil
 import subprocess
+import sys
 
 import ml_dtypes
 import numpy as np
@@ -232,3 +234,17 @@ def test_small_8bit_dots_take_mma_sync(arch, dtype, tmp_path):
     assert f"mma.sync.aligned.m16n8k32.row.col.{kind}" in ptx
     assert ".version 8.4" in ptx or arch == "sm_80"
     assert_assembles(ptx, arch, tmp_path)
+
+
+def test_tilefuse_target_sets_the_default_target():
+    # Read once at import: a fresh process with TILEFUSE_TARGET warms up for that arch.
+    code = (
+        "import numpy as np\n"
+        "from kernels_dsl.tutorials import vector_add\n"
+        "x = np.zeros(64, np.float32)\n"
+        "print(vector_add.add_kernel.warmup(x, x, x, 64, BLOCK_SIZE=64, grid=(1,)).asm['ptx'])\n"
+    )
+    env = dict(os.environ, TILEFUSE_TARGET="sm_80")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert ".target sm_80" in r.stdout
