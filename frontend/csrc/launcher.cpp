@@ -78,7 +78,7 @@ struct Entry {
   std::vector<Slot> slots;
   std::vector<MapSlot> maps;
   std::vector<size_t> offsets;  // of every parameter in the buffer, in order
-  py::object device;  // the kernel's device, as a Python int for the stream query
+  py::object device;            // the kernel's device, as a Python int for the stream query
   py::object result;
 };
 
@@ -274,8 +274,8 @@ class FastPath {
 
   static bool sameName(PyObject* a, PyObject* b) { return a == b || PyUnicode_Compare(a, b) == 0; }
 
-  bool bind(const std::array<uint32_t, 3>& dims, int numWarps, int numStages, PyObject* const* args,
-            Py_ssize_t nargs, const Keywords& kw, Bound& b) {
+  bool bind(const std::array<uint32_t, 3>& dims, int numWarps, int numStages, PyObject* const* args, Py_ssize_t nargs,
+            const Keywords& kw, Bound& b) {
     b.grid = dims;
     b.key.push_back(
         {Kind::Grid, (int64_t(b.grid[0]) << 32) | b.grid[1], (int64_t(b.grid[2]) << 32) | (numWarps << 8) | numStages});
@@ -359,11 +359,10 @@ class FastPath {
 // directly (vectorcall, no argument tuple or dict). It launches through its FastPath,
 // or calls fallback(grid, *args, **kwargs) (the full path) for a call it does not know.
 struct BoundLaunch {
-  PyObject_HEAD
-  vectorcallfunc vectorcall;
+  PyObject_HEAD vectorcallfunc vectorcall;
   FastPath* fast;
-  PyObject* owner;     // the FastPath's Python object, which keeps `fast` alive
-  PyObject* grid;      // as given, for the fallback
+  PyObject* owner;  // the FastPath's Python object, which keeps `fast` alive
+  PyObject* grid;   // as given, for the fallback
   PyObject* fallback;
   std::array<uint32_t, 3> dims;
   bool gridOk;
@@ -436,8 +435,8 @@ py::object makeBound(py::object owner, py::object grid, py::object fallback) {
 void init_launcher(py::module_& m) {
   auto l = m.def_submodule("launcher", "the launch fast path");
   py::class_<FastPath>(l, "FastPath")
-      .def(py::init([](std::vector<std::string> names, std::vector<bool> isConst, py::dict defaults,
-                       py::object stream, std::string name, py::object launchError) {
+      .def(py::init([](std::vector<std::string> names, std::vector<bool> isConst, py::dict defaults, py::object stream,
+                       std::string name, py::object launchError) {
              std::vector<py::object> d(names.size());  // null: no default
              for (size_t i = 0; i < names.size(); ++i)
                if (defaults.contains(names[i])) d[i] = defaults[py::str(names[i])];

@@ -38,8 +38,8 @@ void init_lower(py::module_& m) {
       });
   l.def(
       "compile",
-      [](const Module& m, const std::string& kernel, const std::string& arch, int numWarps, int numStages,
-         bool keepIR, const std::string& libdevice) {
+      [](const Module& m, const std::string& kernel, const std::string& arch, int numWarps, int numStages, bool keepIR,
+         const std::string& libdevice) {
         py::gil_scoped_release release;
         return lower::compileKernel(m, kernel, {arch, numWarps, numStages, keepIR, libdevice});
       },

@@ -43,7 +43,9 @@ void init_runtime(py::module_& m) {
       .value("i32", KernelArg::Kind::I32)
       .value("i64", KernelArg::Kind::I64)
       .value("f32", KernelArg::Kind::F32);
-  py::class_<KernelArg>(r, "KernelArg").def(py::init([](KernelArg::Kind k, uint64_t bits) { return KernelArg{k, bits}; }));
+  py::class_<KernelArg>(r, "KernelArg").def(py::init([](KernelArg::Kind k, uint64_t bits) {
+    return KernelArg{k, bits};
+  }));
   py::class_<LoadedKernel, std::shared_ptr<LoadedKernel>>(r, "LoadedKernel")
       .def(py::init([](int device, py::bytes image, const std::string& name, int threads, int shared) {
              return std::make_shared<LoadedKernel>(device, std::string(image), name, threads, shared);
@@ -117,9 +119,8 @@ void init_runtime(py::module_& m) {
   r.def(
       "check_tensor_map",
       [desc](int elemBytes, uint64_t base, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
-             const std::vector<int64_t>& box, int swizzle, const std::string& where) {
-        checkTensorMap(desc(elemBytes, sizes, strides, box, swizzle, &where), base);
-      },
+             const std::vector<int64_t>& box, int swizzle,
+             const std::string& where) { checkTensorMap(desc(elemBytes, sizes, strides, box, swizzle, &where), base); },
       py::arg("elem_bytes"), py::arg("base"), py::arg("sizes"), py::arg("strides"), py::arg("box"), py::arg("swizzle"),
       py::arg("where"));
 
@@ -127,9 +128,10 @@ void init_runtime(py::module_& m) {
       .def(py::init([](std::optional<std::string> d) { return DiskCache(d ? *d : defaultCacheDir()); }),
            py::arg("dir") = py::none())
       .def_property_readonly("dir", &DiskCache::dir)
-      .def("get", [](const DiskCache& c, const std::string& k) -> py::object {
-        auto v = c.get(k);
-        return v ? py::object(py::bytes(*v)) : py::object(py::none());
-      })
+      .def("get",
+           [](const DiskCache& c, const std::string& k) -> py::object {
+             auto v = c.get(k);
+             return v ? py::object(py::bytes(*v)) : py::object(py::none());
+           })
       .def("put", [](const DiskCache& c, const std::string& k, py::bytes data) { c.put(k, std::string(data)); });
 }

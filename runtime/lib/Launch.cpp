@@ -21,7 +21,8 @@ void useDevice(int device) {
 
 int pointerDevice(uint64_t ptr) {
   int ordinal = -1;
-  CUresult r = driver().cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, static_cast<CUdeviceptr>(ptr));
+  CUresult r =
+      driver().cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, static_cast<CUdeviceptr>(ptr));
   return r == CUDA_SUCCESS ? ordinal : -1;
 }
 
@@ -74,8 +75,8 @@ void LoadedKernel::launchPacked(std::array<uint32_t, 3> grid, uint64_t stream, s
   TF_CU_CHECK(d.cuCtxGetCurrent(&cur));
   if (cur != ctx_) TF_CU_CHECK(d.cuCtxSetCurrent(ctx_));
   size_t size = params.size();
-  void* config[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<char*>(params.data()), CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
-                    CU_LAUNCH_PARAM_END};
+  void* config[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<char*>(params.data()), CU_LAUNCH_PARAM_BUFFER_SIZE,
+                    &size, CU_LAUNCH_PARAM_END};
   TF_CU_CHECK(driver().cuLaunchKernel(fn_, grid[0], grid[1], grid[2], static_cast<unsigned>(threads_), 1, 1,
                                       static_cast<unsigned>(shared_), reinterpret_cast<CUstream>(stream), nullptr,
                                       config));

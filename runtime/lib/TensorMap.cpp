@@ -66,10 +66,10 @@ CUtensorMap encodeTensorMap(const TensorMapDesc& d, uint64_t base) {
     if (r > 0) strides[r - 1] = static_cast<cuuint64_t>(d.strides[a] * d.elemBytes);
   }
   CUtensorMap map;
-  CUresult res = driver().cuTensorMapEncodeTiled(
-      &map, dataType(d.elemBytes), static_cast<cuuint32_t>(d.rank), reinterpret_cast<void*>(base), dims, strides, box,
-      elemStrides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle(d.swizzleBytes), CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  CUresult res = driver().cuTensorMapEncodeTiled(&map, dataType(d.elemBytes), static_cast<cuuint32_t>(d.rank),
+                                                 reinterpret_cast<void*>(base), dims, strides, box, elemStrides,
+                                                 CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle(d.swizzleBytes),
+                                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (res != CUDA_SUCCESS) {
     const char* s = nullptr;
     driver().cuGetErrorString(res, &s);

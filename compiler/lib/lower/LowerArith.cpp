@@ -306,7 +306,7 @@ LVal* Lowering::roundWideToE8M0(LVal* x, const std::string& mode, LVal* rbits) {
     up = b_.CreateICmpNE(M, b_.getInt64(0));
   else if (mode == "rne")
     up = b_.CreateICmpUGE(M, b_.getInt64(int64_t(1) << 51));  // ties up, as from f32
-  else  // fraction * 2^32 > rbits, with fraction = M / 2^52
+  else                                                        // fraction * 2^32 > rbits, with fraction = M / 2^52
     up = b_.CreateICmpUGT(M, b_.CreateShl(b_.CreateZExt(rbits, i64), b_.getInt64(20)));
   LVal* code = b_.CreateAdd(b_.CreateSub(E, idx(1023 - 127)), b_.CreateZExt(up, b_.getInt32Ty()));
   code = b_.CreateIntrinsic(llvm::Intrinsic::smin, {b_.getInt32Ty()}, {code, idx(254)});

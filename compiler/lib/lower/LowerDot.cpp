@@ -122,18 +122,16 @@ Regs Lowering::dotByMma(const Type& at, const Type& bt, const Type& ct, const Re
   auto* retTy = llvm::StructType::get(ctx_, {cty, cty, cty, cty});
   auto* asmTy = llvm::FunctionType::get(retTy, {i32, i32, i32, i32, i32, i32, cty, cty, cty, cty}, false);
   std::string c = ints ? "r" : "f";
-  auto* mma = llvm::InlineAsm::get(asmTy,
-                                   "mma.sync.aligned.m16n8k" + std::to_string(kStep) + ".row.col." + acct + "." +
-                                       name(at.elem) + "." + name(bt.elem) + "." + acct +
-                                       " {$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};",
-                                   "=" + c + ",=" + c + ",=" + c + ",=" + c + ",r,r,r,r,r,r," + c + "," + c + "," + c +
-                                       "," + c,
-                                   true);
+  auto* mma = llvm::InlineAsm::get(
+      asmTy,
+      "mma.sync.aligned.m16n8k" + std::to_string(kStep) + ".row.col." + acct + "." + name(at.elem) + "." +
+          name(bt.elem) + "." + acct + " {$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};",
+      "=" + c + ",=" + c + ",=" + c + ",=" + c + ",r,r,r,r,r,r," + c + "," + c + "," + c + "," + c, true);
   LVal* lane = b_.CreateAnd(tid_, idx(31));
   LVal* group = b_.CreateLShr(lane, idx(2));  // row of A and C within the 8-row half; column of B
-  LVal* quad = b_.CreateAnd(lane, idx(3));     // which 4 bytes of K
-  LVal* pair = b_.CreateShl(quad, idx(1));     // the first of C's two adjacent columns
-  LVal* kq = b_.CreateMul(quad, idx(per));     // the first K element of the thread's registers
+  LVal* quad = b_.CreateAnd(lane, idx(3));    // which 4 bytes of K
+  LVal* pair = b_.CreateShl(quad, idx(1));    // the first of C's two adjacent columns
+  LVal* kq = b_.CreateMul(quad, idx(per));    // the first K element of the thread's registers
   auto* bitsTy = b_.getIntNTy(static_cast<unsigned>(8 * eb));
   // 4 bytes of A's row r from K element kk (aligned: rows are whole 32-byte steps).
   auto aReg = [&](LVal* r, LVal* kk) {
@@ -160,8 +158,8 @@ Regs Lowering::dotByMma(const Type& at, const Type& bt, const Type& ct, const Re
     for (int64_t kk = 0; kk < k; kk += kStep) {
       LVal* k0 = b_.CreateAdd(kq, idx(kk));
       LVal* k1 = b_.CreateAdd(k0, idx(kStep / 2));
-      std::vector<LVal*> ops = {aReg(r0, k0),   aReg(r1, k0),   aReg(r0, k1), aReg(r1, k1), bReg(k0, bcol),
-                                bReg(k1, bcol), cv[0],          cv[1],        cv[2],        cv[3]};
+      std::vector<LVal*> ops = {aReg(r0, k0),   aReg(r1, k0), aReg(r0, k1), aReg(r1, k1), bReg(k0, bcol),
+                                bReg(k1, bcol), cv[0],        cv[1],        cv[2],        cv[3]};
       LVal* res = b_.CreateCall(mma, ops);
       for (unsigned i = 0; i < 4; ++i) cv[i] = b_.CreateExtractValue(res, i);
     }

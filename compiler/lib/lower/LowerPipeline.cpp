@@ -199,7 +199,8 @@ void Lowering::copyStage(const Pipeline& p, const Block& body, const Env& env, L
     LVal* bar = barrierAddr(b_.CreateAdd(stage, idx(p.barrier)));
     int64_t bytes = 0;
     for (unsigned i = 0; i < 2; ++i)
-      if (p.tma[i] >= 0) bytes += p.loads[i]->result()->type().numel() * wgmmaElemBytes(p.loads[i]->result()->type().elem);
+      if (p.tma[i] >= 0)
+        bytes += p.loads[i]->result()->type().numel() * wgmmaElemBytes(p.loads[i]->result()->type().elem);
     armBarrier(bar, bytes, issue);
     for (unsigned i = 0; i < 2; ++i) {
       if (p.tma[i] < 0) continue;
@@ -207,7 +208,7 @@ void Lowering::copyStage(const Pipeline& p, const Block& body, const Env& env, L
       std::vector<LVal*> coords;
       for (const Value* x : copyInputs(*ld))
         coords.push_back(b_.CreateSExtOrTrunc(evalUnder(x, body, env).e[0], b_.getInt32Ty()));
-      tmaCopyIn(p.tma[i], ld->result()->type(), b_.CreateAdd(ring, idx(i ? p.aBytes : 0)), coords, bar, issue);
+      tmaCopy(p.tma[i], ld->result()->type(), b_.CreateAdd(ring, idx(i ? p.aBytes : 0)), coords, bar, issue);
     }
   }
   if (p.tma[0] >= 0 && p.tma[1] >= 0) return;

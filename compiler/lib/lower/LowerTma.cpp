@@ -127,7 +127,8 @@ void Lowering::initBarriers() {
   if (!barrierSlots_) return;
   if (barrierSlots_ * 8 > kBarrierBytes) throw InternalError("lowering: too many mbarriers");
   std::string text = "{\n.reg .pred p;\nsetp.eq.u32 p, $0, 0;\n";
-  for (int i = 0; i < barrierSlots_; ++i) text += "@p mbarrier.init.shared::cta.b64 [$1+" + std::to_string(8 * i) + "], 1;\n";
+  for (int i = 0; i < barrierSlots_; ++i)
+    text += "@p mbarrier.init.shared::cta.b64 [$1+" + std::to_string(8 * i) + "], 1;\n";
   text += "@p fence.mbarrier_init.release.cluster;\n}";
   auto* ty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt32Ty(), b_.getInt32Ty()}, false);
   b_.CreateCall(llvm::InlineAsm::get(ty, text, "r,r,~{memory}", true), {tid_, barrierAddr(idx(0))});
@@ -151,73 +152,47 @@ void Lowering::waitBarrier(LVal* bar, LVal* parity) {
   b_.CreateCall(llvm::InlineAsm::get(ty, text, "r,r,~{memory}", true), {bar, parity});
 }
 
-// The s32 box coordinates, innermost first, of block `blk` of a tile at `coords`.
-std::string Lowering::tmaCoords(size_t rank, unsigned first) {
-  std::string c = "{";
-  for (size_t a = 0; a < rank; ++a) c += (a ? ", $" : "$") + std::to_string(first + a);
-  return c + "}";
-}
-
-std::vector<LVal*> Lowering::boxCoords(const std::vector<LVal*>& coords, int64_t blk, int64_t innerBox) {
-  std::vector<LVal*> c(coords.rbegin(), coords.rend());
-  c[0] = b_.CreateAdd(c[0], idx(blk * innerBox));
-  return c;
-}
-
-// When `issue`: copies the tile of type t at `coords` (outermost first) of tensor map
-// `map` to shared address `dst` (32-bit), completing on `bar`.
-void Lowering::tmaCopyIn(int map, const Type& t, LVal* dst, const std::vector<LVal*>& coords, LVal* bar, LVal* issue) {
-  const TensorMapSpec& s = tensorMaps_[map];
+// When `issue`: copies tile t between shared address `smemAddr` (32-bit) and `coords`
+// (outermost first) of tensor map `map`, one box per column block: into shared memory
+// completing on `bar`, or (no `bar`) out of it in a bulk group, waited for until the
+// writes are visible to ordinary loads.
+void Lowering::tmaCopy(int map, const Type& t, LVal* smemAddr, const std::vector<LVal*>& coords, LVal* bar,
+                       LVal* issue) {
   size_t rank = t.shape.size();
   TmaView v = tmaView(t);
-  int64_t blocks = t.shape.back() / v.innerBox, blockBytes = v.outer * v.innerBox * s.elemBytes;
-  std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $0, 0;\n@p cp.async.bulk.tensor." + std::to_string(rank) +
-                     "d.shared::cluster.global.mbarrier::complete_tx::bytes [$1], [$2, " + tmaCoords(rank, 4) +
-                     "], [$3];\n}";
-  std::vector<llvm::Type*> tys = {b_.getInt32Ty(), b_.getInt32Ty(), b_.getInt64Ty(), b_.getInt32Ty()};
-  std::string cons = "r,r,l,r";
-  for (size_t a = 0; a < rank; ++a) {
-    tys.push_back(b_.getInt32Ty());
-    cons += ",r";
-  }
-  auto* asmFn = llvm::InlineAsm::get(llvm::FunctionType::get(b_.getVoidTy(), tys, false), text, cons + ",~{memory}", true);
-  LVal* on = b_.CreateZExt(issue, b_.getInt32Ty());
+  int64_t blocks = t.shape.back() / v.innerBox, blockBytes = v.outer * v.innerBox * tensorMaps_[map].elemBytes;
+  // Operands: issue, shared address, tensor map, the barrier of a load, then the s32
+  // coordinates innermost first.
+  unsigned first = bar ? 4 : 3;
+  std::string box = "[$2, {";
+  for (size_t a = 0; a < rank; ++a) box += (a ? ", $" : "$") + std::to_string(first + a);
+  box += "}]";
+  std::string copy = bar ? "d.shared::cluster.global.mbarrier::complete_tx::bytes [$1], " + box + ", [$3]"
+                         : "d.global.shared::cta.bulk_group " + box + ", [$1]";
+  std::string text =
+      "{\n.reg .pred p;\nsetp.ne.b32 p, $0, 0;\n@p cp.async.bulk.tensor." + std::to_string(rank) + copy + ";\n}";
+  auto* i32 = b_.getInt32Ty();
+  std::vector<llvm::Type*> tys = {i32, i32, b_.getInt64Ty()};
+  tys.resize(first + rank, i32);
+  std::string cons = bar ? "r,r,l,r" : "r,r,l";
+  for (size_t a = 0; a < rank; ++a) cons += ",r";
+  auto* asmFn =
+      llvm::InlineAsm::get(llvm::FunctionType::get(b_.getVoidTy(), tys, false), text, cons + ",~{memory}", true);
+  LVal* on = b_.CreateZExt(issue, i32);
   LVal* tmap = tensorMapAddr(map);
   for (int64_t blk = 0; blk < blocks; ++blk) {
-    std::vector<LVal*> args = {on, b_.CreateAdd(dst, idx(blk * blockBytes)), tmap, bar};
-    for (LVal* c : boxCoords(coords, blk, v.innerBox)) args.push_back(c);
+    std::vector<LVal*> args = {on, b_.CreateAdd(smemAddr, idx(blk * blockBytes)), tmap};
+    if (bar) args.push_back(bar);
+    for (size_t a = rank; a-- > 0;)
+      args.push_back(a + 1 == rank ? b_.CreateAdd(coords[a], idx(blk * v.innerBox)) : coords[a]);
     b_.CreateCall(asmFn, args);
   }
-}
-
-// When `issue`: copies the tile at shared address `src` to `coords` of tensor map
-// `map` and waits until the writes are done and visible to ordinary loads.
-void Lowering::tmaCopyOut(int map, const Type& t, LVal* src, const std::vector<LVal*>& coords, LVal* issue) {
-  const TensorMapSpec& s = tensorMaps_[map];
-  size_t rank = t.shape.size();
-  TmaView v = tmaView(t);
-  int64_t blocks = t.shape.back() / v.innerBox, blockBytes = v.outer * v.innerBox * s.elemBytes;
-  std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $0, 0;\n@p cp.async.bulk.tensor." + std::to_string(rank) +
-                     "d.global.shared::cta.bulk_group [$2, " + tmaCoords(rank, 3) + "], [$1];\n}";
-  std::vector<llvm::Type*> tys = {b_.getInt32Ty(), b_.getInt32Ty(), b_.getInt64Ty()};
-  std::string cons = "r,r,l";
-  for (size_t a = 0; a < rank; ++a) {
-    tys.push_back(b_.getInt32Ty());
-    cons += ",r";
-  }
-  auto* asmFn = llvm::InlineAsm::get(llvm::FunctionType::get(b_.getVoidTy(), tys, false), text, cons + ",~{memory}", true);
-  LVal* on = b_.CreateZExt(issue, b_.getInt32Ty());
-  LVal* tmap = tensorMapAddr(map);
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    std::vector<LVal*> args = {on, b_.CreateAdd(src, idx(blk * blockBytes)), tmap};
-    for (LVal* c : boxCoords(coords, blk, v.innerBox)) args.push_back(c);
-    b_.CreateCall(asmFn, args);
-  }
+  if (bar) return;
   std::string done =
       "{\n.reg .pred p;\nsetp.ne.b32 p, $0, 0;\n@p cp.async.bulk.commit_group;\n@p cp.async.bulk.wait_group 0;\n"
       "@p fence.proxy.async.global;\n}";
-  auto* ty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt32Ty()}, false);
-  b_.CreateCall(llvm::InlineAsm::get(ty, done, "r,~{memory}", true), {on});
+  b_.CreateCall(llvm::InlineAsm::get(llvm::FunctionType::get(b_.getVoidTy(), {i32}, false), done, "r,~{memory}", true),
+                {on});
 }
 
 // Byte offset of flat element e of tile t in the box layout above.
@@ -278,7 +253,7 @@ void Lowering::lowerTmaLoad(const Op& op, int map) {
   LVal* bar = barrierAddr(idx(0));
   LVal* issue = b_.CreateICmpEQ(tid_, idx(0));
   armBarrier(bar, bytes, issue);
-  tmaCopyIn(map, t, b_.CreateAdd(b_.CreatePtrToInt(smem(), b_.getInt32Ty()), idx(base)), coords, bar, issue);
+  tmaCopy(map, t, b_.CreateAdd(b_.CreatePtrToInt(smem(), b_.getInt32Ty()), idx(base)), coords, bar, issue);
   LVal* phase = b_.CreateLoad(b_.getInt32Ty(), tmaPhase_);
   waitBarrier(bar, phase);
   b_.CreateStore(b_.CreateXor(phase, idx(1)), tmaPhase_);
@@ -298,7 +273,8 @@ void Lowering::lowerTmaStore(const Op& op, int map) {
   const Regs& desc = get(op.operand(0));  // [base, sizes..., strides...] as i64
   LVal* size = desc.e[t.shape.size()];
   LVal* end = b_.CreateAdd(b_.CreateSExt(coords.back(), b_.getInt64Ty()), b_.getInt64(t.shape.back()));
-  LVal* wholeChunks = b_.CreateICmpEQ(b_.CreateAnd(b_.CreateMul(size, b_.getInt64(eb)), b_.getInt64(15)), b_.getInt64(0));
+  LVal* wholeChunks =
+      b_.CreateICmpEQ(b_.CreateAnd(b_.CreateMul(size, b_.getInt64(eb)), b_.getInt64(15)), b_.getInt64(0));
   inside = b_.CreateAnd(inside, b_.CreateOr(b_.CreateICmpSLE(end, size), wholeChunks));
   auto* tma = llvm::BasicBlock::Create(ctx_, "tma.store", fn_);
   auto* checked = llvm::BasicBlock::Create(ctx_, "checked.store", fn_);
@@ -309,8 +285,8 @@ void Lowering::lowerTmaStore(const Op& op, int map) {
   writeTile(base, t, get(op.operand(1)));
   ptx("fence.proxy.async.shared::cta;");
   barrier();
-  tmaCopyOut(map, t, b_.CreateAdd(b_.CreatePtrToInt(smem(), b_.getInt32Ty()), idx(base)), coords,
-             b_.CreateICmpEQ(tid_, idx(0)));
+  tmaCopy(map, t, b_.CreateAdd(b_.CreatePtrToInt(smem(), b_.getInt32Ty()), idx(base)), coords, nullptr,
+          b_.CreateICmpEQ(tid_, idx(0)));
   barrier();  // the scratch space is free again
   b_.CreateBr(done);
   b_.SetInsertPoint(checked);

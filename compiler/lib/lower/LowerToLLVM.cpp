@@ -38,9 +38,10 @@ void Lowering::lowerKernel(const Op& f) {
   auto* md = mod_.getOrInsertNamedMetadata("nvvm.annotations");
   auto* i32 = b_.getInt32Ty();
   auto constant = [&](int v) { return llvm::ValueAsMetadata::get(llvm::ConstantInt::get(i32, v)); };
-  md->addOperand(llvm::MDNode::get(ctx_, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, "kernel"), constant(1)}));
   md->addOperand(
-      llvm::MDNode::get(ctx_, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, "maxntidx"), constant(threads_)}));
+      llvm::MDNode::get(ctx_, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, "kernel"), constant(1)}));
+  md->addOperand(llvm::MDNode::get(
+      ctx_, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, "maxntidx"), constant(threads_)}));
   if (!tensorMaps_.empty()) {
     std::vector<llvm::Metadata*> gridConstant;
     for (size_t i = 0; i < tensorMaps_.size(); ++i) {

@@ -295,10 +295,7 @@ class Lowering {
   void initBarriers();
   void armBarrier(LVal* bar, int64_t bytes, LVal* issue);
   void waitBarrier(LVal* bar, LVal* parity);
-  static std::string tmaCoords(size_t rank, unsigned first);
-  std::vector<LVal*> boxCoords(const std::vector<LVal*>& coords, int64_t blk, int64_t innerBox);
-  void tmaCopyIn(int map, const Type& t, LVal* dst, const std::vector<LVal*>& coords, LVal* bar, LVal* issue);
-  void tmaCopyOut(int map, const Type& t, LVal* src, const std::vector<LVal*>& coords, LVal* issue);
+  void tmaCopy(int map, const Type& t, LVal* smemAddr, const std::vector<LVal*>& coords, LVal* bar, LVal* issue);
   LVal* tileOffset(LVal* e, const Type& t);
   Regs readTile(int64_t base, const Type& t, const Layout& L);
   void writeTile(int64_t base, const Type& t, const Regs& r);
