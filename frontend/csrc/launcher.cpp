@@ -359,7 +359,8 @@ class FastPath {
 // directly (vectorcall, no argument tuple or dict). It launches through its FastPath,
 // or calls fallback(grid, *args, **kwargs) (the full path) for a call it does not know.
 struct BoundLaunch {
-  PyObject_HEAD vectorcallfunc vectorcall;
+  PyObject ob_base;  // PyObject_HEAD
+  vectorcallfunc vectorcall;
   FastPath* fast;
   PyObject* owner;  // the FastPath's Python object, which keeps `fast` alive
   PyObject* grid;   // as given, for the fallback
