@@ -262,37 +262,60 @@ void Lowering::lowerTmaLoad(const Op& op, int map) {
 
 // desc_store: write the tile to scratch, copy it out. The copy engine faults on
 // stores at negative coordinates, and clips the last dim only to 16-byte chunks (it
-// would write past a row that does not end on one): such stores take the checked path.
+// would write past a row that does not end on one): such stores copy the tile out of
+// scratch element by element, checked against the sizes, in a loop (small code for
+// what only edge tiles take).
 void Lowering::lowerTmaStore(const Op& op, int map) {
   const Type& t = op.operand(1)->type();
+  size_t rank = t.shape.size();
   int64_t eb = elemBytesOf(t.elem), base = scratchBase();
   smemBytes_ = std::max<uint64_t>(smemBytes_, base + t.numel() * eb);
   std::vector<LVal*> coords = descCoords(op, 2);
+  const Regs& desc = get(op.operand(0));  // [base, sizes..., strides...] as i64
   LVal* inside = b_.getTrue();
   for (LVal* c : coords) inside = b_.CreateAnd(inside, b_.CreateICmpSGE(c, idx(0)));
-  const Regs& desc = get(op.operand(0));  // [base, sizes..., strides...] as i64
-  LVal* size = desc.e[t.shape.size()];
+  LVal* size = desc.e[rank];
   LVal* end = b_.CreateAdd(b_.CreateSExt(coords.back(), b_.getInt64Ty()), b_.getInt64(t.shape.back()));
   LVal* wholeChunks =
       b_.CreateICmpEQ(b_.CreateAnd(b_.CreateMul(size, b_.getInt64(eb)), b_.getInt64(15)), b_.getInt64(0));
   inside = b_.CreateAnd(inside, b_.CreateOr(b_.CreateICmpSLE(end, size), wholeChunks));
+  barrier();
+  writeTile(base, t, get(op.operand(1)));
+  ptx("fence.proxy.async.shared::cta;");
+  barrier();
   auto* tma = llvm::BasicBlock::Create(ctx_, "tma.store", fn_);
   auto* checked = llvm::BasicBlock::Create(ctx_, "checked.store", fn_);
   auto* done = llvm::BasicBlock::Create(ctx_, "store.done", fn_);
   b_.CreateCondBr(inside, tma, checked);
   b_.SetInsertPoint(tma);
-  barrier();
-  writeTile(base, t, get(op.operand(1)));
-  ptx("fence.proxy.async.shared::cta;");
-  barrier();
   tmaCopy(map, t, b_.CreateAdd(b_.CreatePtrToInt(smem(), b_.getInt32Ty()), idx(base)), coords, nullptr,
           b_.CreateICmpEQ(tid_, idx(0)));
-  barrier();  // the scratch space is free again
   b_.CreateBr(done);
   b_.SetInsertPoint(checked);
-  lowerCheckedDesc(op);
+  llvm::Type* et = elemType(t.elem);
+  int64_t n = t.numel(), rounds = (n + threads_ - 1) / threads_;
+  countedLoop(0, rounds, {}, [&](LVal* r, const std::vector<LVal*>&) -> std::vector<LVal*> {
+    LVal* e = b_.CreateAdd(b_.CreateMul(r, idx(threads_)), tid_);
+    LVal* ok = b_.CreateICmpSLT(e, idx(n));
+    LVal* elem = b_.getInt64(0);
+    for (size_t a = 0; a < rank; ++a) {
+      LVal* c = b_.CreateSExt(b_.CreateAdd(coords[a], coord(e, t.shape, a)), b_.getInt64Ty());
+      ok = b_.CreateAnd(ok, b_.CreateAnd(b_.CreateICmpSGE(c, b_.getInt64(0)), b_.CreateICmpSLT(c, desc.e[1 + a])));
+      elem = b_.CreateAdd(elem, b_.CreateMul(c, desc.e[1 + rank + a]));
+    }
+    guarded(
+        ok,
+        [&]() -> LVal* {
+          LVal* from = b_.CreateGEP(b_.getInt8Ty(), smem(), b_.CreateAdd(idx(base), tileOffset(e, t)));
+          b_.CreateStore(b_.CreateLoad(et, from), b_.CreateGEP(et, desc.e[0], elem));
+          return nullptr;
+        },
+        nullptr);
+    return {};
+  });
   b_.CreateBr(done);
   b_.SetInsertPoint(done);
+  barrier();  // the scratch space is free again
 }
 
 }  // namespace tilefuse::lower::detail
