@@ -64,27 +64,6 @@ void init_runtime(py::module_& m) {
             k.launch(grid, stream, args, m);
           },
           py::arg("grid"), py::arg("stream"), py::arg("args"), py::arg("maps") = std::vector<py::bytes>{})
-      .def(
-          "launch_packed",
-          [](const LoadedKernel& k, std::array<uint32_t, 3> grid, uint64_t stream, py::bytes params) {
-            char* data = nullptr;
-            Py_ssize_t size = 0;
-            PyBytes_AsStringAndSize(params.ptr(), &data, &size);
-            k.launchPacked(grid, stream, std::string_view(data, static_cast<size_t>(size)));
-          },
-          py::arg("grid"), py::arg("stream"), py::arg("params"))
-      .def(
-          "bind_grid",
-          [](std::shared_ptr<LoadedKernel> k, std::array<uint32_t, 3> grid) {
-            // launch(stream, params) for one grid: the launch fast path converts no grid.
-            return py::cpp_function([k, grid](uint64_t stream, py::bytes params) {
-              char* data = nullptr;
-              Py_ssize_t size = 0;
-              PyBytes_AsStringAndSize(params.ptr(), &data, &size);
-              k->launchPacked(grid, stream, std::string_view(data, static_cast<size_t>(size)));
-            });
-          },
-          py::arg("grid"))
       .def_property_readonly("device", &LoadedKernel::device)
       .def_property_readonly("num_threads", &LoadedKernel::numThreads)
       .def_property_readonly("shared_bytes", &LoadedKernel::sharedBytes);

@@ -54,7 +54,6 @@ LoadedKernel::~LoadedKernel() {
 
 void LoadedKernel::launch(std::array<uint32_t, 3> grid, uint64_t stream, const std::vector<KernelArg>& args,
                           const std::vector<CUtensorMap>& maps) const {
-  if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return;  // an empty grid launches nothing
   // Parameter storage: each argument in its declared width.
   std::vector<uint64_t> storage(args.size());
   std::vector<void*> params(args.size());
@@ -63,33 +62,28 @@ void LoadedKernel::launch(std::array<uint32_t, 3> grid, uint64_t stream, const s
     params[i] = &storage[i];  // little endian: the low bytes hold narrower values
   }
   for (const CUtensorMap& m : maps) params.push_back(const_cast<CUtensorMap*>(&m));
-  TF_CU_CHECK(driver().cuLaunchKernel(fn_, grid[0], grid[1], grid[2], static_cast<unsigned>(threads_), 1, 1,
-                                      static_cast<unsigned>(shared_), reinterpret_cast<CUstream>(stream), params.data(),
-                                      nullptr));
+  launchWith(grid, stream, params.data(), nullptr);
 }
 
 void LoadedKernel::launchPacked(std::array<uint32_t, 3> grid, uint64_t stream, std::string_view params) const {
-  if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return;
-  const DriverApi& d = driver();
-  CUcontext cur = nullptr;
-  TF_CU_CHECK(d.cuCtxGetCurrent(&cur));
-  if (cur != ctx_) TF_CU_CHECK(d.cuCtxSetCurrent(ctx_));
   size_t size = params.size();
   void* config[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<char*>(params.data()), CU_LAUNCH_PARAM_BUFFER_SIZE,
                     &size, CU_LAUNCH_PARAM_END};
-  TF_CU_CHECK(driver().cuLaunchKernel(fn_, grid[0], grid[1], grid[2], static_cast<unsigned>(threads_), 1, 1,
-                                      static_cast<unsigned>(shared_), reinterpret_cast<CUstream>(stream), nullptr,
-                                      config));
+  launchWith(grid, stream, nullptr, config);
 }
 
 void LoadedKernel::launchParams(std::array<uint32_t, 3> grid, uint64_t stream, void** params) const {
-  if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return;
+  launchWith(grid, stream, params, nullptr);
+}
+
+void LoadedKernel::launchWith(std::array<uint32_t, 3> grid, uint64_t stream, void** params, void** extra) const {
+  if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return;  // an empty grid launches nothing
   const DriverApi& d = driver();
   CUcontext cur = nullptr;
   TF_CU_CHECK(d.cuCtxGetCurrent(&cur));
   if (cur != ctx_) TF_CU_CHECK(d.cuCtxSetCurrent(ctx_));
   TF_CU_CHECK(d.cuLaunchKernel(fn_, grid[0], grid[1], grid[2], static_cast<unsigned>(threads_), 1, 1,
-                               static_cast<unsigned>(shared_), reinterpret_cast<CUstream>(stream), params, nullptr));
+                               static_cast<unsigned>(shared_), reinterpret_cast<CUstream>(stream), params, extra));
 }
 
 }  // namespace tilefuse::runtime

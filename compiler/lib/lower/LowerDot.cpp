@@ -102,20 +102,6 @@ Regs Lowering::dotByMma(const Type& at, const Type& bt, const Type& ct, const Re
   const Layout& M = acc.L;
   int64_t eb = storeBytes(at), per = 4 / eb, kStep = 32 / eb;
   bool ints = at.elem == DType::I8;
-  auto name = [](DType d) -> std::string {
-    switch (d) {
-      case DType::BF16:
-        return "bf16";
-      case DType::F16:
-        return "f16";
-      case DType::F8E4M3:
-        return "e4m3";
-      case DType::F8E5M2:
-        return "e5m2";
-      default:
-        return "s8";
-    }
-  };
   std::string acct = ints ? "s32" : "f32";
   auto* i32 = b_.getInt32Ty();
   llvm::Type* cty = ints ? i32 : static_cast<llvm::Type*>(b_.getFloatTy());
@@ -124,8 +110,8 @@ Regs Lowering::dotByMma(const Type& at, const Type& bt, const Type& ct, const Re
   std::string c = ints ? "r" : "f";
   auto* mma = llvm::InlineAsm::get(
       asmTy,
-      "mma.sync.aligned.m16n8k" + std::to_string(kStep) + ".row.col." + acct + "." + name(at.elem) + "." +
-          name(bt.elem) + "." + acct + " {$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};",
+      "mma.sync.aligned.m16n8k" + std::to_string(kStep) + ".row.col." + acct + "." + mmaTypeName(at.elem) + "." +
+          mmaTypeName(bt.elem) + "." + acct + " {$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};",
       "=" + c + ",=" + c + ",=" + c + ",=" + c + ",r,r,r,r,r,r," + c + "," + c + "," + c + "," + c, true);
   LVal* lane = b_.CreateAnd(tid_, idx(31));
   LVal* group = b_.CreateLShr(lane, idx(2));  // row of A and C within the 8-row half; column of B

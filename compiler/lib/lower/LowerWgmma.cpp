@@ -242,26 +242,13 @@ Regs Lowering::issueWgmma(const Op& op, const WgmmaShape& w, Regs acc, LVal* aBa
     uint64_t fixed = (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32) | (uint64_t(swizzleMode(r)) << 62);
     return b_.CreateOr(d, b_.getInt64(fixed));
   };
-  auto name = [](DType d) -> std::string {
-    switch (d) {
-      case DType::BF16:
-        return "bf16";
-      case DType::F16:
-        return "f16";
-      case DType::F8E4M3:
-        return "e4m3";
-      case DType::F8E5M2:
-        return "e5m2";
-      default:
-        return "s8";
-    }
-  };
   int64_t nregs = w.instrN / 2;
   // `accumulate` false: D = A B (scale-d off), for a fresh partial sum.
   auto instr = [&](bool accumulate) {
     std::string text = std::string("{\n.reg .pred p;\nsetp.ne.b32 p, ") + (accumulate ? "1" : "0") +
                        ", 0;\nwgmma.mma_async.sync.aligned.m64n" + std::to_string(w.instrN) + "k" +
-                       std::to_string(kStep) + (ints ? ".s32." : ".f32.") + name(at.elem) + "." + name(bt.elem) + " {";
+                       std::to_string(kStep) + (ints ? ".s32." : ".f32.") + mmaTypeName(at.elem) + "." +
+                       mmaTypeName(bt.elem) + " {";
     std::string cons;
     for (int64_t i = 0; i < nregs; ++i) {
       text += (i ? ",$" : "$") + std::to_string(i);

@@ -46,6 +46,21 @@ struct WgmmaB {
   int64_t elemBytes;
 };
 inline int64_t wgmmaElemBytes(DType d) { return d == DType::BF16 || d == DType::F16 ? 2 : 1; }
+// The PTX name of a tensor-core operand type (bf16, f16, e4m3, e5m2 or s8).
+inline std::string mmaTypeName(DType d) {
+  switch (d) {
+    case DType::BF16:
+      return "bf16";
+    case DType::F16:
+      return "f16";
+    case DType::F8E4M3:
+      return "e4m3";
+    case DType::F8E5M2:
+      return "e5m2";
+    default:
+      return "s8";
+  }
+}
 WgmmaB wgmmaB(const Op& dot);
 // Shared-memory bytes of a wgmma dot's staged A and B.
 struct WgmmaOperandBytes {

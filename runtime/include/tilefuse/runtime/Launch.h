@@ -41,6 +41,9 @@ class LoadedKernel {
   int sharedBytes() const { return shared_; }
 
  private:
+  // Makes the kernel's context current when another one is, then launches with
+  // cuLaunchKernel's `kernelParams` or `extra`.
+  void launchWith(std::array<uint32_t, 3> grid, uint64_t stream, void** params, void** extra) const;
   int device_;
   CUcontext ctx_ = nullptr;  // the device's primary context
   CUmodule module_ = nullptr;
