@@ -10,6 +10,7 @@ import tilefuse as tf
 import tilefuse.language as tl
 
 from kernels_dsl.tutorials import layernorm, matmul, softmax, vector_add
+from tests.gpu.dot8_case import run_dot8
 from tests.shared_kernels import dot8, noinline_calls, wrapped_copy
 
 torch = pytest.importorskip("torch")
@@ -191,35 +192,13 @@ def test_noinline_calls():
 )
 def test_dot_on_8bit_tensor_cores(dtype, bt, shape):
     # wgmma k32 with K-major operands: B staged transposed from registers (bt False) or
-    # copied K-major by the pipeline (bt True); below 64 rows, mma.sync m16n8k32. int8 is
-    # exact. fp8 products are exact, but the tensor cores add them with fewer bits than
-    # fp32 (the wgmma lowering moves each 128 of K into fp32): bench/fp8_error.py measured
-    # at most 2.6e-4 of the sum of |products| over 80 random dots on the H200; the bound is
-    # 2^-10 (9.8e-4), far below one fp8 ulp (2^-3).
+    # copied K-major by the pipeline (bt True); below 64 rows, mma.sync m16n8k32.
     m, n, k, bk, warps = shape
-    if dtype == torch.int8:
-        a = torch.randint(-128, 128, (m, k), device="cuda", dtype=torch.int8)
-        b = torch.randint(-128, 128, (k, n), device="cuda", dtype=torch.int8)
-        c = torch.zeros(m, n, device="cuda", dtype=torch.int32)
-    else:
-        a = torch.randn(m, k, device="cuda").to(dtype)
-        b = torch.randn(k, n, device="cuda").to(dtype)
-        c = torch.full((m, n), float("nan"), device="cuda")
-    bin_ = b.t().contiguous() if bt else b
-    kw = dict(M=m, N=n, K=k, BK=bk, BT=bt)
-    ptx = dot8.warmup(a, bin_, c, grid=(1,), num_warps=warps, **kw).asm["ptx"]
+    ptx = run_dot8(dtype, m, n, k, bk, bt, warps)
     if m >= 64:
         assert "wgmma.mma_async" in ptx and (("cp.async" in ptx) == bt)
     else:
         assert "mma.sync.aligned.m16n8k32" in ptx
-    dot8[(1,)](a, bin_, c, num_warps=warps, **kw)
-    if dtype == torch.int8:  # torch has no int64 matmul on the GPU
-        assert torch.equal(c.cpu().long(), a.cpu().long() @ b.cpu().long())
-        return
-    ref = a.double() @ b.double()
-    scale = a.double().abs() @ b.double().abs()
-    ratio = ((c.double() - ref).abs() / scale).max().item()
-    assert ratio <= 2**-10, f"max error {ratio:.3g} of the sum of |products|"
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

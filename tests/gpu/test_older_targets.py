@@ -19,7 +19,7 @@ import torch
 import tilefuse as tf
 
 from kernels_dsl.tutorials import matmul, softmax
-from tests.shared_kernels import dot8
+from tests.gpu.dot8_case import run_dot8
 
 target = sys.argv[1]
 checked = 0
@@ -49,25 +49,8 @@ dtypes = [torch.int8] + ([torch.float8_e4m3fn, torch.float8_e5m2] if target >= "
 for dtype in dtypes:
     for m, n, k, bk, warps in ((64, 64, 128, 64, 4), (128, 64, 64, 32, 8)):
         for bt in (False, True):
-            if dtype == torch.int8:
-                a = torch.randint(-128, 128, (m, k), device="cuda", dtype=torch.int8)
-                b = torch.randint(-128, 128, (k, n), device="cuda", dtype=torch.int8)
-                c = torch.zeros(m, n, device="cuda", dtype=torch.int32)
-            else:
-                a = torch.randn(m, k, device="cuda").to(dtype)
-                b = torch.randn(k, n, device="cuda").to(dtype)
-                c = torch.full((m, n), float("nan"), device="cuda")
-            bin_ = b.t().contiguous() if bt else b
-            kw = dict(M=m, N=n, K=k, BK=bk, BT=bt)
-            ptx = dot8.warmup(a, bin_, c, grid=(1,), num_warps=warps, **kw).asm["ptx"]
+            ptx = run_dot8(dtype, m, n, k, bk, bt, warps)
             assert "mma.sync.aligned.m16n8k32" in ptx and "wgmma" not in ptx
-            dot8[(1,)](a, bin_, c, num_warps=warps, **kw)
-            if dtype == torch.int8:
-                assert torch.equal(c.cpu().long(), a.cpu().long() @ b.cpu().long())
-            else:
-                ref = a.double() @ b.double()
-                scale = a.double().abs() @ b.double().abs()
-                assert ((c.double() - ref).abs() / scale).max().item() <= 2**-10
             checked += 1
 
 x = torch.randn(37, 100, device="cuda")

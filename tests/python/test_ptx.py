@@ -15,20 +15,8 @@ import tilefuse.language as tl
 from kernels_dsl import convert
 from kernels_dsl.tutorials import layernorm, matmul, softmax, vector_add
 from kernels_dsl.tutorials.matmul_desc import matmul_desc_kernel
+from tests.ptxas import PTXAS, assert_assembles
 from tests.shared_kernels import dot8, noinline_calls
-
-PTXAS = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
-
-
-def assert_assembles(ptx, arch, tmp_path):
-    """ptxas accepts `ptx` for `arch`."""
-    src = tmp_path / "k.ptx"
-    src.write_text(ptx)
-    r = subprocess.run(
-        [PTXAS, f"-arch={arch}", str(src), "-o", str(tmp_path / "k.cubin")], capture_output=True, text=True
-    )
-    assert r.returncode == 0, r.stderr
-
 
 f32 = np.zeros(64, np.float32)
 m32 = np.zeros((64, 64), np.float32)
@@ -185,13 +173,8 @@ def test_wgmma_groups_stay_asynchronous(bm, bn, bk, warps, tmp_path):
     k = matmul.matmul_kernel.warmup(
         mbf, mbf, mbf, 4096, 4096, 4096, 4096, 1, 4096, 1, 4096, 1, grid=(1,), target="sm_90a", num_warps=warps, **kw
     )
-    src = tmp_path / "k.ptx"
-    src.write_text(k.asm["ptx"])
-    r = subprocess.run(
-        [PTXAS, "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / "k.cubin")], capture_output=True, text=True
-    )
-    assert r.returncode == 0, r.stderr
-    assert "C7514" not in r.stderr and "serialized" not in r.stderr, r.stderr
+    report = assert_assembles(k.asm["ptx"], "sm_90a", tmp_path, verbose=True)
+    assert "C7514" not in report and "serialized" not in report, report
 
 
 @pytest.mark.parametrize("stages", [2, 3, 4])
@@ -203,13 +186,8 @@ def test_descriptor_pipelines_keep_wgmma_groups_asynchronous(stages, tmp_path):
     )
     ptx = k.asm["ptx"]
     assert "mbarrier.try_wait.parity" in ptx
-    src = tmp_path / "k.ptx"
-    src.write_text(ptx)
-    r = subprocess.run(
-        [PTXAS, "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / "k.cubin")], capture_output=True, text=True
-    )
-    assert r.returncode == 0, r.stderr
-    assert "C7514" not in r.stderr, r.stderr
+    report = assert_assembles(ptx, "sm_90a", tmp_path, verbose=True)
+    assert "C7514" not in report, report
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_89", "sm_90a"])

@@ -2,18 +2,15 @@
 hold, that the PTX takes the copy engine and assembles, and the launch-time checks
 of a tensor map's arguments."""
 
-import shutil
-import subprocess
-
 import ml_dtypes
 import numpy as np
 import pytest
 from tilefuse import _C, gpu
 
 from kernels_dsl.tutorials.matmul_desc import matmul_desc_kernel
+from tests.ptxas import assert_assembles
 from tests.shared_kernels import desc_copy1, desc_copy2, desc_copy3, matmul_desc_a
 
-PTXAS = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
 bf = np.zeros((64, 64), ml_dtypes.bfloat16)
 f32 = np.zeros((64, 64), np.float32)
 MM = dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64, GROUP_SIZE_M=8)
@@ -22,15 +19,6 @@ MM = dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64, GROUP_SIZE_M=8)
 def lowered(kernel, args, kwargs, target="sm_90a", warps=4, stages=3):
     k = kernel.compile(*args, **kwargs)
     return gpu.lower(k, target, warps, stages)
-
-
-def assemble(ptx, arch, tmp_path):
-    src = tmp_path / "k.ptx"
-    src.write_text(ptx)
-    r = subprocess.run(
-        [PTXAS, f"-arch={arch}", str(src), "-o", str(tmp_path / "k.cubin")], capture_output=True, text=True
-    )
-    assert r.returncode == 0, r.stderr
 
 
 def test_matmul_descriptors_become_tensor_maps(tmp_path):
@@ -52,17 +40,17 @@ def test_matmul_descriptors_become_tensor_maps(tmp_path):
     assert "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group" in ptx
     assert "wgmma.mma_async" in ptx and "mbarrier.try_wait.parity" in ptx
     assert "cp.async.cg" not in ptx and "cp.async.ca" not in ptx  # no per-thread copies left
-    assemble(ptx, "sm_90a", tmp_path)
+    assert_assembles(ptx, "sm_90a", tmp_path)
 
 
 def test_unaligned_strides_and_older_gpus_keep_bounds_checked_accesses(tmp_path):
     # 100 is not a multiple of 16: the copy engine cannot take the row stride.
     low = lowered(matmul_desc_kernel, (bf, bf, bf, 100, 100, 100, 100, 100, 100), MM, warps=8)
     assert low["tensor_maps"] == [] and "cp.async.bulk" not in low["ptx"]
-    assemble(low["ptx"], "sm_90a", tmp_path)
+    assert_assembles(low["ptx"], "sm_90a", tmp_path)
     low = lowered(matmul_desc_kernel, (bf, bf, bf, 4096, 4096, 4096, 4096, 4096, 4096), MM, target="sm_80")
     assert low["tensor_maps"] == [] and "cp.async.bulk" not in low["ptx"]
-    assemble(low["ptx"], "sm_80", tmp_path)
+    assert_assembles(low["ptx"], "sm_80", tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -83,7 +71,7 @@ def test_descriptor_copies_take_the_copy_engine(kernel, args, kwargs, box, swizz
     rank = len(box)
     assert f"cp.async.bulk.tensor.{rank}d.shared::cluster.global" in low["ptx"]
     assert f"cp.async.bulk.tensor.{rank}d.global.shared::cta" in low["ptx"]
-    assemble(low["ptx"], "sm_90a", tmp_path)
+    assert_assembles(low["ptx"], "sm_90a", tmp_path)
 
 
 def test_blocks_the_copy_engine_cannot_move_stay_bounds_checked(tmp_path):
@@ -92,7 +80,7 @@ def test_blocks_the_copy_engine_cannot_move_stay_bounds_checked(tmp_path):
     for bm, bn in [(4, 64), (16, 8)]:
         low = lowered(desc_copy2, (bf, bf, 100, 70, 80), dict(BM=bm, BN=bn))
         assert low["tensor_maps"] == [] and "cp.async.bulk" not in low["ptx"]
-        assemble(low["ptx"], "sm_90a", tmp_path)
+        assert_assembles(low["ptx"], "sm_90a", tmp_path)
 
 
 def test_mixed_pipeline_copies_a_with_tma_and_b_with_cp_async(tmp_path):
@@ -100,7 +88,7 @@ def test_mixed_pipeline_copies_a_with_tma_and_b_with_cp_async(tmp_path):
     ptx = low["ptx"]
     assert len(low["tensor_maps"]) == 1
     assert "cp.async.bulk.tensor.2d.shared::cluster" in ptx and "cp.async.cg.shared.global" in ptx
-    assemble(ptx, "sm_90a", tmp_path)
+    assert_assembles(ptx, "sm_90a", tmp_path)
 
 
 def check(elem=2, base=1024, sizes=(64, 64), strides=(64, 1), box=(64, 64), swizzle=128):
