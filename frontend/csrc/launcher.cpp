@@ -282,7 +282,8 @@ class FastPath {
     // Arguments to parameters.
     size_t n = names_.size();
     if (static_cast<size_t>(nargs) > n || n > kMaxArgs) return false;
-    PyObject* vals[kMaxArgs] = {};
+    PyObject* vals[kMaxArgs];
+    std::fill_n(vals, n, nullptr);
     for (Py_ssize_t i = 0; i < nargs; ++i) vals[i] = args[i];
     for (int j = 0; j < kw.n; ++j) {
       size_t i = 0;

@@ -265,12 +265,12 @@ def stream_function():
 
 def _encode_maps(maps, raw, name):
     """The tensor maps of one launch from the raw argument values."""
+
+    def value(d):  # (parameter or -1, constant)
+        return d[1] if d[0] < 0 else int(raw[d[0]])
+
     out = []
     for m in maps:
-
-        def value(d):
-            return d[1] if d[0] < 0 else int(raw[d[0]])
-
         try:
             out.append(
                 _R.encode_tensor_map(
