@@ -9,7 +9,7 @@ BUILD := build
 APT_PKGS := llvm-19-dev llvm-19-tools libeigen3-dev libzstd-dev libgtest-dev cmake ninja-build g++
 NPROC := $(shell nproc)
 
-.PHONY: all setup deps venv build run test test-cpp test-lit test-python lint format clean
+.PHONY: all setup deps venv build run test test-cpp test-lit test-python lint format clean golden-ptx
 
 all: build
 
@@ -55,6 +55,10 @@ lint: venv
 
 test: build
 	$(MAKE) --no-print-directory test-cpp test-lit test-python lint
+
+# Rewrites tests/python/golden/ptx/ after an intended change of code generation.
+golden-ptx: build
+	PYTHONPATH=frontend:. $(PY) -m tests.python.golden.ptx_cases --update
 
 format: venv
 	$(VENV)/bin/ruff format frontend kernels_dsl tests bench

@@ -107,3 +107,17 @@ def test_tensor_map_checks_name_what_is_wrong():
         check(strides=(64, 2))
     with pytest.raises(_C.runtime.TensorMapError, match=r"size 4294967297 of dim 1"):
         check(sizes=(64, 2**32 + 1))
+
+
+def test_split_n_tilings_box_b_in_the_wgmma_swizzle(tmp_path):
+    # 64x64 tiles on 8 warps: two warpgroups split N, 32 columns (64 bytes) each. B's
+    # boxes take that 64-byte swizzle, the one its wgmma descriptors read, so the
+    # pipeline still copies B with TMA straight into the ring.
+    mm = dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, BLOCK_SIZE_K=64, GROUP_SIZE_M=8)
+    low = lowered(matmul_desc_kernel, (bf, bf, bf, 4096, 4096, 4096, 4096, 4096, 4096), mm, warps=8, stages=3)
+    a, b, c = low["tensor_maps"]
+    assert (a["box"], a["swizzle"]) == ([64, 64], 128)
+    assert (b["box"], b["swizzle"]) == ([64, 32], 64)
+    assert (c["box"], c["swizzle"]) == ([64, 64], 128)
+    assert "cp.async.cg" not in low["ptx"] and "cp.async.ca" not in low["ptx"]
+    assert_assembles(low["ptx"], "sm_90a", tmp_path)

@@ -17,7 +17,8 @@
 // producing ops again with the loop-carried values advanced (advance()): a pointer
 // tile that the loop bumps by ptr_add each iteration is bumped S-1 more times. Copies
 // past the last iteration are issued with source size 0 (zero fill, no memory access).
-// Operands land in the swizzled layout of LowerWgmma.cpp; every copy moves a run of
+// Operands land in the SharedTile of wgmmaOperandTile (the layout the wgmma
+// descriptors read; a TMA operand's map must have the same swizzle); every copy moves a run of
 // 4, 8 or 16 contiguous, aligned bytes (AxisAnalysis::vectorWidth).
 #include "Lowering.h"
 
@@ -86,15 +87,19 @@ bool Lowering::planPipeline(const Op& loop, Pipeline* p) {
     dot = o.get();
   }
   if (!dot) return false;
+  WgmmaShape w;
+  onWgmma(*dot, &w);
   WgmmaB bs = wgmmaB(*dot);
   if (bs.transposeOnStage) return false;  // cp.async copies bytes as they lie
   for (unsigned i = 0; i < 2; ++i) {
     const Value* v = i ? bs.value : dot->operand(0);
     const Op* ld = v->definingOp();
     if (!ld || v->ownerBlock() != &body || v->uses().size() != 1) return false;
+    p->tiles[i] = wgmmaOperandTile(*dot, i, w);
     if (ld->kind() == OpKind::DescLoad) {
       p->tma[i] = tensorMapOf(ld->operand(0));
-      if (p->tma[i] < 0) return false;
+      // The boxes must land in the layout the wgmma descriptors read.
+      if (p->tma[i] < 0 || tensorMaps_[p->tma[i]].swizzleBytes != p->tiles[i].swizzle) return false;
     } else if (ld->kind() != OpKind::Load || (ld->numOperands() > 2 && !isZeroConstant(ld->operand(2)))) {
       return false;
     }
@@ -223,8 +228,7 @@ void Lowering::copyStage(const Pipeline& p, const Block& body, const Env& env, L
       mask = evalUnder(ld->operand(1), body, env);
       if (!(mask.L == L)) mask = convert(mask, ld->operand(1)->type(), L);
     }
-    int64_t eb = wgmmaElemBytes(t.elem);
-    int64_t bytes = p.width[i] * eb;
+    int64_t bytes = p.width[i] * wgmmaElemBytes(t.elem);
     std::string text = std::string("cp.async.") + (bytes == 16 ? "cg" : "ca") + ".shared.global [$0], [$1], " +
                        std::to_string(bytes) + ", $2;";
     auto* ty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt32Ty(), b_.getInt64Ty(), b_.getInt32Ty()}, false);
@@ -233,8 +237,7 @@ void Lowering::copyStage(const Pipeline& p, const Block& body, const Env& env, L
     for (int s = 0; s < slots(L); s += static_cast<int>(p.width[i])) {
       if (!slotOwned(L, s)) continue;
       LVal* e = flatIndex(L, s);
-      LVal* dst =
-          b_.CreateAdd(base, swizzledOffset(coord(e, t.shape, 0), coord(e, t.shape, 1), t.shape[0], t.shape[1], eb));
+      LVal* dst = b_.CreateAdd(base, swizzledOffset(coord(e, t.shape, 0), coord(e, t.shape, 1), p.tiles[i]));
       LVal* ok = mask.e.empty() ? valid : b_.CreateAnd(valid, mask.e[s]);
       LVal* size = b_.CreateSelect(ok, idx(bytes), idx(0));
       b_.CreateCall(copy, {dst, b_.CreatePtrToInt(ptrs.e[s], b_.getInt64Ty()), size});

@@ -7,11 +7,12 @@
 // group. Other descriptors keep bounds-checked accesses (LowerMemory.cpp), as do the
 // stores the copy engine would get wrong (lowerTmaStore).
 //
-// Tile layout in shared memory (the box layout of the tensor map, equal to
-// LowerWgmma.cpp's operand layout, so a pipelined dot reads what the copies wrote):
-// a tile of rank >= 2 is split along its last dim into column blocks of
-// R = min(128, row bytes) bytes, each block row-major over the flattened outer dims
-// and R-byte swizzled (one box per block); a rank-1 tile is stored plainly.
+// Tile layout in shared memory (the box layout of the tensor map): a tile of rank >= 2
+// is the SharedTile (Lowering.h) of its flattened outer dims, split along its last dim
+// into column blocks of R bytes, R-byte swizzled (one box per block); a rank-1 tile is
+// stored plainly. R = min(128, row bytes), or less when a wgmma dot reads the loaded
+// tiles as an N-major B with a narrower swizzle (split-N tilings), so that a pipelined
+// dot reads what the copies wrote (descSwizzleCap).
 //
 // mbarriers live in shared bytes [0, kBarrierBytes) of kernels with tensor maps:
 // slot 0 serves the loads outside pipelines, each pipeline takes num_stages slots.
@@ -24,8 +25,23 @@ int64_t elemBytesOf(DType d) { return d == DType::I1 || bitWidth(d) % 8 ? 0 : bi
 
 }  // namespace
 
+// The widest swizzle the tiles loaded through descriptor `md` may take: that of the
+// wgmma B operands they become (128 when none).
+int64_t Lowering::descSwizzleCap(const Op& md) {
+  int64_t cap = 128;
+  for (const Use& u : md.result()->uses()) {
+    if (u.user->kind() != OpKind::DescLoad || u.index != 0) continue;
+    for (const Use& d : u.user->result()->uses()) {
+      WgmmaShape w;
+      if (!onWgmma(*d.user, &w) || wgmmaB(*d.user).value != u.user->result()) continue;
+      cap = std::min(cap, wgmmaOperandTile(*d.user, 1, w).swizzle);
+    }
+  }
+  return cap;
+}
+
 // Whether tiles of `t` (a descriptor's block) can move as TMA boxes, and how.
-TmaView tmaView(const Type& t) {
+TmaView tmaView(const Type& t, int64_t maxSwizzle) {
   TmaView v;
   int64_t eb = elemBytesOf(t.elem);
   size_t rank = t.shape.size();
@@ -42,7 +58,7 @@ TmaView tmaView(const Type& t) {
   }
   // Column blocks must start on whole swizzle patterns (8 rows of R bytes).
   v.ok = rowBytes >= 32 && v.outer % 8 == 0;
-  v.swizzle = std::min<int64_t>(128, rowBytes);
+  v.swizzle = std::min<int64_t>(maxSwizzle, rowBytes);
   v.innerBox = v.swizzle / eb;
   return v;
 }
@@ -71,7 +87,7 @@ void Lowering::planTensorMaps(const Op& f) {
       for (unsigned r = 0; r < o->numRegions(); ++r) walk(o->region(r));
       if (o->kind() != OpKind::MakeDesc) continue;
       const Type& dt = o->result()->type();
-      TmaView view = tmaView(dt);
+      TmaView view = tmaView(dt, descSwizzleCap(*o));
       const Value* base = o->operand(0);
       if (!view.ok || base->definingOp() || base->ownerBlock() != &body || !aligned.count(base->index())) continue;
       size_t rank = dt.shape.size();
@@ -159,8 +175,9 @@ void Lowering::waitBarrier(LVal* bar, LVal* parity) {
 void Lowering::tmaCopy(int map, const Type& t, LVal* smemAddr, const std::vector<LVal*>& coords, LVal* bar,
                        LVal* issue) {
   size_t rank = t.shape.size();
-  TmaView v = tmaView(t);
-  int64_t blocks = t.shape.back() / v.innerBox, blockBytes = v.outer * v.innerBox * tensorMaps_[map].elemBytes;
+  const TensorMapSpec& spec = tensorMaps_[map];
+  int64_t innerBox = spec.box.back(), blocks = t.shape.back() / innerBox;
+  int64_t blockBytes = t.numel() / t.shape.back() * innerBox * spec.elemBytes;
   // Operands: issue, shared address, tensor map, the barrier of a load, then the s32
   // coordinates innermost first.
   unsigned first = bar ? 4 : 3;
@@ -184,7 +201,7 @@ void Lowering::tmaCopy(int map, const Type& t, LVal* smemAddr, const std::vector
     std::vector<LVal*> args = {on, b_.CreateAdd(smemAddr, idx(blk * blockBytes)), tmap};
     if (bar) args.push_back(bar);
     for (size_t a = rank; a-- > 0;)
-      args.push_back(a + 1 == rank ? b_.CreateAdd(coords[a], idx(blk * v.innerBox)) : coords[a]);
+      args.push_back(a + 1 == rank ? b_.CreateAdd(coords[a], idx(blk * innerBox)) : coords[a]);
     b_.CreateCall(asmFn, args);
   }
   if (bar) return;
@@ -195,36 +212,36 @@ void Lowering::tmaCopy(int map, const Type& t, LVal* smemAddr, const std::vector
                 {on});
 }
 
-// Byte offset of flat element e of tile t in the box layout above.
-LVal* Lowering::tileOffset(LVal* e, const Type& t) {
+// Byte offset of flat element e of tile t in the box layout of tensor map `map`.
+LVal* Lowering::tileOffset(LVal* e, const Type& t, int map) {
   int64_t eb = elemBytesOf(t.elem);
   if (t.shape.size() == 1) return b_.CreateMul(e, idx(eb));
-  int64_t cols = t.shape.back(), rows = t.numel() / cols;
+  int64_t cols = t.shape.back();
   LVal* row = b_.CreateLShr(e, idx(__builtin_ctzll(cols)));
   LVal* col = b_.CreateAnd(e, idx(cols - 1));
-  return swizzledOffset(row, col, rows, cols, eb);
+  return swizzledOffset(row, col, descTile(t, eb, tensorMaps_[map].swizzleBytes));
 }
 
-// Registers in layout L of the tile t at shared byte `base` (box layout).
-Regs Lowering::readTile(int64_t base, const Type& t, const Layout& L) {
+// Registers in layout L of the tile t at shared byte `base` (box layout of `map`).
+Regs Lowering::readTile(int64_t base, const Type& t, const Layout& L, int map) {
   int64_t eb = elemBytesOf(t.elem);
   llvm::Type* et = elemType(t.elem);
   int run = static_cast<int>(std::min<int64_t>(16 / eb, vectorRun(L)));
   Regs out{{}, L};
   for (int s = 0; s < slots(L); s += run) {
-    LVal* addr = b_.CreateGEP(b_.getInt8Ty(), smem(), b_.CreateAdd(idx(base), tileOffset(flatIndex(L, s), t)));
+    LVal* addr = b_.CreateGEP(b_.getInt8Ty(), smem(), b_.CreateAdd(idx(base), tileOffset(flatIndex(L, s), t, map)));
     LVal* v = b_.CreateAlignedLoad(llvm::FixedVectorType::get(et, run), addr, llvm::Align(eb * run));
     for (int i = 0; i < run; ++i) out.e.push_back(b_.CreateExtractElement(v, b_.getInt32(i)));
   }
   return out;
 }
 
-void Lowering::writeTile(int64_t base, const Type& t, const Regs& r) {
+void Lowering::writeTile(int64_t base, const Type& t, const Regs& r, int map) {
   int64_t eb = elemBytesOf(t.elem);
   int run = static_cast<int>(std::min<int64_t>(16 / eb, vectorRun(r.L)));
   for (int s = 0; s < slots(r.L); s += run) {
     if (!slotOwned(r.L, s)) continue;
-    LVal* addr = b_.CreateGEP(b_.getInt8Ty(), smem(), b_.CreateAdd(idx(base), tileOffset(flatIndex(r.L, s), t)));
+    LVal* addr = b_.CreateGEP(b_.getInt8Ty(), smem(), b_.CreateAdd(idx(base), tileOffset(flatIndex(r.L, s), t, map)));
     b_.CreateAlignedStore(packSlots(r, s, run), addr, llvm::Align(eb * run));
   }
 }
@@ -257,7 +274,7 @@ void Lowering::lowerTmaLoad(const Op& op, int map) {
   LVal* phase = b_.CreateLoad(b_.getInt32Ty(), tmaPhase_);
   waitBarrier(bar, phase);
   b_.CreateStore(b_.CreateXor(phase, idx(1)), tmaPhase_);
-  vals_[op.result()] = readTile(base, t, layoutOf(op.result()));
+  vals_[op.result()] = readTile(base, t, layoutOf(op.result()), map);
 }
 
 // desc_store: write the tile to scratch, copy it out. The copy engine faults on
@@ -280,7 +297,7 @@ void Lowering::lowerTmaStore(const Op& op, int map) {
       b_.CreateICmpEQ(b_.CreateAnd(b_.CreateMul(size, b_.getInt64(eb)), b_.getInt64(15)), b_.getInt64(0));
   inside = b_.CreateAnd(inside, b_.CreateOr(b_.CreateICmpSLE(end, size), wholeChunks));
   barrier();
-  writeTile(base, t, get(op.operand(1)));
+  writeTile(base, t, get(op.operand(1)), map);
   ptx("fence.proxy.async.shared::cta;");
   barrier();
   auto* tma = llvm::BasicBlock::Create(ctx_, "tma.store", fn_);
@@ -306,7 +323,7 @@ void Lowering::lowerTmaStore(const Op& op, int map) {
     guarded(
         ok,
         [&]() -> LVal* {
-          LVal* from = b_.CreateGEP(b_.getInt8Ty(), smem(), b_.CreateAdd(idx(base), tileOffset(e, t)));
+          LVal* from = b_.CreateGEP(b_.getInt8Ty(), smem(), b_.CreateAdd(idx(base), tileOffset(e, t, map)));
           b_.CreateStore(b_.CreateLoad(et, from), b_.CreateGEP(et, desc.e[0], elem));
           return nullptr;
         },

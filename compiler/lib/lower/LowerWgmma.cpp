@@ -8,13 +8,15 @@
 // is in flight (the group two dots back read the stage it overwrites); any other use
 // of a dot result waits for all groups (waitPending).
 //
-// Shared-memory operand layout (PTX ISA, "Shared Memory Matrix Layout"): a tile of
-// rows x cols elements is stored as column blocks of R bytes (R = 32, 64 or 128, the
-// swizzle width), each block rows x R bytes, with the 16-byte chunks of a row
-// XOR-swizzled by the row within its 8-row group (address bits [4,7) ^= bits [7,10),
-// masked to the swizzle width). B is K-major (staged as its [N, K] transpose) for
-// 8-bit types, which wgmma takes no other way, and when the program computes it as
-// trans(x) of an [N, K] tile; 16-bit B is N-major otherwise.
+// Shared-memory operand layout (PTX ISA, "Shared Memory Matrix Layout"): a SharedTile
+// (Lowering.h) of rows x cols elements stored as column blocks of R bytes (R = 32, 64
+// or 128, the swizzle width), each block rows x R bytes, with the 16-byte chunks of a
+// row XOR-swizzled by the row within its 8-row group (address bits [4,7) ^= bits
+// [7,10), masked to the swizzle width). wgmmaOperandTile decides it once per operand;
+// staging, the pipeline's copies, TMA boxes and the wgmma descriptors all read it.
+// B is K-major (staged as its [N, K] transpose) for 8-bit types, which wgmma takes no
+// other way, and when the program computes it as trans(x) of an [N, K] tile; 16-bit B
+// is N-major otherwise.
 #include "Lowering.h"
 
 namespace tilefuse::lower::detail {
@@ -25,6 +27,17 @@ int64_t swizzleBytes(int64_t rowBytes) { return std::min<int64_t>(128, rowBytes)
 int swizzleMode(int64_t r) { return r == 128 ? 1 : r == 64 ? 2 : 3; }
 
 }  // namespace
+
+SharedTile wgmmaOperandTile(const Op& dot, unsigned which, const WgmmaShape& w) {
+  WgmmaB bs = wgmmaB(dot);
+  int64_t eb = bs.elemBytes;
+  const Type& a = dot.operand(0)->type();
+  int64_t m = a.shape[0], k = a.shape[1];
+  if (which == 0) return {m, k, eb, swizzleBytes(k * eb)};
+  int64_t n = dot.operand(dot.kind() == OpKind::DotScaled ? 2 : 1)->type().shape[1];
+  if (bs.kMajor) return {n, k, eb, swizzleBytes(k * eb)};
+  return {k, n, eb, swizzleBytes(w.instrN * eb)};
+}
 
 // Each operand tile in whole 1024-byte swizzle atoms.
 WgmmaOperandBytes wgmmaOperandBytes(const Op& dot) {
@@ -131,13 +144,12 @@ void Lowering::waitPending(const Op& user) {
   }
 }
 
-// Byte offset of element (row, col) of a rows x cols tile of `eb`-byte elements in
-// the swizzled block layout above.
-LVal* Lowering::swizzledOffset(LVal* row, LVal* col, int64_t rows, int64_t cols, int64_t eb) {
-  int64_t R = swizzleBytes(cols * eb);
-  LVal* byte = b_.CreateMul(col, idx(eb));
+// Byte offset of element (row, col) of `tile`.
+LVal* Lowering::swizzledOffset(LVal* row, LVal* col, const SharedTile& tile) {
+  int64_t R = tile.swizzle;
+  LVal* byte = b_.CreateMul(col, idx(tile.eb));
   LVal* block = b_.CreateLShr(byte, idx(__builtin_ctzll(R)));
-  LVal* off = b_.CreateAdd(b_.CreateMul(block, idx(rows * R)),
+  LVal* off = b_.CreateAdd(b_.CreateMul(block, idx(tile.blockBytes())),
                            b_.CreateAdd(b_.CreateMul(row, idx(R)), b_.CreateAnd(byte, idx(R - 1))));
   return b_.CreateXor(off, b_.CreateShl(b_.CreateAnd(b_.CreateLShr(off, idx(7)), idx(R / 16 - 1)), idx(4)));
 }
@@ -152,19 +164,18 @@ WgmmaB wgmmaB(const Op& dot) {
   return {b, eb == 1, eb == 1, eb};
 }
 
-// Writes `r` (a tile of t) at smem byte `base` in the swizzled block layout above;
-// runs of consecutive elements go as one vector store. `transpose` writes element
-// (i, j) at (j, i) of the transposed tile, one element at a time.
-void Lowering::stageOperand(const Regs& r, const Type& t, LVal* base, bool transpose) {
+// Writes `r` (a tile of t) at smem byte `base` as `tile`; runs of consecutive
+// elements go as one vector store. `transpose` writes element (i, j) at (j, i) of the
+// transposed tile, one element at a time.
+void Lowering::stageOperand(const Regs& r, const Type& t, LVal* base, bool transpose, const SharedTile& tile) {
   int64_t eb = wgmmaElemBytes(t.elem);
-  int64_t rows = t.shape[0], cols = t.shape[1];
   int run = transpose ? 1 : static_cast<int>(std::min<int64_t>(16 / eb, vectorRun(r.L)));
   for (int s = 0; s < slots(r.L); s += run) {
     if (!slotOwned(r.L, s)) continue;
     LVal* e = flatIndex(r.L, s);
     LVal* row = coord(e, t.shape, 0);
     LVal* col = coord(e, t.shape, 1);
-    LVal* off = transpose ? swizzledOffset(col, row, cols, rows, eb) : swizzledOffset(row, col, rows, cols, eb);
+    LVal* off = transpose ? swizzledOffset(col, row, tile) : swizzledOffset(row, col, tile);
     LVal* v = packSlots(r, s, run);
     LVal* addr = b_.CreateGEP(b_.getInt8Ty(), smem(), b_.CreateAdd(base, off));
     b_.CreateAlignedStore(v, addr, llvm::Align(eb * run));
@@ -206,8 +217,8 @@ void Lowering::lowerWgmma(const Op& op, const WgmmaShape& w) {
   LVal* bBase = b_.CreateAdd(aBase, idx(wgmmaOperandBytes(op).a));
   ptx("wgmma.wait_group.sync.aligned 1;");
   barrier();
-  stageOperand(a, at, aBase, false);
-  stageOperand(b, bt, bBase, bs.transposeOnStage);
+  stageOperand(a, at, aBase, false, wgmmaOperandTile(op, 0, w));
+  stageOperand(b, bt, bBase, bs.transposeOnStage, wgmmaOperandTile(op, 1, w));
   ptx("fence.proxy.async.shared::cta;");
   barrier();
   vals_[op.result()] = issueWgmma(op, w, std::move(acc), aBase, bBase);
@@ -233,7 +244,8 @@ Regs Lowering::issueWgmma(const Op& op, const WgmmaShape& w, Regs acc, LVal* aBa
   LVal* group = b_.CreateLShr(tid_, idx(7));
   LVal* wgm = b_.CreateAnd(group, idx(w.wgM - 1));
   LVal* wgn = b_.CreateLShr(group, idx(__builtin_ctzll(w.wgM)));
-  int64_t rA = swizzleBytes(k * eb), rB = swizzleBytes(bs.kMajor ? k * eb : w.instrN * eb);
+  SharedTile ta = wgmmaOperandTile(op, 0, w), tb = wgmmaOperandTile(op, 1, w);
+  int64_t rA = ta.swizzle, rB = tb.swizzle;
   // Descriptor: start >> 4 (bits 0-13), leading byte offset >> 4 (16-29), stride
   // byte offset >> 4 (32-45), swizzle mode (62-63).
   auto desc = [&](LVal* byteOff, int64_t lbo, int64_t sbo, int64_t r) {
@@ -282,21 +294,22 @@ Regs Lowering::issueWgmma(const Op& op, const WgmmaShape& w, Regs acc, LVal* aBa
     for (int64_t rm = 0; rm < w.repM; ++rm) {
       // A, K-major: rows at SBO = 8 rows apart; K steps move within the swizzled row.
       LVal* row0 = b_.CreateAdd(rowBand, idx(rm * 64));
-      LVal* aOff = b_.CreateAdd(aBase, b_.CreateAdd(idx((kb / rA) * m * rA + kb % rA), b_.CreateMul(row0, idx(rA))));
+      LVal* aOff =
+          b_.CreateAdd(aBase, b_.CreateAdd(idx((kb / rA) * ta.blockBytes() + kb % rA), b_.CreateMul(row0, idx(rA))));
       LVal* da = desc(aOff, 16, 8 * rA, rA);
       for (int64_t rn = 0; rn < w.repN; ++rn) {
         LVal* col0 = b_.CreateAdd(colBand, idx(rn * w.instrN));
         LVal* db;
         if (bs.kMajor) {  // like A, with N rows
-          LVal* bOff =
-              b_.CreateAdd(bBase, b_.CreateAdd(idx((kb / rB) * n * rB + kb % rB), b_.CreateMul(col0, idx(rB))));
+          LVal* bOff = b_.CreateAdd(
+              bBase, b_.CreateAdd(idx((kb / rB) * tb.blockBytes() + kb % rB), b_.CreateMul(col0, idx(rB))));
           db = desc(bOff, 16, 8 * rB, rB);
         } else {  // N-major: column blocks LBO = k * R bytes apart, 8-row groups SBO = 8 R
           LVal* bOff = b_.CreateAdd(
               bBase, b_.CreateAdd(b_.CreateMul(b_.CreateLShr(b_.CreateMul(col0, idx(eb)), idx(__builtin_ctzll(rB))),
-                                               idx(k * rB)),
+                                               idx(tb.blockBytes())),
                                   idx(kk * rB)));
-          db = desc(bOff, k * rB, 8 * rB, rB);
+          db = desc(bOff, tb.blockBytes(), 8 * rB, rB);
         }
         int64_t first = (rn + w.repN * rm) * nregs;
         std::vector<LVal*> args(acc.e.begin() + first, acc.e.begin() + first + nregs);

@@ -62,6 +62,24 @@ inline std::string mmaTypeName(DType d) {
   }
 }
 WgmmaB wgmmaB(const Op& dot);
+// The one description of a tile in shared memory (DESIGN.md's #shared attribute):
+// rows x cols elements of `eb` bytes stored as column blocks of `swizzle` bytes (32, 64
+// or 128), each block rows x swizzle bytes, row-major, with the 16-byte chunks of a row
+// XOR-swizzled by the row within its 8-row group. Every writer (st.shared staging,
+// cp.async, TMA boxes) and every reader (wgmma descriptors, ld.shared) of a tile takes
+// its addressing from this one value.
+struct SharedTile {
+  int64_t rows = 0, cols = 0, eb = 0, swizzle = 0;
+  int64_t blockBytes() const { return rows * swizzle; }
+};
+// wgmma dot operand `which` (0: A, [M, K]; 1: B, [N, K] if K-major else [K, N]) on
+// tiling w. B N-major takes the swizzle of one warpgroup's instruction N, so that each
+// warpgroup's columns are whole column blocks (split-N tilings).
+SharedTile wgmmaOperandTile(const Op& dot, unsigned which, const WgmmaShape& w);
+// A descriptor's block type t (rank >= 2) as a tile of its flattened outer dims.
+inline SharedTile descTile(const Type& t, int64_t eb, int64_t swizzle) {
+  return {t.numel() / t.shape.back(), t.shape.back(), eb, swizzle};
+}
 // Shared-memory bytes of a wgmma dot's staged A and B.
 struct WgmmaOperandBytes {
   int64_t a, b;
@@ -76,13 +94,13 @@ inline bool wgmmaPromotes(const Op& dot) {
 inline unsigned accOperand(const Op& dot) { return dot.kind() == OpKind::Dot ? 2 : 4; }
 
 // How tiles of a descriptor's block type move as TMA boxes (LowerTma.cpp): whether
-// they can, the swizzle span in bytes (0: none), the box's last dim, and the
-// number of rows (the outer dims flattened).
+// they can, the swizzle span in bytes (0: none; at most `maxSwizzle`), the box's last
+// dim, and the number of rows (the outer dims flattened).
 struct TmaView {
   bool ok = false;
   int64_t swizzle = 0, innerBox = 0, outer = 1;
 };
-TmaView tmaView(const Type& t);
+TmaView tmaView(const Type& t, int64_t maxSwizzle = 128);
 // Shared bytes [0, kBarrierBytes) hold the mbarriers of kernels with tensor maps.
 constexpr int64_t kBarrierBytes = 1024;
 
@@ -96,6 +114,7 @@ struct Pipeline {
   llvm::AllocaInst* phases = nullptr;       // bit s: the parity stage s waits for next
   int stages = 0;
   int64_t base = 0, stageBytes = 0, aBytes = 0;  // the ring in shared memory
+  SharedTile tiles[2];                           // A's and B's layout in a stage
   std::vector<const Value*> args;                // loop values the copies depend on (pipelineArgs)
   llvm::AllocaInst* counter = nullptr;           // stage of the current iteration
   LVal* ub = nullptr;
@@ -304,6 +323,7 @@ class Lowering {
   void lowerCheckedDesc(const Op& op);
   // --- TMA (LowerTma.cpp) ---
   void planTensorMaps(const Op& f);
+  int64_t descSwizzleCap(const Op& makeDesc);
   int tensorMapOf(const Value* desc) const;  // -1: bounds-checked accesses
   LVal* tensorMapAddr(int map);
   LVal* barrierAddr(LVal* slot);
@@ -311,9 +331,9 @@ class Lowering {
   void armBarrier(LVal* bar, int64_t bytes, LVal* issue);
   void waitBarrier(LVal* bar, LVal* parity);
   void tmaCopy(int map, const Type& t, LVal* smemAddr, const std::vector<LVal*>& coords, LVal* bar, LVal* issue);
-  LVal* tileOffset(LVal* e, const Type& t);
-  Regs readTile(int64_t base, const Type& t, const Layout& L);
-  void writeTile(int64_t base, const Type& t, const Regs& r);
+  LVal* tileOffset(LVal* e, const Type& t, int map);
+  Regs readTile(int64_t base, const Type& t, const Layout& L, int map);
+  void writeTile(int64_t base, const Type& t, const Regs& r, int map);
   std::vector<LVal*> descCoords(const Op& op, unsigned first);
   void lowerTmaLoad(const Op& op, int map);
   void lowerTmaStore(const Op& op, int map);
@@ -330,8 +350,8 @@ class Lowering {
   }
   void reserveWgmmaOperands(const Block& body);
   void lowerWgmma(const Op& op, const WgmmaShape& w);
-  void stageOperand(const Regs& r, const Type& t, LVal* base, bool transpose);
-  LVal* swizzledOffset(LVal* row, LVal* col, int64_t rows, int64_t cols, int64_t eb);
+  void stageOperand(const Regs& r, const Type& t, LVal* base, bool transpose, const SharedTile& tile);
+  LVal* swizzledOffset(LVal* row, LVal* col, const SharedTile& tile);
   Regs issueWgmma(const Op& op, const WgmmaShape& w, Regs acc, LVal* aBase, LVal* bBase);
   bool advanceable(const Value* v, const Block& body, std::set<const Value*>& seen);
   bool planPipeline(const Op& loop, Pipeline* p);
