@@ -11,11 +11,20 @@ using namespace tilefuse;
 void init_interp(py::module_& m) {
   auto i = m.def_submodule("interp", "CPU interpreter of the tile IR");
   py::class_<interp::Arg>(i, "Arg")
-      .def_static("ptr", [](uint64_t p) { return interp::Arg{interp::Arg::Kind::Ptr, p, 0, 0}; })
-      .def_static("int", [](int64_t v) { return interp::Arg{interp::Arg::Kind::Int, 0, v, 0}; })
-      .def_static("float", [](double v) { return interp::Arg{interp::Arg::Kind::Float, 0, 0, v}; });
-  py::class_<interp::Buffer>(i, "Buffer")
-      .def(py::init([](uint64_t base, uint64_t size, std::string name) { return interp::Buffer{base, size, std::move(name)}; }));
+      .def_static("ptr",
+                  [](uint64_t p) {
+                    return interp::Arg{interp::Arg::Kind::Ptr, p, 0, 0};
+                  })
+      .def_static("int",
+                  [](int64_t v) {
+                    return interp::Arg{interp::Arg::Kind::Int, 0, v, 0};
+                  })
+      .def_static("float", [](double v) {
+        return interp::Arg{interp::Arg::Kind::Float, 0, 0, v};
+      });
+  py::class_<interp::Buffer>(i, "Buffer").def(py::init([](uint64_t base, uint64_t size, std::string name) {
+    return interp::Buffer{base, size, std::move(name)};
+  }));
   i.def(
       "launch",
       [](const Module& m, const std::string& kernel, std::array<int64_t, 3> grid, const std::vector<interp::Arg>& args,

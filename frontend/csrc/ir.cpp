@@ -70,11 +70,14 @@ void init_ir(py::module_& m) {
 
   py::class_<Block>(ir, "Block")
       .def_property_readonly("args", &Block::args, ref)
-      .def_property_readonly("ops", [](Block& b) {
-        std::vector<Op*> r;
-        for (auto& o : b.ops()) r.push_back(o.get());
-        return r;
-      }, ref);
+      .def_property_readonly(
+          "ops",
+          [](Block& b) {
+            std::vector<Op*> r;
+            for (auto& o : b.ops()) r.push_back(o.get());
+            return r;
+          },
+          ref);
 
   py::class_<Op>(ir, "Op")
       .def_property_readonly("kind", &Op::kind)
@@ -84,10 +87,14 @@ void init_ir(py::module_& m) {
       .def_property_readonly("loc", &Op::loc)
       .def("region", &Op::region, ref)
       .def("add_result", &Op::addResult, ref)
-      .def("set_func_results", [](Op& f, const std::vector<Type>& types) {
-        if (f.kind() != OpKind::Func) throw InternalError("set_func_results on a non-function op");
-        if (types.empty()) f.removeAttr("results"); else f.setAttr("results", types);
-      })
+      .def("set_func_results",
+           [](Op& f, const std::vector<Type>& types) {
+             if (f.kind() != OpKind::Func) throw InternalError("set_func_results on a non-function op");
+             if (types.empty())
+               f.removeAttr("results");
+             else
+               f.setAttr("results", types);
+           })
       .def("set_int_list_attr", [](Op& o, const std::string& n, const std::vector<int64_t>& v) { o.setAttr(n, v); })
       .def("set_bool_attr", [](Op& o, const std::string& n, bool v) { o.setAttr(n, v); })
       .def_property_readonly("num_regions", &Op::numRegions)
@@ -99,8 +106,9 @@ void init_ir(py::module_& m) {
       .def("verify", &verifyModule)
       .def("lookup_func", &Module::lookupFunc, ref)
       .def("funcs", &Module::funcs, ref)
-      .def("to_text", [](const Module& mod, bool locs) { return printModule(mod, PrintOptions{locs}); },
-           py::arg("locations") = false)
+      .def(
+          "to_text", [](const Module& mod, bool locs) { return printModule(mod, PrintOptions{locs}); },
+          py::arg("locations") = false)
       .def("__str__", [](const Module& mod) { return printModule(mod); });
 
   py::class_<Builder>(ir, "Builder")
@@ -136,7 +144,8 @@ void init_ir(py::module_& m) {
       .def("num_programs", &Builder::numPrograms, ref)
       .def("load", &Builder::load, ref, py::arg("ptr"), py::arg("mask") = nullptr, py::arg("other") = nullptr)
       .def("store", &Builder::store, py::arg("ptr"), py::arg("value"), py::arg("mask") = nullptr)
-      .def("atomic", &Builder::atomic, ref, py::arg("kind"), py::arg("ptr"), py::arg("value"), py::arg("mask") = nullptr)
+      .def("atomic", &Builder::atomic, ref, py::arg("kind"), py::arg("ptr"), py::arg("value"),
+           py::arg("mask") = nullptr)
       .def("make_desc", &Builder::makeDesc, ref)
       .def("desc_load", &Builder::descLoad, ref)
       .def("desc_store", &Builder::descStore)

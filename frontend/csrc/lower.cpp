@@ -15,24 +15,34 @@ void init_lower(py::module_& m) {
       .def_readonly("ptx", &lower::LoweredKernel::ptx)
       .def_readonly("num_threads", &lower::LoweredKernel::numThreads)
       .def_readonly("shared_bytes", &lower::LoweredKernel::sharedBytes)
-      .def_property_readonly("tensor_maps", [](const lower::LoweredKernel& k) {
-        // One dict per tensor map; a dim is (parameter index, -1 when constant; value).
+      .def_property_readonly("tensor_maps",
+                             [](const lower::LoweredKernel& k) {
+                               // One dict per tensor map; a dim is (parameter index, -1 when constant; value).
+                               py::list out;
+                               auto dims = [](const std::vector<lower::TensorMapSpec::Dim>& ds) {
+                                 py::list l;
+                                 for (const auto& d : ds) l.append(py::make_tuple(d.param, d.value));
+                                 return l;
+                               };
+                               for (const auto& m : k.tensorMaps) {
+                                 py::dict d;
+                                 d["base"] = m.base;
+                                 d["elem_bytes"] = m.elemBytes;
+                                 d["sizes"] = dims(m.sizes);
+                                 d["strides"] = dims(m.strides);
+                                 d["box"] = py::cast(m.box);
+                                 d["swizzle"] = m.swizzleBytes;
+                                 d["where"] = m.where;
+                                 out.append(d);
+                               }
+                               return out;
+                             })
+      .def_property_readonly("hints", [](const lower::LoweredKernel& k) {
+        // (file or None, line, col, message) per missed fast path.
         py::list out;
-        auto dims = [](const std::vector<lower::TensorMapSpec::Dim>& ds) {
-          py::list l;
-          for (const auto& d : ds) l.append(py::make_tuple(d.param, d.value));
-          return l;
-        };
-        for (const auto& m : k.tensorMaps) {
-          py::dict d;
-          d["base"] = m.base;
-          d["elem_bytes"] = m.elemBytes;
-          d["sizes"] = dims(m.sizes);
-          d["strides"] = dims(m.strides);
-          d["box"] = py::cast(m.box);
-          d["swizzle"] = m.swizzleBytes;
-          d["where"] = m.where;
-          out.append(d);
+        for (const auto& h : k.hints) {
+          py::object file = h.loc.known() ? py::cast(*h.loc.file) : py::none();
+          out.append(py::make_tuple(file, h.loc.line, h.loc.col, h.message));
         }
         return out;
       });

@@ -10,7 +10,8 @@ void init_passes(py::module_& m) {
   auto p = m.def_submodule("passes", "tile-IR passes (Passes.def)");
   for (const auto& info : passes::registry()) {
     auto run = info.run;
-    p.def(std::string(info.name).c_str(), [run](Module& mod) { run(mod); }, std::string(info.description).c_str());
+    p.def(
+        std::string(info.name).c_str(), [run](Module& mod) { run(mod); }, std::string(info.description).c_str());
   }
   p.def("names", [] {
     py::list l;

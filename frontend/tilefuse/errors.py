@@ -23,13 +23,20 @@ class CompilationError(TilefuseError):
         super().__init__(self._render())
 
     def _render(self) -> str:
-        if not self.file:
-            return f"error: {self.message}"
-        text = f"{self.file}:{self.line}:{self.col}: error: {self.message}"
-        if self.source_line:
-            pad = "".join("\t" if c == "\t" else " " for c in self.source_line[: max(self.col - 1, 0)])
-            text += f"\n{self.source_line}\n{pad}^"
-        return text
+        return render(self.message, self.file, self.line, self.col, self.source_line)
+
+
+def render(message: str, file=None, line=0, col=0, source_line=None, kind="error") -> str:
+    """file:line:col: kind: message, then the source line and a caret under col."""
+    if not file:
+        return f"{kind}: {message}"
+    if source_line is None:
+        source_line = linecache.getline(file, line).rstrip("\n") or None
+    text = f"{file}:{line}:{col}: {kind}: {message}"
+    if source_line:
+        pad = "".join("\t" if c == "\t" else " " for c in source_line[: max(col - 1, 0)])
+        text += f"\n{source_line}\n{pad}^"
+    return text
 
 
 class KernelRuntimeError(TilefuseError):

@@ -9,10 +9,11 @@ import os
 import shutil
 import struct
 import subprocess
+import sys
 import tempfile
 
 from . import _C
-from .errors import CompilationError, LaunchError
+from .errors import CompilationError, LaunchError, render
 
 _D = _C.ir.DType
 _R = _C.runtime
@@ -79,13 +80,24 @@ def lower(kernel, arch: str, num_warps: int, num_stages: int = 3, keep_ir: bool 
         low = _C.lower.compile(kernel.module, kernel.name, arch, num_warps, num_stages, keep_ir)
     except _C.UserError as e:
         raise CompilationError(e.message, e.file, e.line, e.col) from None
+    hints = low.hints
+    if perf_hints():
+        for file, line, col, message in hints:
+            print(render(f"{message} [{kernel.name}, {arch}]", file, line, col, kind="perf"), file=sys.stderr)
     return {
         "llir": low.llir,
         "ptx": low.ptx,
         "num_threads": low.num_threads,
         "shared_bytes": low.shared_bytes,
         "tensor_maps": low.tensor_maps,
+        "hints": hints,
     }
+
+
+def perf_hints() -> bool:
+    """TILEFUSE_PERF_HINTS=1: every compile for the GPU prints the fast paths it missed
+    (to stderr, at the kernel's lines), and launches bypass the disk cache so they do."""
+    return os.environ.get("TILEFUSE_PERF_HINTS") == "1"
 
 
 def _cache_key(kernel, arch: str, num_warps: int, num_stages: int) -> str:
@@ -118,7 +130,7 @@ def binary(kernel, arch: str, num_warps: int, num_stages: int) -> tuple[bytes, d
     from the disk cache when present. A corrupted entry reads as missing."""
     cache = _R.DiskCache()
     key = _cache_key(kernel, arch, num_warps, num_stages)
-    blob = cache.get(key)
+    blob = None if perf_hints() else cache.get(key)
     if blob is not None:
         threads, shared, n, m = struct.unpack_from("<iiII", blob)
         meta = {"num_threads": threads, "shared_bytes": shared, "tensor_maps": json.loads(blob[16 + n : 16 + n + m])}

@@ -95,9 +95,14 @@ Layout defaultLayout(const Type& t, int threads) {
   return blockedLayout(t.shape, threads, bytes ? 16 : 8);
 }
 
-bool wgmmaApplies(const Op& dot, const std::string& arch, int threads, WgmmaShape* w) {
+bool wgmmaApplies(const Op& dot, const std::string& arch, int threads, WgmmaShape* w, std::string* why) {
   bool scaled = dot.kind() == OpKind::DotScaled;
-  if ((dot.kind() != OpKind::Dot && !scaled) || arch != "sm_90a" || threads % 128) return false;
+  if ((dot.kind() != OpKind::Dot && !scaled) || arch != "sm_90a") return false;
+  auto no = [&](std::string reason) {
+    if (why) *why = std::move(reason);
+    return false;
+  };
+  if (threads % 128) return no("num_warps=" + std::to_string(threads / 32) + " is not a multiple of 4 (a warpgroup)");
   const Type& a = dot.operand(0)->type();
   const Type& b = dot.operand(scaled ? 2 : 1)->type();
   auto fp8 = [](DType d) { return d == DType::F8E4M3 || d == DType::F8E5M2; };
@@ -106,17 +111,23 @@ bool wgmmaApplies(const Op& dot, const std::string& arch, int threads, WgmmaShap
   bool halves = (scaled || (a.elem == b.elem && (a.elem == DType::BF16 || a.elem == DType::F16))) && acc == DType::F32;
   bool bytes = (fp8(a.elem) && fp8(b.elem) && acc == DType::F32) ||
                (a.elem == DType::I8 && b.elem == DType::I8 && acc == DType::I32);
-  if (!halves && !bytes) return false;
+  if (!halves && !bytes)
+    return no("wgmma takes bf16/f16 or fp8 operands into f32, or int8 into int32; this dot has " +
+              std::string(dtypeName(a.elem)) + " x " + std::string(dtypeName(b.elem)) + " -> " +
+              std::string(dtypeName(acc)));
   int64_t m = a.shape[0], k = a.shape[1], n = b.shape[1];
   int64_t groups = threads / 128;
   // One instruction takes 32 bytes of K.
-  if (m % 64 || k % (halves ? 16 : 32)) return false;
+  if (m % 64) return no("M=" + std::to_string(m) + " is below wgmma's 64 rows (or not a multiple of them)");
+  if (k % (halves ? 16 : 32)) return no("K=" + std::to_string(k) + " is not a multiple of wgmma's 32 bytes of K");
   WgmmaShape s;
   s.wgM = std::min(groups, m / 64);
   s.wgN = groups / s.wgM;
   int64_t perN = n / s.wgN;
   // An N-major B (16-bit types) is staged in swizzled rows of at least 32 bytes.
-  if (n % s.wgN || perN < (halves ? 16 : 8)) return false;
+  if (n % s.wgN || perN < (halves ? 16 : 8))
+    return no("N=" + std::to_string(n) + " split over " + std::to_string(s.wgN) +
+              " warpgroups leaves fewer columns than wgmma's minimum; use fewer warps or a wider BLOCK_N");
   s.instrN = std::min<int64_t>(256, perN);
   s.repN = perN / s.instrN;
   s.repM = m / s.wgM / 64;

@@ -46,8 +46,9 @@ Layout wgmmaAccLayout(int64_t m, int64_t n, const WgmmaShape& w, int threads);
 Layout mmaAccLayout(int64_t m, int64_t n, int threads);
 
 // wgmma applies to a dot of bf16/f16 operands on sm_90a with 4k warps and M, N, K that
-// the warpgroups can split; fills `w` when it does.
-bool wgmmaApplies(const Op& dot, const std::string& arch, int threads, WgmmaShape* w);
+// the warpgroups can split; fills `w` when it does, else `why` (when given) for a dot
+// on sm_90a.
+bool wgmmaApplies(const Op& dot, const std::string& arch, int threads, WgmmaShape* w, std::string* why = nullptr);
 // mma.sync applies to A (at) times B (bt) into ct: bf16/f16 and int8 from sm_80, fp8
 // (e4m3, e5m2, mixed) from sm_89, fp32 (int32) accumulators, whole m16n8k16 (16-bit)
 // or m16n8k32 (8-bit) tiles.

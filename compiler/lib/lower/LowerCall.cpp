@@ -61,6 +61,7 @@ void Lowering::lowerCall(const Op& op) {
     if (!callee) throw InternalError("lowering: no function '" + name + "'");
     Lowering sub(ctx_, mod_, opts_, module_);
     sub.calleeSmem_ = calleeSmem_;
+    sub.hints_ = hints_;
     fn = sub.lowerCallee(*callee, scratch_);
     (*calleeSmem_)[name] = static_cast<int64_t>(sub.sharedBytes());
   }

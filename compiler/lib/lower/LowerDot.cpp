@@ -3,9 +3,22 @@
 
 namespace tilefuse::lower::detail {
 
+// A hint for a dot that misses the tensor-core path of its arch.
+void Lowering::hintDot(const Op& op, const std::string& whyNotWgmma, const Type& at, const Type& bt) {
+  bool mma = mmaApplies(at, bt, op.result()->type(), opts_.arch);
+  std::string where = mma ? "runs on mma.sync, operands staged through shared memory each step"
+                          : "runs on FMAs (no tensor-core form for these types and shapes on " + opts_.arch + ")";
+  if (!whyNotWgmma.empty())
+    hint(op, "dot not on wgmma: " + whyNotWgmma + "; " + where);
+  else if (!mma)
+    hint(op, "dot " + where);
+}
+
 void Lowering::lowerDot(const Op& op) {
   WgmmaShape w;
-  if (onWgmma(op, &w)) return lowerWgmma(op, w);
+  std::string why;
+  if (onWgmma(op, &w, &why)) return lowerWgmma(op, w);
+  hintDot(op, why, op.operand(0)->type(), op.operand(1)->type());
   vals_[op.result()] = dotRegs(op, op.operand(0)->type(), get(op.operand(0)), op.operand(1)->type(), get(op.operand(1)),
                                in(op.operand(2), layoutOf(op.result())), op.result()->type());
 }
@@ -59,9 +72,11 @@ Regs Lowering::dotRegs(const Op& op, const Type& at, const Regs& aRegs, const Ty
 // 32-wide K block), then the f32 product.
 void Lowering::lowerDotScaled(const Op& op) {
   WgmmaShape w;
-  if (onWgmma(op, &w)) return lowerWgmma(op, w);
+  std::string why;
+  if (onWgmma(op, &w, &why)) return lowerWgmma(op, w);
   const Type& at = op.operand(0)->type();
   const Type& bt = op.operand(2)->type();
+  hintDot(op, why, at.withElem(DType::F32), bt.withElem(DType::F32));
   Regs a = dequantize(op, at, get(op.operand(0)), op.operand(1)->type(), get(op.operand(1)), true);
   Regs b = dequantize(op, bt, get(op.operand(2)), op.operand(3)->type(), get(op.operand(3)), false);
   vals_[op.result()] = dotRegs(op, at.withElem(DType::F32), a, bt.withElem(DType::F32), b,

@@ -20,7 +20,13 @@ void Lowering::lowerMemory(const Op& op) {
   Regs value = load ? Regs{} : in(op.operand(1), L);
   Regs out{{}, L};
   if (op.kind() != OpKind::AtomicAdd && op.kind() != OpKind::AtomicMax && d != DType::I1) {
-    int64_t width = accessWidth(op.operand(0), mask ? op.operand(maskIdx) : nullptr);
+    const Value* m = mask ? op.operand(maskIdx) : nullptr;
+    int64_t width = accessWidth(op.operand(0), m);
+    int64_t eb = static_cast<int64_t>(mod_.getDataLayout().getTypeAllocSize(mt));
+    int64_t best = std::min<int64_t>(16 / eb, vectorRun(L));
+    if (pt.rank() > 0 && width < best)
+      hint(op, std::string(load ? "load" : "store") + " of " + std::to_string(width * eb) + "-byte accesses where " +
+                   std::to_string(best * eb) + " would fit: " + accessReason(op.operand(0), m));
     if (width > 1) {
       lowerVectorAccess(op, p, mask, other, value, width, out);
       if (load) vals_[op.result()] = std::move(out);
@@ -69,6 +75,16 @@ void Lowering::lowerMemory(const Op& op) {
         llvm::Constant::getNullValue(et)));
   }
   if (op.numResults()) vals_[op.result()] = std::move(out);
+}
+
+std::string Lowering::accessReason(const Value* ptr, const Value* mask) {
+  size_t d = static_cast<size_t>(ptr->type().rank() - 1);
+  const AxisInfo& p = axis_->get(ptr);
+  std::string r = "along the last dim the pointers are contiguous in runs of " + std::to_string(p.contiguity[d]) +
+                  " with addresses divisible by " + std::to_string(p.divisibility[d]) + " bytes";
+  if (mask && mask->type().rank() == ptr->type().rank())
+    r += ", the mask is constant in runs of " + std::to_string(axis_->get(mask).constancy[d]);
+  return r + " (tl.multiple_of / tl.max_contiguous state what the analysis cannot prove)";
 }
 
 // Loads or stores `width` consecutive slots (consecutive, aligned elements in memory,

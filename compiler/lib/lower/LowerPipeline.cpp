@@ -25,8 +25,12 @@
 namespace tilefuse::lower::detail {
 namespace {
 
+// A zero, possibly splat, broadcast or cast (zero in every format and rounding mode:
+// an fp8 load's other=0.0 is a cast of an f32 constant).
 bool isZeroConstant(const Value* v) {
   const Op* def = v->definingOp();
+  if (def && (def->kind() == OpKind::Splat || def->kind() == OpKind::Broadcast || def->kind() == OpKind::Cast))
+    return isZeroConstant(def->operand(0));
   if (!def || def->kind() != OpKind::Constant) return false;
   const Attr& a = *def->attr("value");
   // -0.0 too: masked-out products only add zeros to the dot.
@@ -76,40 +80,57 @@ bool Lowering::advanceable(const Value* v, const Block& body, std::set<const Val
   return true;
 }
 
-bool Lowering::planPipeline(const Op& loop, Pipeline* p) {
-  if (opts_.numStages < 2) return false;
+// Whether `loop` can be pipelined (filling `p`); `why` says why not for a loop with a
+// wgmma dot (empty for loops without one).
+bool Lowering::planPipeline(const Op& loop, Pipeline* p, std::string* why) {
   const Block& body = loop.region(0);
   const Op* dot = nullptr;
+  auto no = [&](std::string reason) {
+    *why = "K loop not pipelined: " + std::move(reason);
+    return false;
+  };
   for (const auto& o : body.ops()) {
     if (!onWgmma(*o)) continue;
-    if (o->kind() != OpKind::Dot) return false;
-    if (dot) return false;  // one dot per pipelined loop
+    if (o->kind() != OpKind::Dot)
+      return no("dot_scaled loops are not pipelined yet (operands dequantized in registers)");
+    if (dot) return no("it has more than one dot (one dot per pipelined loop so far)");
     dot = o.get();
   }
   if (!dot) return false;
+  if (opts_.numStages < 2) return no("num_stages=" + std::to_string(opts_.numStages));
   WgmmaShape w;
   onWgmma(*dot, &w);
   WgmmaB bs = wgmmaB(*dot);
-  if (bs.transposeOnStage) return false;  // cp.async copies bytes as they lie
+  if (bs.transposeOnStage)  // cp.async copies bytes as they lie
+    return no("an 8-bit B loaded as [K, N] is transposed through registers; load it as [N, K] and pass tl.trans(b)");
   for (unsigned i = 0; i < 2; ++i) {
+    std::string name = i ? "B" : "A";
     const Value* v = i ? bs.value : dot->operand(0);
     const Op* ld = v->definingOp();
-    if (!ld || v->ownerBlock() != &body || v->uses().size() != 1) return false;
+    if (!ld || v->ownerBlock() != &body || v->uses().size() != 1)
+      return no(name + " is not a load in the loop used only by the dot");
     p->tiles[i] = wgmmaOperandTile(*dot, i, w);
     if (ld->kind() == OpKind::DescLoad) {
       p->tma[i] = tensorMapOf(ld->operand(0));
+      if (p->tma[i] < 0) return no(name + "'s descriptor is not on TMA (see its hint)");
       // The boxes must land in the layout the wgmma descriptors read.
-      if (p->tma[i] < 0 || tensorMaps_[p->tma[i]].swizzleBytes != p->tiles[i].swizzle) return false;
-    } else if (ld->kind() != OpKind::Load || (ld->numOperands() > 2 && !isZeroConstant(ld->operand(2)))) {
-      return false;
+      if (tensorMaps_[p->tma[i]].swizzleBytes != p->tiles[i].swizzle)
+        return no(name + "'s descriptor is also read with another shared-memory swizzle");
+    } else if (ld->kind() != OpKind::Load) {
+      return no(name + " is not a load");
+    } else if (ld->numOperands() > 2 && !isZeroConstant(ld->operand(2))) {
+      return no(name + "'s load has an `other` value that is not 0");
     }
     std::set<const Value*> seen;
     for (const Value* x : copyInputs(*ld))
-      if (!advanceable(x, body, seen)) return false;
+      if (!advanceable(x, body, seen))
+        return no(name + "'s pointers or mask depend on values the loop computes other than by index math");
     p->loads[i] = ld;
     if (p->tma[i] >= 0) continue;
     p->width[i] = accessWidth(ld->operand(0), ld->numOperands() > 1 ? ld->operand(1) : nullptr);
-    if (p->width[i] * bs.elemBytes < 4) return false;  // cp.async moves 4, 8 or 16 bytes
+    if (p->width[i] * bs.elemBytes < 4)  // cp.async moves 4, 8 or 16 bytes
+      return no(name + "'s loads are not provably contiguous and aligned in runs of 4 bytes along its last dim (" +
+                accessReason(ld->operand(0), ld->numOperands() > 1 ? ld->operand(1) : nullptr) + ")");
   }
   p->dot = dot;
   p->args = pipelineArgs(*p, body);

@@ -63,13 +63,21 @@ TmaView tmaView(const Type& t, int64_t maxSwizzle) {
   return v;
 }
 
-void Lowering::planTensorMaps(const Op& f) {
-  if (opts_.arch != "sm_90a" && opts_.arch != "sm_90") return;
+// The tensor map of make_desc `md` in `f`, or why it cannot have one. Base, sizes and
+// strides must be kernel parameters (of integer type for sizes and strides) or
+// constants, the base and the row strides provably 16-byte multiples, the last
+// stride 1 (the copy engine walks the last dim contiguously).
+std::string Lowering::tensorMapSpec(const Op& md, const Op& f, const std::set<int64_t>& aligned, TensorMapSpec* s) {
   const Block& body = f.region(0);
-  std::set<int64_t> aligned;
-  if (const Attr* al = f.attr("aligned16"); al && std::holds_alternative<std::vector<int64_t>>(*al))
-    for (int64_t i : std::get<std::vector<int64_t>>(*al)) aligned.insert(i);
-  // A kernel parameter (of integer type for sizes and strides), or a constant.
+  const Type& dt = md.result()->type();
+  TmaView view = tmaView(dt, descSwizzleCap(md));
+  if (!view.ok)
+    return "its block " + dt.str() +
+           " cannot be TMA boxes (rows of at least 32 bytes, the outer dims a multiple of 8 rows, each dim at most "
+           "256)";
+  const Value* base = md.operand(0);
+  if (base->definingOp() || base->ownerBlock() != &body) return "its base is computed in the kernel";
+  if (!aligned.count(base->index())) return "its base is not known to be 16-byte aligned";
   auto dim = [&](const Value* v, TensorMapSpec::Dim& d) {
     if (const Op* def = v->definingOp()) {
       const Attr* a = def->kind() == OpKind::Constant ? def->attr("value") : nullptr;
@@ -82,45 +90,53 @@ void Lowering::planTensorMaps(const Op& f) {
     d.param = static_cast<int>(v->index());
     return true;
   };
+  size_t rank = dt.shape.size();
+  int64_t eb = elemBytesOf(dt.elem);
+  s->base = static_cast<int>(base->index());
+  s->elemBytes = static_cast<int>(eb);
+  s->sizes.resize(rank);
+  s->strides.resize(rank);
+  for (size_t a = 0; a < rank; ++a) {
+    std::string dimName = "dim " + std::to_string(a);
+    if (!dim(md.operand(1 + a), s->sizes[a]))
+      return "the size of " + dimName + " is computed in the kernel (not a kernel argument or constant)";
+    if (!dim(md.operand(1 + rank + a), s->strides[a]))
+      return "the stride of " + dimName + " is computed in the kernel (not a kernel argument or constant)";
+    const TensorMapSpec::Dim &size = s->sizes[a], &stride = s->strides[a];
+    if (size.param < 0 && size.value < 1) return "the size of " + dimName + " is not positive";
+    if (a + 1 == rank) {
+      if (stride.param >= 0 || stride.value != 1) return "its last stride is not the constant 1";
+    } else if (stride.param >= 0 ? !aligned.count(stride.param) : stride.value <= 0 || stride.value * eb % 16) {
+      return "the stride of " + dimName + " is not known to be a multiple of 16 bytes";
+    }
+  }
+  s->box = dt.shape;
+  s->box.back() = view.innerBox;
+  s->swizzleBytes = static_cast<int>(view.swizzle);
+  const Location& loc = md.loc();
+  s->where = loc.known() ? *loc.file + ":" + std::to_string(loc.line) : funcName(f);
+  return "";
+}
+
+void Lowering::planTensorMaps(const Op& f) {
+  if (opts_.arch != "sm_90a" && opts_.arch != "sm_90") return;
+  std::set<int64_t> aligned;
+  if (const Attr* al = f.attr("aligned16"); al && std::holds_alternative<std::vector<int64_t>>(*al))
+    for (int64_t i : std::get<std::vector<int64_t>>(*al)) aligned.insert(i);
   std::function<void(const Block&)> walk = [&](const Block& b) {
     for (const auto& o : b.ops()) {
       for (unsigned r = 0; r < o->numRegions(); ++r) walk(o->region(r));
       if (o->kind() != OpKind::MakeDesc) continue;
-      const Type& dt = o->result()->type();
-      TmaView view = tmaView(dt, descSwizzleCap(*o));
-      const Value* base = o->operand(0);
-      if (!view.ok || base->definingOp() || base->ownerBlock() != &body || !aligned.count(base->index())) continue;
-      size_t rank = dt.shape.size();
-      int64_t eb = elemBytesOf(dt.elem);
       TensorMapSpec s;
-      s.base = static_cast<int>(base->index());
-      s.elemBytes = static_cast<int>(eb);
-      s.sizes.resize(rank);
-      s.strides.resize(rank);
-      bool ok = true;
-      for (size_t a = 0; a < rank && ok; ++a) {
-        ok = dim(o->operand(1 + a), s.sizes[a]) && dim(o->operand(1 + rank + a), s.strides[a]);
-        if (!ok) break;
-        const TensorMapSpec::Dim &size = s.sizes[a], &stride = s.strides[a];
-        if (size.param < 0 && size.value < 1) ok = false;
-        if (a + 1 == rank)  // the copy engine walks the last dim contiguously
-          ok = ok && stride.param < 0 && stride.value == 1;
-        else if (stride.param >= 0)
-          ok = ok && aligned.count(stride.param);  // divisible by 16
-        else
-          ok = ok && stride.value > 0 && stride.value * eb % 16 == 0;
+      if (std::string why = tensorMapSpec(*o, f, aligned, &s); !why.empty()) {
+        hint(*o, "descriptor not on TMA (bounds-checked accesses instead): " + why);
+        continue;
       }
-      if (!ok) continue;
-      s.box = dt.shape;
-      s.box.back() = view.innerBox;
-      s.swizzleBytes = static_cast<int>(view.swizzle);
-      const Location& loc = o->loc();
-      s.where = loc.known() ? *loc.file + ":" + std::to_string(loc.line) : funcName(f);
       tmaMaps_[o.get()] = static_cast<int>(tensorMaps_.size());
       tensorMaps_.push_back(std::move(s));
     }
   };
-  walk(body);
+  walk(f.region(0));
   if (!tensorMaps_.empty()) barrierSlots_ = 1;
 }
 

@@ -673,6 +673,7 @@ LoweredKernel compileKernel(const Module& m, const std::string& kernel, const Lo
   out.numThreads = 32 * opts.numWarps;
   out.sharedBytes = low.sharedBytes();
   out.tensorMaps = low.tensorMaps();
+  out.hints = low.hints();
   auto emitted = target::optimizeAndEmitPTX(mod, {opts.arch, 3, opts.keepIR});
   out.llir = std::move(emitted.optimizedIR);
   out.ptx = std::move(emitted.ptx);

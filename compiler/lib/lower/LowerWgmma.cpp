@@ -53,7 +53,10 @@ void Lowering::reserveWgmmaOperands(const Block& body) {
   std::function<void(const Block&)> walk = [&](const Block& b) {
     for (const auto& o : b.ops()) {
       Pipeline p;
-      if (o->kind() == OpKind::For && planPipeline(*o, &p)) {
+      std::string why;
+      bool pipelined = o->kind() == OpKind::For && planPipeline(*o, &p, &why);
+      if (!why.empty()) hint(*o, why);
+      if (pipelined) {
         p.base = next;
         next += p.stages * p.stageBytes;
         if (p.tma[0] >= 0 || p.tma[1] >= 0) {
@@ -190,6 +193,9 @@ void Lowering::lowerWgmma(const Op& op, const WgmmaShape& w) {
   Type at = op.operand(0)->type(), bt = bs.value->type();
   Regs a, b;
   if (op.kind() == OpKind::DotScaled) {
+    hint(op,
+         "dot_scaled dequantizes its operands to bf16 in registers and runs bf16 wgmma "
+         "(not fp8 wgmma with per-32 promotion yet)");
     // Scaled fp8/fp4 values are bf16 values (8 exponent bits, at most 3 of mantissa):
     // the products on the bf16 tensor cores are exact, as in the fp32 reference.
     auto bf16 = [&](Regs r) {

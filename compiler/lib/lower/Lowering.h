@@ -136,6 +136,7 @@ class Lowering {
       : ctx_(ctx), mod_(mod), b_(ctx), threads_(32 * opts.numWarps), opts_(opts), module_(module) {}
 
   int sharedBytes() const { return static_cast<int>(smemBytes_); }
+  const std::vector<PerfHint>& hints() const { return *hints_; }
   const std::vector<TensorMapSpec>& tensorMaps() const { return tensorMaps_; }
   void lowerKernel(const Op& f);
   // A noinline device function as an LLVM function taking and returning the
@@ -228,6 +229,12 @@ class Lowering {
     if (it == vals_.end()) throw InternalError("lowering: value used before definition");
     return it->second;
   }
+  // Records that `op` misses a fast path, and why (once per op and message).
+  void hint(const Op& op, const std::string& message) {
+    for (const PerfHint& h : *hints_)
+      if (h.message == message && h.loc == op.loc()) return;
+    hints_->push_back({op.loc(), message});
+  }
   [[noreturn]] void unsupported(const Op& op, const std::string& what) {
     throw UserError(op.loc(), "the GPU backend does not lower " + what + " yet (the interpreter runs it)");
   }
@@ -313,6 +320,8 @@ class Lowering {
   int64_t accessWidth(const Value* ptr, const Value* mask) {
     return std::min(vectorRun(layoutOf(ptr)), axis_->vectorWidth(ptr, mask, 16));
   }
+  // What the axis analysis knows of `ptr` (and `mask`) along the last dim, for a hint.
+  std::string accessReason(const Value* ptr, const Value* mask);
   // How many leading slots of `l` hold consecutive elements (a power of two).
   static int64_t vectorRun(const Layout& l) {
     int64_t run = 1;
@@ -323,6 +332,7 @@ class Lowering {
   void lowerCheckedDesc(const Op& op);
   // --- TMA (LowerTma.cpp) ---
   void planTensorMaps(const Op& f);
+  std::string tensorMapSpec(const Op& md, const Op& f, const std::set<int64_t>& aligned, TensorMapSpec* s);
   int64_t descSwizzleCap(const Op& makeDesc);
   int tensorMapOf(const Value* desc) const;  // -1: bounds-checked accesses
   LVal* tensorMapAddr(int map);
@@ -340,13 +350,14 @@ class Lowering {
   void lowerReduce(const Op& op);
   bool lowerReduceByShuffles(const Op& op);
   void lowerDot(const Op& op);
+  void hintDot(const Op& op, const std::string& whyNotWgmma, const Type& at, const Type& bt);
   Regs dotRegs(const Op& op, const Type& at, const Regs& aRegs, const Type& bt, const Regs& bRegs, const Regs& acc,
                const Type& ct);
   Regs dotByMma(const Type& at, const Type& bt, const Type& ct, const Regs& acc, int64_t aBytes);
   // Whether `op` is a dot that runs on wgmma here (its tiling in `w`).
-  bool onWgmma(const Op& op, WgmmaShape* w = nullptr) {
+  bool onWgmma(const Op& op, WgmmaShape* w = nullptr, std::string* why = nullptr) {
     WgmmaShape unused;
-    return wgmmaApplies(op, opts_.arch, threads_, w ? w : &unused);
+    return wgmmaApplies(op, opts_.arch, threads_, w ? w : &unused, why);
   }
   void reserveWgmmaOperands(const Block& body);
   void lowerWgmma(const Op& op, const WgmmaShape& w);
@@ -354,7 +365,7 @@ class Lowering {
   LVal* swizzledOffset(LVal* row, LVal* col, const SharedTile& tile);
   Regs issueWgmma(const Op& op, const WgmmaShape& w, Regs acc, LVal* aBase, LVal* bBase);
   bool advanceable(const Value* v, const Block& body, std::set<const Value*>& seen);
-  bool planPipeline(const Op& loop, Pipeline* p);
+  bool planPipeline(const Op& loop, Pipeline* p, std::string* why);
   Regs evalUnder(const Value* v, const Block& body, const Env& env);
   Env advance(Env env, const Block& body, LVal* step, int steps);
   std::vector<const Value*> pipelineArgs(const Pipeline& p, const Block& body);
@@ -446,6 +457,7 @@ class Lowering {
   // Shared memory of the device functions lowered so far, by name (shared by the
   // kernel's lowering and its callees').
   std::shared_ptr<std::map<std::string, int64_t>> calleeSmem_ = std::make_shared<std::map<std::string, int64_t>>();
+  std::shared_ptr<std::vector<PerfHint>> hints_ = std::make_shared<std::vector<PerfHint>>();  // shared with callees
   std::map<std::vector<int64_t>, LVal*> threadParts_, owners_;
   // Shared memory: [0, scratch_) holds wgmma operands (pipeline rings, then the two
   // stages of other dots). Layout conversions and reductions, one at a time between

@@ -39,6 +39,13 @@ struct TensorMapSpec {
   std::string where;                // file:line of the make_tensor_descriptor
 };
 
+// A fast path the backend did not take (TILEFUSE_PERF_HINTS): a dot not on wgmma, a
+// dot loop not pipelined, a memory access not vectorized, a descriptor not on TMA.
+struct PerfHint {
+  Location loc;
+  std::string message;  // what was not done, and why
+};
+
 struct LoweredKernel {
   std::string name;
   std::string llir;  // optimized LLVM IR text
@@ -46,6 +53,7 @@ struct LoweredKernel {
   int numThreads = 0;
   int sharedBytes = 0;  // dynamic shared memory the launch must provide
   std::vector<TensorMapSpec> tensorMaps;
+  std::vector<PerfHint> hints;  // in program order, one per op and message
 };
 
 // Throws UserError at the op's location for ops the GPU backend does not lower yet.

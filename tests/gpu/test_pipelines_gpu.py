@@ -1,0 +1,32 @@
+"""K loops the MoE library needs, pipelined on the GPU, against a float64 reference:
+masked edges with other=0.0 (fp8 and bf16)."""
+
+import numpy as np
+import pytest
+import tilefuse as tf
+
+from tests.shared_kernels import masked_dot_loop
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
+
+
+@pytest.mark.parametrize("stages", [2, 4])
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.bfloat16])
+@pytest.mark.parametrize("mnk", [(200, 176, 208), (128, 128, 512)])
+def test_masked_dot_loop(mnk, dtype, stages):
+    m, n, k = mnk
+    a = torch.randn(m, k, device="cuda").to(dtype)
+    bt = torch.randn(n, k, device="cuda").to(dtype)
+    c = torch.full((m, n), float("nan"), device="cuda")
+    meta = dict(BM=128, BN=128, BK=128 if dtype.itemsize == 1 else 64)
+    kernel = masked_dot_loop.warmup(a, bt, c, m, n, k, grid=(1,), num_warps=8, num_stages=stages, **meta)
+    assert "cp.async.cg" in kernel.asm["ptx"]  # pipelined
+    masked_dot_loop[(tf.cdiv(m, 128), tf.cdiv(n, 128))](a, bt, c, m, n, k, num_warps=8, num_stages=stages, **meta)
+    ref = (a.double() @ bt.double().T).cpu().numpy()
+    bound = (a.double().abs() @ bt.double().abs().T).cpu().numpy()
+    # fp32 accumulation of k exact products (fp8: the tensor cores add with fewer bits, at most 2^-10 of the
+    # sum of |products| measured; bench/RESULTS.md).
+    tol = (2**-9 if dtype.itemsize == 1 else k * 2**-23) * bound
+    err = np.abs(c.double().cpu().numpy() - ref)
+    assert (err <= tol).all(), f"max error {err.max()} at {np.unravel_index(err.argmax(), err.shape)}"

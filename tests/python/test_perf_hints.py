@@ -1,0 +1,185 @@
+"""TILEFUSE_PERF_HINTS: every dot loop not pipelined, access not vectorized, descriptor
+not on TMA and dot not on wgmma is reported at its kernel line with the reason — and
+kernels on every fast path report nothing."""
+
+import inspect
+
+import ml_dtypes
+import numpy as np
+import pytest
+import tilefuse as tf
+import tilefuse.language as tl
+from tilefuse import gpu
+
+from tests.python.golden import ptx_cases
+from tests.shared_kernels import masked_dot_loop
+
+bf = np.zeros((64, 64), ml_dtypes.bfloat16)
+e4 = np.zeros((64, 64), ml_dtypes.float8_e4m3fn)
+f32 = np.zeros((64, 64), np.float32)
+i8 = np.zeros((64, 64), np.int8)
+
+
+def hints(kernel, args, consts, arch="sm_90a", warps=4, stages=3):
+    return gpu.lower(kernel.compile(*args, **consts), arch, warps, stages, keep_ir=False)["hints"]
+
+
+def line_of(fn, text):
+    """The file line of the first source line of `fn` containing `text`."""
+    lines, first = inspect.getsourcelines(fn.fn)
+    return first + next(i for i, s in enumerate(lines) if text in s)
+
+
+def only(found, text):
+    """The one hint whose message contains `text`."""
+    match = [h for h in found if text in h[3]]
+    assert len(match) == 1, (text, found)
+    return match[0]
+
+
+@tf.jit
+def two_dots(a_ptr, b_ptr, g_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+    acc_g = tl.zeros((BM, BN), dtype=tl.float32)
+    acc_u = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):  # loop: two dots
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        g = tl.load(g_ptr + (k + rk)[:, None] * BN + rn[None, :])
+        u = tl.load(b_ptr + (k + rk)[:, None] * BN + rn[None, :])
+        acc_g = tl.dot(a, g, acc_g)
+        acc_u = tl.dot(a, u, acc_u)
+    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc_g * acc_u)
+
+
+@tf.jit
+def k_contiguous_b(a_ptr, b_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):  # loop: B with K contiguous
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(b_ptr + (k + rk)[:, None] + rn[None, :] * K)  # [BK, BN], K contiguous
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc)
+
+
+@tf.jit
+def ragged_rows(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)  # load: ragged end
+    tl.store(y_ptr + offs, x, mask=offs < n)
+
+
+@tf.jit
+def computed_desc(x_ptr, y_ptr, sizes_ptr, G, N, B: tl.constexpr):
+    e = tl.program_id(0)
+    rows = tl.load(sizes_ptr + e)
+    d = tl.make_tensor_descriptor(x_ptr, [G * N, N], [N, 1], [B, B])  # desc: computed size
+    t = d.load([0, 0])
+    o = tl.make_tensor_descriptor(y_ptr, [rows, N], [N, 1], [B, B])  # desc: loaded size
+    o.store([0, 0], t)
+
+
+@tf.jit
+def small_dot(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+    rm, rn, rk = tl.arange(0, M), tl.arange(0, N), tl.arange(0, K)
+    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
+    b = tl.load(b_ptr + rk[:, None] * N + rn[None, :])
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], tl.dot(a, b))  # dot: small
+
+
+@tf.jit
+def scaled_loop(a_ptr, as_ptr, b_ptr, bs_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm, rn, rk, rs = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK), tl.arange(0, BK // 32)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):  # loop: scaled
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(b_ptr + (k + rk)[:, None] * BN + rn[None, :])
+        sa = tl.load(as_ptr + rm[:, None] * (K // 32) + (k // 32 + rs)[None, :])
+        sb = tl.load(bs_ptr + rn[:, None] * (K // 32) + (k // 32 + rs)[None, :])
+        acc = tl.dot_scaled(a, sa, "e4m3", b, sb, "e4m3", acc)  # dot_scaled
+    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc)
+
+
+MM = dict(BM=128, BN=128, BK=64)
+
+
+def test_a_loop_with_two_dots_is_reported():
+    file, line, col, msg = only(hints(two_dots, (bf, bf, bf, f32, 4096), MM, warps=8), "not pipelined")
+    assert file.endswith("test_perf_hints.py") and line == line_of(two_dots, "# loop: two dots")
+    assert "more than one dot" in msg
+
+
+def test_a_k_contiguous_b_is_reported():
+    _, line, _, msg = only(hints(k_contiguous_b, (bf, bf, f32, 4096), MM, warps=8), "not pipelined")
+    assert line == line_of(k_contiguous_b, "# loop: B with K contiguous")
+    assert "B's loads are not provably contiguous" in msg and "contiguous in runs of 1" in msg
+
+
+def test_an_8bit_b_loaded_n_major_is_reported():
+    kernel, args, consts, warps, stages, _ = ptx_cases.CASES["matmul_e4m3_128x128x128"]
+    _, _, _, msg = only(hints(kernel, args, consts, warps=warps, stages=stages), "not pipelined")
+    assert "transposed through registers" in msg
+
+
+def test_ragged_masks_along_the_contiguous_dim_are_reported():
+    found = hints(ragged_rows, (f32, f32, 1000), dict(BLOCK=1024))
+    load, store = only(found, "load of"), only(found, "store of")
+    assert load[1] == line_of(ragged_rows, "# load: ragged end") and store[1] == load[1] + 1
+    assert "4-byte accesses where 16 would fit" in load[3] and "mask is constant in runs of 1" in load[3]
+    assert hints(ragged_rows, (f32, f32, 1024), dict(BLOCK=1024)) == []  # n % 16 == 0: 16-byte accesses
+
+
+def test_descriptors_computed_in_the_kernel_are_reported():
+    found = hints(computed_desc, (f32, f32, np.zeros(8, np.int32), 8, 64), dict(B=32))
+    computed = [h for h in found if "not on TMA" in h[3]]
+    assert [h[1] for h in computed] == [
+        line_of(computed_desc, "# desc: computed size"),
+        line_of(computed_desc, "# desc: loaded size"),
+    ]
+    assert "size of dim 0 is computed in the kernel" in computed[0][3]
+    assert "size of dim 0 is computed in the kernel" in computed[1][3]
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_dots_off_the_tensor_cores_are_reported(arch):
+    found = hints(small_dot, (bf, bf, f32), dict(M=32, N=64, K=64), arch=arch)
+    if arch == "sm_90a":
+        _, line, _, msg = only(found, "dot")
+        assert line == line_of(small_dot, "# dot: small")
+        assert msg.startswith("dot not on wgmma: M=32 is below wgmma's 64 rows") and "mma.sync" in msg
+    else:
+        assert found == []  # mma.sync is sm_80's tensor-core path
+    _, _, _, msg = only(hints(small_dot, (f32, f32, f32), dict(M=64, N=64, K=64), arch=arch), "dot")
+    assert "runs on FMAs" in msg
+
+
+def test_dot_scaled_loops_are_reported():
+    args = (e4, i8, e4, i8, f32, 4096)
+    found = hints(scaled_loop, args, MM, warps=8)
+    assert only(found, "not pipelined")[1] == line_of(scaled_loop, "# loop: scaled")
+    assert only(found, "dequantizes")[1] == line_of(scaled_loop, "# dot_scaled")
+
+
+@pytest.mark.parametrize("name", ["matmul_bf16_128x256x64_leaky", "matmul_desc_bf16_128x256x64", "vector_add"])
+def test_kernels_on_the_fast_paths_report_nothing(name):
+    kernel, args, consts, warps, stages, _ = ptx_cases.CASES[name]
+    assert hints(kernel, args, consts, warps=warps, stages=stages) == []
+
+
+def test_the_environment_variable_prints_hints_at_the_line(monkeypatch, capsys):
+    monkeypatch.setenv("TILEFUSE_PERF_HINTS", "1")
+    ragged_rows.warmup(f32, f32, 1000, BLOCK=1024, grid=(1,), target="sm_90a")
+    err = capsys.readouterr().err
+    assert f"test_perf_hints.py:{line_of(ragged_rows, '# load: ragged end')}:" in err
+    assert "perf: load of 4-byte accesses" in err and "[ragged_rows, sm_90a]" in err
+    assert "x = tl.load(x_ptr + offs" in err  # the source line, with a caret under it
+    monkeypatch.delenv("TILEFUSE_PERF_HINTS")
+    ragged_rows.warmup(f32, f32, 1000, BLOCK=1024, grid=(1,), target="sm_90a")
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("x", [e4, bf])
+def test_masked_loads_with_other_zero_pipeline(x):
+    low = gpu.lower(masked_dot_loop.compile(x, x, f32, 4096, 4096, 4096, **MM), "sm_90a", 8, 3)
+    assert low["hints"] == []
+    assert "cp.async.cg.shared.global" in low["ptx"] and "wgmma.mma_async" in low["ptx"]
