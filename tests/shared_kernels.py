@@ -121,3 +121,22 @@ def masked_dot_loop(a_ptr, bt_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.cons
         b = tl.load(bt_ptr + rn[:, None] * K + kk, mask=(rn[:, None] < N) & (kk < K), other=0.0)
         acc = tl.dot(a, tl.trans(b), acc)
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@tf.jit
+def gated_dot_loop(a_ptr, gt_ptr, ut_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    # C = (A G^T) * (A U^T): two accumulators from one A tile per K step, as FC1's gate
+    # and up projections (Gt, Ut [N, K]); edges masked with other=0.0.
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc_g = tl.zeros((BM, BN), dtype=tl.float32)
+    acc_u = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        kk = (k + rk)[None, :]
+        a = tl.load(a_ptr + rm[:, None] * K + kk, mask=(rm[:, None] < M) & (kk < K), other=0.0)
+        g = tl.load(gt_ptr + rn[:, None] * K + kk, mask=(rn[:, None] < N) & (kk < K), other=0.0)
+        u = tl.load(ut_ptr + rn[:, None] * K + kk, mask=(rn[:, None] < N) & (kk < K), other=0.0)
+        acc_g = tl.dot(a, tl.trans(g), acc_g)
+        acc_u = tl.dot(a, tl.trans(u), acc_u)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc_g * acc_u, mask=(rm[:, None] < M) & (rn[None, :] < N))

@@ -1,11 +1,11 @@
 """K loops the MoE library needs, pipelined on the GPU, against a float64 reference:
-masked edges with other=0.0 (fp8 and bf16)."""
+masked edges with other=0.0 (fp8 and bf16), two dots sharing their A (FC1)."""
 
 import numpy as np
 import pytest
 import tilefuse as tf
 
-from tests.shared_kernels import masked_dot_loop
+from tests.shared_kernels import gated_dot_loop, masked_dot_loop
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
@@ -30,3 +30,23 @@ def test_masked_dot_loop(mnk, dtype, stages):
     tol = (2**-9 if dtype.itemsize == 1 else k * 2**-23) * bound
     err = np.abs(c.double().cpu().numpy() - ref)
     assert (err <= tol).all(), f"max error {err.max()} at {np.unravel_index(err.argmax(), err.shape)}"
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.bfloat16])
+@pytest.mark.parametrize("mnk", [(200, 176, 208), (256, 128, 640)])
+def test_gated_dot_loop(mnk, dtype, stages):
+    m, n, k = mnk
+    a, gt, ut = (torch.randn(r, k, device="cuda").to(dtype) for r in (m, n, n))
+    c = torch.full((m, n), float("nan"), device="cuda")
+    meta = dict(BM=128, BN=128, BK=128 if dtype.itemsize == 1 else 64)
+    kernel = gated_dot_loop.warmup(a, gt, ut, c, m, n, k, grid=(1,), num_warps=8, num_stages=stages, **meta)
+    assert "cp.async.cg" in kernel.asm["ptx"]  # pipelined, both dots
+    gated_dot_loop[(tf.cdiv(m, 128), tf.cdiv(n, 128))](a, gt, ut, c, m, n, k, num_warps=8, num_stages=stages, **meta)
+    a64, g64, u64 = (x.double() for x in (a, gt, ut))
+    g, u = a64 @ g64.T, a64 @ u64.T
+    bg, bu = a64.abs() @ g64.abs().T, a64.abs() @ u64.abs().T
+    e = 2**-9 if dtype.itemsize == 1 else k * 2**-23  # per accumulator, relative to its bound
+    tol = e * (bg * u.abs() + bu * g.abs() + e * bg * bu) + 2**-23 * (g * u).abs()
+    err = (c.double() - g * u).abs()
+    assert (err <= tol).all(), f"max error {err.max().item()}"

@@ -12,7 +12,7 @@ import tilefuse.language as tl
 from tilefuse import gpu
 
 from tests.python.golden import ptx_cases
-from tests.shared_kernels import masked_dot_loop
+from tests.shared_kernels import gated_dot_loop, masked_dot_loop
 
 bf = np.zeros((64, 64), ml_dtypes.bfloat16)
 e4 = np.zeros((64, 64), ml_dtypes.float8_e4m3fn)
@@ -35,20 +35,6 @@ def only(found, text):
     match = [h for h in found if text in h[3]]
     assert len(match) == 1, (text, found)
     return match[0]
-
-
-@tf.jit
-def two_dots(a_ptr, b_ptr, g_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
-    acc_g = tl.zeros((BM, BN), dtype=tl.float32)
-    acc_u = tl.zeros((BM, BN), dtype=tl.float32)
-    for k in range(0, K, BK):  # loop: two dots
-        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
-        g = tl.load(g_ptr + (k + rk)[:, None] * BN + rn[None, :])
-        u = tl.load(b_ptr + (k + rk)[:, None] * BN + rn[None, :])
-        acc_g = tl.dot(a, g, acc_g)
-        acc_u = tl.dot(a, u, acc_u)
-    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc_g * acc_u)
 
 
 @tf.jit
@@ -103,10 +89,13 @@ def scaled_loop(a_ptr, as_ptr, b_ptr, bs_ptr, c_ptr, K, BM: tl.constexpr, BN: tl
 MM = dict(BM=128, BN=128, BK=64)
 
 
-def test_a_loop_with_two_dots_is_reported():
-    file, line, col, msg = only(hints(two_dots, (bf, bf, bf, f32, 4096), MM, warps=8), "not pipelined")
-    assert file.endswith("test_perf_hints.py") and line == line_of(two_dots, "# loop: two dots")
-    assert "more than one dot" in msg
+@pytest.mark.parametrize("x", [bf, e4])
+def test_a_loop_with_two_dots_sharing_a_pipelines(x):
+    # FC1's gate and up projections: one A tile feeds two dots, three tiles per stage.
+    low = gpu.lower(gated_dot_loop.compile(x, x, x, f32, 4096, 4096, 4096, **MM), "sm_90a", 8, 3)
+    assert low["hints"] == []
+    ptx = low["ptx"]
+    assert "cp.async.cg.shared.global" in ptx and ptx.count("wgmma.mma_async") >= 2
 
 
 def test_a_k_contiguous_b_is_reported():

@@ -1,15 +1,16 @@
-// Software pipelining of K loops on sm_90a: a for loop whose body feeds one wgmma dot
-// with two loads (no other use of the loaded tiles) copies the operand tiles of
+// Software pipelining of K loops on sm_90a: a for loop whose wgmma dots read loads of
+// the loop (no other use of the loaded tiles; one A may feed several dots, as the gate
+// and up projections of an MoE FC1 share their input) copies the operand tiles of
 // iteration j + S - 1 into a ring of S shared-memory stages while the tensor cores
-// work on iteration j, so global latency hides behind the dot. Pointer loads copy
+// work on iteration j, so global latency hides behind the dots. Pointer loads copy
 // with cp.async (every thread its share); descriptor loads with tensor maps copy
 // with TMA (thread 0 issues whole boxes that complete on the stage's mbarrier).
 //
 //   prologue:  copy iterations 0 .. S-2 into stages 0 .. S-2 (one cp.async group each)
 //   iteration j:  wait until at most S-2 copy groups are pending and the stage's
-//                 mbarrier completes (stage j is in); barrier; wgmma on stage j (left
-//                 in flight); wait for the wgmma of j-1 and barrier, so that no
-//                 warpgroup still reads stage j-1;
+//                 mbarrier completes (stage j is in); barrier; each dot's wgmma on
+//                 stage j (left in flight); wait for the wgmma groups of j-1 and
+//                 barrier, so that no warpgroup still reads stage j-1;
 //                 copy iteration j+S-1 into stage (j+S-1) % S = stage of j-1
 //   after the loop: drain the copies (every TMA copy issued was waited for).
 //
@@ -18,8 +19,8 @@
 // tile that the loop bumps by ptr_add each iteration is bumped S-1 more times. Copies
 // past the last iteration are issued with source size 0 (zero fill, no memory access).
 // Operands land in the SharedTile of wgmmaOperandTile (the layout the wgmma
-// descriptors read; a TMA operand's map must have the same swizzle); every copy moves a run of
-// 4, 8 or 16 contiguous, aligned bytes (AxisAnalysis::vectorWidth).
+// descriptors read; a TMA operand's map must have the same swizzle); every copy moves
+// a run of 4, 8 or 16 contiguous, aligned bytes (AxisAnalysis::vectorWidth).
 #include "Lowering.h"
 
 namespace tilefuse::lower::detail {
@@ -84,7 +85,6 @@ bool Lowering::advanceable(const Value* v, const Block& body, std::set<const Val
 // wgmma dot (empty for loops without one).
 bool Lowering::planPipeline(const Op& loop, Pipeline* p, std::string* why) {
   const Block& body = loop.region(0);
-  const Op* dot = nullptr;
   auto no = [&](std::string reason) {
     *why = "K loop not pipelined: " + std::move(reason);
     return false;
@@ -93,51 +93,68 @@ bool Lowering::planPipeline(const Op& loop, Pipeline* p, std::string* why) {
     if (!onWgmma(*o)) continue;
     if (o->kind() != OpKind::Dot)
       return no("dot_scaled loops are not pipelined yet (operands dequantized in registers)");
-    if (dot) return no("it has more than one dot (one dot per pipelined loop so far)");
-    dot = o.get();
+    p->dots.push_back(o.get());
   }
-  if (!dot) return false;
+  if (p->dots.empty()) return false;
   if (opts_.numStages < 2) return no("num_stages=" + std::to_string(opts_.numStages));
-  WgmmaShape w;
-  onWgmma(*dot, &w);
-  WgmmaB bs = wgmmaB(*dot);
-  if (bs.transposeOnStage)  // cp.async copies bytes as they lie
-    return no("an 8-bit B loaded as [K, N] is transposed through registers; load it as [N, K] and pass tl.trans(b)");
-  for (unsigned i = 0; i < 2; ++i) {
-    std::string name = i ? "B" : "A";
-    const Value* v = i ? bs.value : dot->operand(0);
-    const Op* ld = v->definingOp();
-    if (!ld || v->ownerBlock() != &body || v->uses().size() != 1)
-      return no(name + " is not a load in the loop used only by the dot");
-    p->tiles[i] = wgmmaOperandTile(*dot, i, w);
-    if (ld->kind() == OpKind::DescLoad) {
-      p->tma[i] = tensorMapOf(ld->operand(0));
-      if (p->tma[i] < 0) return no(name + "'s descriptor is not on TMA (see its hint)");
-      // The boxes must land in the layout the wgmma descriptors read.
-      if (tensorMaps_[p->tma[i]].swizzleBytes != p->tiles[i].swizzle)
-        return no(name + "'s descriptor is also read with another shared-memory swizzle");
-    } else if (ld->kind() != OpKind::Load) {
-      return no(name + " is not a load");
-    } else if (ld->numOperands() > 2 && !isZeroConstant(ld->operand(2))) {
-      return no(name + "'s load has an `other` value that is not 0");
+  std::set<const Op*> dots(p->dots.begin(), p->dots.end());
+  int64_t stageBytes = 0;
+  for (const Op* dot : p->dots) {
+    WgmmaShape w;
+    onWgmma(*dot, &w);
+    WgmmaB bs = wgmmaB(*dot);
+    if (bs.transposeOnStage)  // cp.async copies bytes as they lie
+      return no("an 8-bit B loaded as [K, N] is transposed through registers; load it as [N, K] and pass tl.trans(b)");
+    int slot[2];
+    for (unsigned i = 0; i < 2; ++i) {
+      std::string name = i ? "B" : "A";
+      const Value* v = i ? bs.value : dot->operand(0);
+      const Op* ld = v->definingOp();
+      // A may feed several of the loop's dots as their A; B feeds one.
+      bool onlyDots = !v->uses().empty() && (i ? v->uses().size() == 1 : true);
+      for (const Use& u : v->uses()) onlyDots = onlyDots && (i || (dots.count(u.user) && u.index == 0));
+      if (!ld || v->ownerBlock() != &body || !onlyDots)
+        return no(name + " is not a load in the loop used only by the loop's dots");
+      SharedTile tile = wgmmaOperandTile(*dot, i, w);
+      auto seen = std::find_if(p->loads.begin(), p->loads.end(), [&](const StagedLoad& l) { return l.load == ld; });
+      if (seen != p->loads.end()) {
+        if (!(seen->tile == tile)) return no(name + " feeds dots that read it in different shared-memory layouts");
+        slot[i] = static_cast<int>(seen - p->loads.begin());
+        continue;
+      }
+      StagedLoad l{ld, -1, 1, tile, stageBytes};
+      if (ld->kind() == OpKind::DescLoad) {
+        l.tma = tensorMapOf(ld->operand(0));
+        if (l.tma < 0) return no(name + "'s descriptor is not on TMA (see its hint)");
+        // The boxes must land in the layout the wgmma descriptors read.
+        if (tensorMaps_[l.tma].swizzleBytes != tile.swizzle)
+          return no(name + "'s descriptor is also read with another shared-memory swizzle");
+      } else if (ld->kind() != OpKind::Load) {
+        return no(name + " is not a load");
+      } else if (ld->numOperands() > 2 && !isZeroConstant(ld->operand(2))) {
+        return no(name + "'s load has an `other` value that is not 0");
+      }
+      std::set<const Value*> visited;
+      for (const Value* x : copyInputs(*ld))
+        if (!advanceable(x, body, visited))
+          return no(name + "'s pointers or mask depend on values the loop computes other than by index math");
+      if (l.tma < 0) {
+        const Value* mask = ld->numOperands() > 1 ? ld->operand(1) : nullptr;
+        l.width = accessWidth(ld->operand(0), mask);
+        if (l.width * bs.elemBytes < 4)  // cp.async moves 4, 8 or 16 bytes
+          return no(name + "'s loads are not provably contiguous and aligned in runs of 4 bytes along its last dim (" +
+                    accessReason(ld->operand(0), mask) + ")");
+      }
+      // Whole 1024-byte swizzle atoms per tile.
+      stageBytes += (v->type().numel() * bs.elemBytes + 1023) / 1024 * 1024;
+      slot[i] = static_cast<int>(p->loads.size());
+      p->loads.push_back(l);
     }
-    std::set<const Value*> seen;
-    for (const Value* x : copyInputs(*ld))
-      if (!advanceable(x, body, seen))
-        return no(name + "'s pointers or mask depend on values the loop computes other than by index math");
-    p->loads[i] = ld;
-    if (p->tma[i] >= 0) continue;
-    p->width[i] = accessWidth(ld->operand(0), ld->numOperands() > 1 ? ld->operand(1) : nullptr);
-    if (p->width[i] * bs.elemBytes < 4)  // cp.async moves 4, 8 or 16 bytes
-      return no(name + "'s loads are not provably contiguous and aligned in runs of 4 bytes along its last dim (" +
-                accessReason(ld->operand(0), ld->numOperands() > 1 ? ld->operand(1) : nullptr) + ")");
+    p->operand[dot] = {slot[0], slot[1]};
   }
-  p->dot = dot;
   p->args = pipelineArgs(*p, body);
   p->stages = opts_.numStages;
-  WgmmaOperandBytes bytes = wgmmaOperandBytes(*dot);
-  p->aBytes = bytes.a;
-  p->stageBytes = bytes.a + bytes.b;
+  p->stageBytes = stageBytes;
   return true;
 }
 
@@ -206,41 +223,39 @@ std::vector<const Value*> Lowering::pipelineArgs(const Pipeline& p, const Block&
       visit(body.terminator()->operand(v->index() - 1));
     }
   };
-  for (const Op* ld : p.loads)
-    for (const Value* x : copyInputs(*ld)) visit(x);
+  for (const StagedLoad& l : p.loads)
+    for (const Value* x : copyInputs(*l.load)) visit(x);
   std::vector<const Value*> args = {body.arg(0)};
   for (unsigned i = 1; i < body.numArgs(); ++i)
     if (seen.count(body.arg(i))) args.push_back(body.arg(i));
   return args;
 }
 
-// Copies both operand tiles of the iteration described by `env` into `stage`;
+// Copies every operand tile of the iteration described by `env` into `stage`;
 // `valid` false copies nothing (cp.async: zero fill; TMA: nothing issued, nothing
 // waited for). One cp.async commit group.
 void Lowering::copyStage(const Pipeline& p, const Block& body, const Env& env, LVal* stage, LVal* valid) {
   LVal* smem32 = b_.CreatePtrToInt(smem(), b_.getInt32Ty());
   LVal* ring = b_.CreateAdd(smem32, b_.CreateAdd(idx(p.base), b_.CreateMul(stage, idx(p.stageBytes))));
-  if (p.tma[0] >= 0 || p.tma[1] >= 0) {
+  if (p.anyTma()) {
     LVal* issue = b_.CreateAnd(valid, b_.CreateICmpEQ(tid_, idx(0)));
     LVal* bar = barrierAddr(b_.CreateAdd(stage, idx(p.barrier)));
     int64_t bytes = 0;
-    for (unsigned i = 0; i < 2; ++i)
-      if (p.tma[i] >= 0)
-        bytes += p.loads[i]->result()->type().numel() * wgmmaElemBytes(p.loads[i]->result()->type().elem);
+    for (const StagedLoad& l : p.loads)
+      if (l.tma >= 0) bytes += l.load->result()->type().numel() * l.tile.eb;
     armBarrier(bar, bytes, issue);
-    for (unsigned i = 0; i < 2; ++i) {
-      if (p.tma[i] < 0) continue;
-      const Op* ld = p.loads[i];
+    for (const StagedLoad& l : p.loads) {
+      if (l.tma < 0) continue;
       std::vector<LVal*> coords;
-      for (const Value* x : copyInputs(*ld))
+      for (const Value* x : copyInputs(*l.load))
         coords.push_back(b_.CreateSExtOrTrunc(evalUnder(x, body, env).e[0], b_.getInt32Ty()));
-      tmaCopy(p.tma[i], ld->result()->type(), b_.CreateAdd(ring, idx(i ? p.aBytes : 0)), coords, bar, issue);
+      tmaCopy(l.tma, l.load->result()->type(), b_.CreateAdd(ring, idx(l.offset)), coords, bar, issue);
     }
   }
-  if (p.tma[0] >= 0 && p.tma[1] >= 0) return;
-  for (unsigned i = 0; i < 2; ++i) {
-    if (p.tma[i] >= 0) continue;
-    const Op* ld = p.loads[i];
+  if (p.allTma()) return;
+  for (const StagedLoad& l : p.loads) {
+    if (l.tma >= 0) continue;
+    const Op* ld = l.load;
     const Type& t = ld->result()->type();
     Regs ptrs = evalUnder(ld->operand(0), body, env);
     const Layout& L = ptrs.L;
@@ -249,16 +264,16 @@ void Lowering::copyStage(const Pipeline& p, const Block& body, const Env& env, L
       mask = evalUnder(ld->operand(1), body, env);
       if (!(mask.L == L)) mask = convert(mask, ld->operand(1)->type(), L);
     }
-    int64_t bytes = p.width[i] * wgmmaElemBytes(t.elem);
+    int64_t bytes = l.width * l.tile.eb;
     std::string text = std::string("cp.async.") + (bytes == 16 ? "cg" : "ca") + ".shared.global [$0], [$1], " +
                        std::to_string(bytes) + ", $2;";
     auto* ty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt32Ty(), b_.getInt64Ty(), b_.getInt32Ty()}, false);
     auto* copy = llvm::InlineAsm::get(ty, text, "r,l,r,~{memory}", true);
-    LVal* base = b_.CreateAdd(ring, idx(i ? p.aBytes : 0));
-    for (int s = 0; s < slots(L); s += static_cast<int>(p.width[i])) {
+    LVal* base = b_.CreateAdd(ring, idx(l.offset));
+    for (int s = 0; s < slots(L); s += static_cast<int>(l.width)) {
       if (!slotOwned(L, s)) continue;
       LVal* e = flatIndex(L, s);
-      LVal* dst = b_.CreateAdd(base, swizzledOffset(coord(e, t.shape, 0), coord(e, t.shape, 1), p.tiles[i]));
+      LVal* dst = b_.CreateAdd(base, swizzledOffset(coord(e, t.shape, 0), coord(e, t.shape, 1), l.tile));
       LVal* ok = mask.e.empty() ? valid : b_.CreateAnd(valid, mask.e[s]);
       LVal* size = b_.CreateSelect(ok, idx(bytes), idx(0));
       b_.CreateCall(copy, {dst, b_.CreatePtrToInt(ptrs.e[s], b_.getInt64Ty()), size});
@@ -276,7 +291,7 @@ void Lowering::pipelinePrologue(Pipeline& p, const Op& loop, LVal* lb, LVal* ub,
   IRBuilder<> eb(entry_);
   p.counter = eb.CreateAlloca(b_.getInt32Ty());
   b_.CreateStore(idx(0), p.counter);
-  if (p.tma[0] >= 0 || p.tma[1] >= 0) {
+  if (p.anyTma()) {
     // Phases continue across entries of the loop (an outer loop): set once.
     p.phases = eb.CreateAlloca(b_.getInt32Ty());
     eb.CreateStore(eb.getInt32(0), p.phases);
@@ -290,25 +305,36 @@ void Lowering::pipelinePrologue(Pipeline& p, const Op& loop, LVal* lb, LVal* ub,
   }
 }
 
+// The first dot of an iteration waits until its stage is in; each dot issues its
+// wgmma group on the stage; the last waits for the previous iteration's groups (so no
+// warpgroup still reads that stage) and copies iteration j + S - 1 into it.
 void Lowering::lowerPipelinedDot(const Op& op, const WgmmaShape& w, const Pipeline& p) {
   const Block& body = *op.parentBlock();
   Regs acc = in(op.operand(2), layoutOf(op.result()));
   LVal* stage = b_.CreateLoad(b_.getInt32Ty(), p.counter);
-  if (p.tma[0] < 0 || p.tma[1] < 0) {
-    ptx("cp.async.wait_group " + std::to_string(p.stages - 2) + ";");
-    ptx("fence.proxy.async.shared::cta;");
+  if (&op == p.dots.front()) {
+    if (!p.allTma()) {
+      ptx("cp.async.wait_group " + std::to_string(p.stages - 2) + ";");
+      ptx("fence.proxy.async.shared::cta;");
+    }
+    if (p.phases) {
+      LVal* phases = b_.CreateLoad(b_.getInt32Ty(), p.phases);
+      waitBarrier(barrierAddr(b_.CreateAdd(stage, idx(p.barrier))), b_.CreateAnd(b_.CreateLShr(phases, stage), idx(1)));
+      b_.CreateStore(b_.CreateXor(phases, b_.CreateShl(idx(1), stage)), p.phases);
+    }
+    // Each thread's own mbarrier wait shows it the TMA data; cp.async data needs the barrier.
+    if (!p.allTma()) barrier();
   }
-  if (p.phases) {
-    LVal* phases = b_.CreateLoad(b_.getInt32Ty(), p.phases);
-    waitBarrier(barrierAddr(b_.CreateAdd(stage, idx(p.barrier))), b_.CreateAnd(b_.CreateLShr(phases, stage), idx(1)));
-    b_.CreateStore(b_.CreateXor(phases, b_.CreateShl(idx(1), stage)), p.phases);
-  }
-  // Each thread's own mbarrier wait shows it the TMA data; cp.async data needs the barrier.
-  if (p.tma[0] < 0 || p.tma[1] < 0) barrier();
-  LVal* aBase = b_.CreateAdd(idx(p.base), b_.CreateMul(stage, idx(p.stageBytes)));
-  vals_[op.result()] = issueWgmma(op, w, std::move(acc), aBase, b_.CreateAdd(aBase, idx(p.aBytes)));
+  LVal* stageBase = b_.CreateAdd(idx(p.base), b_.CreateMul(stage, idx(p.stageBytes)));
+  auto [ia, ib] = p.operand.at(&op);
+  vals_[op.result()] = issueWgmma(op, w, std::move(acc), b_.CreateAdd(stageBase, idx(p.loads[ia].offset)),
+                                  b_.CreateAdd(stageBase, idx(p.loads[ib].offset)));
   if (!wgmmaPromotes(op)) wgmmaPending_.insert(op.result());
-  ptx("wgmma.wait_group.sync.aligned 1;");
+  if (&op != p.dots.back()) return;
+  // fp8 dots wait for their groups as they promote; the others' stay in flight.
+  int inFlight = 0;
+  for (const Op* d : p.dots) inFlight += !wgmmaPromotes(*d);
+  ptx("wgmma.wait_group.sync.aligned " + std::to_string(inFlight) + ";");
   barrier();
   Env now;
   for (const Value* a : p.args) now[a] = get(a);

@@ -59,14 +59,13 @@ void Lowering::reserveWgmmaOperands(const Block& body) {
       if (pipelined) {
         p.base = next;
         next += p.stages * p.stageBytes;
-        if (p.tma[0] >= 0 || p.tma[1] >= 0) {
+        if (p.anyTma()) {
           p.barrier = barrierSlots_;
           barrierSlots_ += p.stages;
         }
         auto& slot = pipelines_[o.get()] = p;
-        pipelinedDots_[p.dot] = &slot;
-        pipelinedLoads_.insert(p.loads[0]);
-        pipelinedLoads_.insert(p.loads[1]);
+        for (const Op* d : p.dots) pipelinedDots_[d] = &slot;
+        for (const StagedLoad& l : p.loads) pipelinedLoads_.insert(l.load);
       }
       if (onWgmma(*o)) {
         // A trans that only feeds B is staged from its operand: nothing to lower.

@@ -71,6 +71,7 @@ WgmmaB wgmmaB(const Op& dot);
 struct SharedTile {
   int64_t rows = 0, cols = 0, eb = 0, swizzle = 0;
   int64_t blockBytes() const { return rows * swizzle; }
+  bool operator==(const SharedTile&) const = default;
 };
 // wgmma dot operand `which` (0: A, [M, K]; 1: B, [N, K] if K-major else [K, N]) on
 // tiling w. B N-major takes the swizzle of one warpgroup's instruction N, so that each
@@ -104,19 +105,38 @@ TmaView tmaView(const Type& t, int64_t maxSwizzle = 128);
 // Shared bytes [0, kBarrierBytes) hold the mbarriers of kernels with tensor maps.
 constexpr int64_t kBarrierBytes = 1024;
 
-// A software-pipelined K loop (LowerPipeline.cpp).
+// One operand tile a pipelined loop copies into each stage.
+struct StagedLoad {
+  const Op* load = nullptr;  // a load or descriptor load
+  int tma = -1;              // its tensor map, or -1: cp.async
+  int64_t width = 1;         // elements per cp.async
+  SharedTile tile;           // its layout in a stage (the one its dots read)
+  int64_t offset = 0;        // its byte offset in a stage
+};
+
+// A software-pipelined K loop (LowerPipeline.cpp): one or more wgmma dots whose
+// operands are loads of the loop (a load may feed several dots as A, as FC1's gate
+// and up projections share their input).
 struct Pipeline {
-  const Op* dot = nullptr;
-  const Op* loads[2] = {nullptr, nullptr};  // the loads (or descriptor loads) of A and B
-  int64_t width[2] = {1, 1};                // elements per cp.async
-  int tma[2] = {-1, -1};                    // the tensor map of a descriptor load
-  int barrier = 0;                          // first mbarrier slot (TMA operands), one per stage
-  llvm::AllocaInst* phases = nullptr;       // bit s: the parity stage s waits for next
+  std::vector<const Op*> dots;                                 // in program order
+  std::vector<StagedLoad> loads;                               // distinct operand loads
+  std::unordered_map<const Op*, std::pair<int, int>> operand;  // dot -> its A and B in loads
+  int barrier = 0;                                             // first mbarrier slot (TMA operands), one per stage
+  llvm::AllocaInst* phases = nullptr;                          // bit s: the parity stage s waits for next
   int stages = 0;
-  int64_t base = 0, stageBytes = 0, aBytes = 0;  // the ring in shared memory
-  SharedTile tiles[2];                           // A's and B's layout in a stage
-  std::vector<const Value*> args;                // loop values the copies depend on (pipelineArgs)
-  llvm::AllocaInst* counter = nullptr;           // stage of the current iteration
+  int64_t base = 0, stageBytes = 0;  // the ring in shared memory
+  bool anyTma() const {
+    for (const StagedLoad& l : loads)
+      if (l.tma >= 0) return true;
+    return false;
+  }
+  bool allTma() const {
+    for (const StagedLoad& l : loads)
+      if (l.tma < 0) return false;
+    return true;
+  }
+  std::vector<const Value*> args;       // loop values the copies depend on (pipelineArgs)
+  llvm::AllocaInst* counter = nullptr;  // stage of the current iteration
   LVal* ub = nullptr;
   LVal* step = nullptr;
 };

@@ -1,0 +1,39 @@
+"""The K-loop kernels of tests/shared_kernels.py (masked edges with other=0.0, two dots
+sharing A) on the interpreter against float64: what the GPU pipelines must match."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tests.shared_kernels import gated_dot_loop, masked_dot_loop
+
+M, N, K = 70, 40, 80
+META = dict(BM=32, BN=32, BK=32)
+GRID = (3, 2)
+
+
+def operands(dtype, rng, *shapes):
+    return [rng.standard_normal(s).astype(dtype) for s in shapes]
+
+
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn])
+def test_masked_dot_loop(dtype):
+    a, bt = operands(dtype, np.random.default_rng(1), (M, K), (N, K))
+    c = np.full((M, N), np.nan, np.float32)
+    masked_dot_loop[GRID](a, bt, c, M, N, K, **META)
+    a64, b64 = a.astype(np.float64), bt.astype(np.float64)
+    # Exact products, fp32 sums of K terms.
+    np.testing.assert_allclose(c, a64 @ b64.T, rtol=0, atol=K * 2**-23 * (np.abs(a64) @ np.abs(b64).T).max())
+
+
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn])
+def test_gated_dot_loop(dtype):
+    a, gt, ut = operands(dtype, np.random.default_rng(2), (M, K), (N, K), (N, K))
+    c = np.full((M, N), np.nan, np.float32)
+    gated_dot_loop[GRID](a, gt, ut, c, M, N, K, **META)
+    a64, g64, u64 = (x.astype(np.float64) for x in (a, gt, ut))
+    g, u = a64 @ g64.T, a64 @ u64.T
+    bg, bu = np.abs(a64) @ np.abs(g64).T, np.abs(a64) @ np.abs(u64).T
+    # Each accumulator within K * 2^-23 of its bound, then one fp32 product.
+    tol = K * 2**-23 * (bg * np.abs(u) + bu * np.abs(g) + bg * bu) + 2**-23 * np.abs(g * u)
+    assert (np.abs(c - g * u) <= tol).all()
