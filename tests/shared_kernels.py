@@ -140,3 +140,22 @@ def gated_dot_loop(a_ptr, gt_ptr, ut_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: 
         acc_g = tl.dot(a, tl.trans(g), acc_g)
         acc_u = tl.dot(a, tl.trans(u), acc_u)
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc_g * acc_u, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@tf.jit
+def strided_dot_loop(
+    a_ptr, b_ptr, c_ptr, M, N, K, stride_bk, stride_bn, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr
+):
+    # C = A B with B [K, N] at any strides: stride_bk == 1 (K contiguous, as a
+    # transposed weight) loads B coalesced along K and stages it K-major.
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        kk = k + rk
+        a = tl.load(a_ptr + rm[:, None] * K + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+        b_ptrs = b_ptr + kk[:, None] * stride_bk + rn[None, :] * stride_bn
+        b = tl.load(b_ptrs, mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))

@@ -69,6 +69,18 @@ TEST(Layout, BlockedLayoutsCoverEveryShape) {
       expectCovers(blockedLayout(shape, threads), numel(shape), threads);
 }
 
+TEST(Layout, BlockedLayoutsAlongAnotherDimCoverEveryShape) {
+  for (int threads : {32, 128, 256})
+    for (std::vector<int64_t> shape : {std::vector<int64_t>{64, 1}, {128, 64}, {64, 128}, {8, 8}, {256, 4}, {4, 8, 16}})
+      for (int d = 0; d + 1 < static_cast<int>(shape.size()); ++d)
+        expectCovers(blockedLayout(shape, threads, 8, d), numel(shape), threads);
+  Layout l = blockedLayout({64, 128}, 128, 8, 0);
+  EXPECT_EQ(runDim(l, {64, 128}), 0) << l.str();
+  EXPECT_EQ(vectorRun(l, 128), 8);  // runs of 8 rows
+  EXPECT_EQ(l.thr[0], 8 * 128);     // consecutive threads on consecutive runs along dim 0
+  EXPECT_EQ(runDim(blockedLayout({64, 128}, 128), {64, 128}), 1);
+}
+
 TEST(Layout, BlockedLayoutsGiveRunsOfEightAlongTheLastDim) {
   Layout l = blockedLayout({128, 64}, 128);
   ASSERT_GE(l.reg.size(), 3u);
@@ -164,12 +176,53 @@ func @mm(%a_ptr: ptr<bf16>, %b_ptr: ptr<bf16>, %c_ptr: ptr<bf16>, %K: i32) {alig
 }
 )";
 
-// The kernel's layout plan, by value name.
+// B [K, N] with K contiguous: b_ptr + k + 64 n, advanced by 64 (rows) per iteration.
+const char* kLoopKContiguous = R"(
+func @mm(%a_ptr: ptr<bf16>, %b_ptr: ptr<bf16>, %c_ptr: ptr<f32>, %K: i32) {aligned16 = [0, 1, 2, 3], kernel = true} {
+  %r = arange {end = 64, start = 0} : tile<64xi32>
+  %0 = expand_dims %r {axis = 1} : tile<64x1xi32>
+  %1 = constant {value = 64} : tile<64x1xi32>
+  %2 = mul %0, %1 : tile<64x1xi32>
+  %3 = expand_dims %r {axis = 0} : tile<1x64xi32>
+  %4 = broadcast %2 : tile<64x64xi32>
+  %5 = broadcast %3 : tile<64x64xi32>
+  %offs = add %4, %5 : tile<64x64xi32>
+  %t = constant {value = 64} : tile<1x64xi32>
+  %6 = mul %3, %t : tile<1x64xi32>
+  %7 = broadcast %0 : tile<64x64xi32>
+  %8 = broadcast %6 : tile<64x64xi32>
+  %offs_b = add %7, %8 : tile<64x64xi32>
+  %9 = splat %a_ptr : tile<64x64xptr<bf16>>
+  %pa = ptr_add %9, %offs : tile<64x64xptr<bf16>>
+  %10 = splat %b_ptr : tile<64x64xptr<bf16>>
+  %pb = ptr_add %10, %offs_b : tile<64x64xptr<bf16>>
+  %acc0 = constant {value = 0.0} : tile<64x64xf32>
+  %lo = constant {value = 0} : i32
+  %step = constant {value = 64} : i32
+  %pa_1, %acc, %pb_1 = for %lo, %K, %step, %pa, %acc0, %pb : tile<64x64xptr<bf16>>, tile<64x64xf32>, tile<64x64xptr<bf16>> {
+  ^(%k: i32, %pa_2: tile<64x64xptr<bf16>>, %acc_2: tile<64x64xf32>, %pb_2: tile<64x64xptr<bf16>>):
+    %a = load %pa_2 : tile<64x64xbf16>
+    %b = load %pb_2 : tile<64x64xbf16>
+    %acc_3 = dot %a, %b, %acc_2 : tile<64x64xf32>
+    %11 = constant {value = 64} : tile<64x64xi32>
+    %pa_3 = ptr_add %pa_2, %11 : tile<64x64xptr<bf16>>
+    %pb_3 = ptr_add %pb_2, %11 : tile<64x64xptr<bf16>>
+    yield %pa_3, %acc_3, %pb_3
+  }
+  %12 = splat %c_ptr : tile<64x64xptr<f32>>
+  %pc = ptr_add %12, %offs : tile<64x64xptr<f32>>
+  store %pc, %acc
+  return
+}
+)";
+
+// The kernel's layout plan, by value name (coalesced by its axis analysis).
 struct Planned {
   test::ParsedKernel kernel;
+  AxisAnalysis axis;
   LayoutPlan plan;
   Planned(const char* text, const std::string& arch, int threads)
-      : kernel(text), plan(planLayouts(*kernel.func, arch, threads)) {}
+      : kernel(text), axis(*kernel.func), plan(planLayouts(*kernel.func, arch, threads, &axis)) {}
   const Layout& operator[](const std::string& name) const { return plan.at(kernel[name]); }
 };
 
@@ -182,6 +235,15 @@ TEST(LayoutPlan, AccumulatorsStayInTheWgmmaLayoutThroughTheLoopAndTheEpilogue) {
   // Loads follow their pointers; pointers and the loop-carried pointers stay blocked.
   Layout blocked = blockedLayout({64, 64}, 128);
   for (const char* v : {"pa", "pa_2", "pa_3", "a", "b", "pc"}) EXPECT_EQ(p[v], blocked) << v;
+}
+
+TEST(LayoutPlan, LoadsContiguousAlongAnotherDimAreCoalescedAlongIt) {
+  Planned p(kLoopKContiguous, "sm_90a", 128);
+  // B's pointers, through the loop's carried value and its update, and the loaded tile.
+  Layout alongK = blockedLayout({64, 64}, 128, 8, 0);
+  for (const char* v : {"pb", "pb_2", "pb_3", "b"}) EXPECT_EQ(p[v], alongK) << v;
+  Layout blocked = blockedLayout({64, 64}, 128);
+  for (const char* v : {"pa", "pa_2", "a", "pc"}) EXPECT_EQ(p[v], blocked) << v;
 }
 
 TEST(LayoutPlan, WithoutWgmmaAccumulatorsStayInTheMmaLayout) {

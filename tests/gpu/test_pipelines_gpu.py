@@ -1,11 +1,11 @@
 """K loops the MoE library needs, pipelined on the GPU, against a float64 reference:
-masked edges with other=0.0 (fp8 and bf16), two dots sharing their A (FC1)."""
+masked edges with other=0.0 (fp8 and bf16), two dots sharing their A (FC1), a B with K contiguous."""
 
 import numpy as np
 import pytest
 import tilefuse as tf
 
-from tests.shared_kernels import gated_dot_loop, masked_dot_loop
+from tests.shared_kernels import gated_dot_loop, masked_dot_loop, strided_dot_loop
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
@@ -50,3 +50,25 @@ def test_gated_dot_loop(mnk, dtype, stages):
     tol = e * (bg * u.abs() + bu * g.abs() + e * bg * bu) + 2**-23 * (g * u).abs()
     err = (c.double() - g * u).abs()
     assert (err <= tol).all(), f"max error {err.max().item()}"
+
+
+@pytest.mark.parametrize("warps,stages", [(4, 1), (4, 2), (8, 3)])
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("mnk", [(200, 176, 208), (128, 256, 512)])
+def test_k_contiguous_b(mnk, dtype, warps, stages):
+    # B [K, N] stored N-major (a transposed weight, K contiguous): copied K-major.
+    m, n, k = mnk
+    a = torch.randn(m, k, device="cuda").to(dtype)
+    b = torch.randn(n, k, device="cuda").to(dtype).T
+    c = torch.full((m, n), float("nan"), device="cuda")
+    bm = 64 if warps == 4 else 128
+    meta = dict(BM=bm, BN=128, BK=128 if dtype.itemsize == 1 else 64)
+    args = (a, b, c, m, n, k, b.stride(0), b.stride(1))
+    kernel = strided_dot_loop.warmup(*args, grid=(1,), num_warps=warps, num_stages=stages, **meta)
+    assert ("cp.async.cg" in kernel.asm["ptx"]) == (stages > 1)  # pipelined
+    strided_dot_loop[(tf.cdiv(m, bm), tf.cdiv(n, 128))](*args, num_warps=warps, num_stages=stages, **meta)
+    ref = (a.double() @ b.double()).cpu().numpy()
+    bound = (a.double().abs() @ b.double().abs()).cpu().numpy()
+    tol = (2**-9 if dtype.itemsize == 1 else k * 2**-23) * bound
+    err = np.abs(c.double().cpu().numpy() - ref)
+    assert (err <= tol).all(), f"max error {err.max()} at {np.unravel_index(err.argmax(), err.shape)}"

@@ -5,7 +5,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tests.shared_kernels import gated_dot_loop, masked_dot_loop
+from tests.shared_kernels import gated_dot_loop, masked_dot_loop, strided_dot_loop
 
 M, N, K = 70, 40, 80
 META = dict(BM=32, BN=32, BK=32)
@@ -37,3 +37,15 @@ def test_gated_dot_loop(dtype):
     # Each accumulator within K * 2^-23 of its bound, then one fp32 product.
     tol = K * 2**-23 * (bg * np.abs(u) + bu * np.abs(g) + bg * bu) + 2**-23 * np.abs(g * u)
     assert (np.abs(c - g * u) <= tol).all()
+
+
+@pytest.mark.parametrize("k_contiguous", [True, False])
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn])
+def test_strided_dot_loop(dtype, k_contiguous):
+    a, bt = operands(dtype, np.random.default_rng(3), (M, K), (N, K))
+    b = bt.T if k_contiguous else np.ascontiguousarray(bt.T)  # [K, N], K or N contiguous
+    strides = [s // b.itemsize for s in b.strides]
+    c = np.full((M, N), np.nan, np.float32)
+    strided_dot_loop[GRID](a, b, c, M, N, K, *strides, **META)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    np.testing.assert_allclose(c, a64 @ b64, rtol=0, atol=K * 2**-23 * (np.abs(a64) @ np.abs(b64)).max())

@@ -12,7 +12,7 @@ import tilefuse.language as tl
 from tilefuse import gpu
 
 from tests.python.golden import ptx_cases
-from tests.shared_kernels import gated_dot_loop, masked_dot_loop
+from tests.shared_kernels import gated_dot_loop, masked_dot_loop, strided_dot_loop
 
 bf = np.zeros((64, 64), ml_dtypes.bfloat16)
 e4 = np.zeros((64, 64), ml_dtypes.float8_e4m3fn)
@@ -35,17 +35,6 @@ def only(found, text):
     match = [h for h in found if text in h[3]]
     assert len(match) == 1, (text, found)
     return match[0]
-
-
-@tf.jit
-def k_contiguous_b(a_ptr, b_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for k in range(0, K, BK):  # loop: B with K contiguous
-        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
-        b = tl.load(b_ptr + (k + rk)[:, None] + rn[None, :] * K)  # [BK, BN], K contiguous
-        acc = tl.dot(a, b, acc)
-    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc)
 
 
 @tf.jit
@@ -98,16 +87,22 @@ def test_a_loop_with_two_dots_sharing_a_pipelines(x):
     assert "cp.async.cg.shared.global" in ptx and ptx.count("wgmma.mma_async") >= 2
 
 
-def test_a_k_contiguous_b_is_reported():
-    _, line, _, msg = only(hints(k_contiguous_b, (bf, bf, f32, 4096), MM, warps=8), "not pipelined")
-    assert line == line_of(k_contiguous_b, "# loop: B with K contiguous")
-    assert "B's loads are not provably contiguous" in msg and "contiguous in runs of 1" in msg
+@pytest.mark.parametrize("x", [bf, e4])
+def test_a_k_contiguous_b_is_copied_k_major(x):
+    # B [K, N] with stride_bk == 1: loaded with runs along K, copied by cp.async into a
+    # K-major tile, wgmma without transposing B (16-bit: majorness flags 0, 0).
+    low = gpu.lower(strided_dot_loop.compile(x, x, f32, 4096, 4096, 4096, 1, 4096, **MM), "sm_90a", 8, 3)
+    assert low["hints"] == []
+    ptx = low["ptx"]
+    assert "cp.async.cg.shared.global" in ptx
+    if x is bf:
+        assert "p, 1, 1, 0, 0;" in ptx and "p, 1, 1, 0, 1;" not in ptx
 
 
 def test_an_8bit_b_loaded_n_major_is_reported():
     kernel, args, consts, warps, stages, _ = ptx_cases.CASES["matmul_e4m3_128x128x128"]
     _, _, _, msg = only(hints(kernel, args, consts, warps=warps, stages=stages), "not pipelined")
-    assert "transposed through registers" in msg
+    assert "with N contiguous is transposed through registers" in msg
 
 
 def test_ragged_masks_along_the_contiguous_dim_are_reported():

@@ -114,12 +114,12 @@ const Fact& AxisAnalysis::fact(const Value* v) const {
 
 const AxisInfo& AxisAnalysis::get(const Value* v) const { return fact(v).info; }
 
-int64_t AxisAnalysis::vectorWidth(const Value* ptr, const Value* mask, int64_t maxBytes) const {
+int64_t AxisAnalysis::vectorWidth(const Value* ptr, const Value* mask, int64_t maxBytes, int dim) const {
   const Type& t = ptr->type();
   int64_t bytes = t.isPtr() ? elemBytes(t.elem) : 0;
   if (t.rank() == 0 || bytes == 0 || maxBytes < bytes) return 1;
   const AxisInfo& p = get(ptr);
-  size_t d = static_cast<size_t>(t.rank() - 1);
+  size_t d = static_cast<size_t>(dim < 0 ? t.rank() - 1 : dim);
   int64_t w = std::min({p.contiguity[d], std::max<int64_t>(1, p.divisibility[d] / bytes), maxBytes / bytes});
   if (mask && mask->type().rank() == t.rank()) w = std::min(w, get(mask).constancy[d]);
   return w;

@@ -20,20 +20,46 @@ Layout scalarLayout(int threads) {
   return l;
 }
 
-Layout blockedLayout(const std::vector<int64_t>& shape, int threads, int64_t maxRun) {
+Layout blockedLayout(const std::vector<int64_t>& shape, int threads, int64_t maxRun, int runDim) {
   if (shape.empty()) return scalarLayout(threads);
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  int64_t v = std::min<int64_t>({maxRun, std::max<int64_t>(1, n / threads), shape.back()});
-  Layout l;
-  for (int64_t b = 1; b < v; b *= 2) l.reg.push_back(b);
-  int64_t next = v;
-  for (int t = 1; t < threads; t *= 2) {
-    l.thr.push_back(next < n ? next : 0);
-    if (next < n) next *= 2;
+  int rank = static_cast<int>(shape.size());
+  int d0 = runDim < 0 ? rank - 1 : runDim;
+  // Element steps (flat-index bases) in the order the layout walks them: runDim's
+  // first, then the other dims from the last.
+  std::vector<int64_t> steps;
+  for (int i = -1; i < rank; ++i) {
+    int d = i < 0 ? d0 : rank - 1 - i;
+    if (i >= 0 && d == d0) continue;
+    for (int64_t b = 1; b < shape[d]; b *= 2) steps.push_back(b * dimStride(shape, d));
   }
-  for (; next < n; next *= 2) l.reg.push_back(next);
+  int64_t n = int64_t{1} << steps.size();
+  int64_t v = std::min<int64_t>({maxRun, std::max<int64_t>(1, n / threads), shape[d0]});
+  Layout l;
+  size_t next = 0;
+  for (int64_t b = 1; b < v; b *= 2) l.reg.push_back(steps[next++]);
+  for (int t = 1; t < threads; t *= 2) l.thr.push_back(next < steps.size() ? steps[next++] : 0);
+  for (; next < steps.size(); ++next) l.reg.push_back(steps[next]);
   return l;
+}
+
+int64_t dimStride(const std::vector<int64_t>& shape, size_t d) {
+  int64_t s = 1;
+  for (size_t k = d + 1; k < shape.size(); ++k) s *= shape[k];
+  return s;
+}
+
+int runDim(const Layout& l, const std::vector<int64_t>& shape) {
+  if (l.reg.empty() || l.reg[0] == 0) return -1;
+  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d)
+    if (shape[d] > 1 && dimStride(shape, d) == l.reg[0]) return d;
+  return -1;
+}
+
+int64_t vectorRun(const Layout& l, int64_t stride) {
+  int64_t run = 1;
+  while (static_cast<size_t>(__builtin_ctzll(run)) < l.reg.size() && l.reg[__builtin_ctzll(run)] == run * stride)
+    run *= 2;
+  return run;
 }
 
 Layout wgmmaAccLayout(int64_t m, int64_t n, const WgmmaShape& w, int threads) {
@@ -139,15 +165,56 @@ namespace {
 
 class Planner {
  public:
-  Planner(const std::string& arch, int threads) : arch_(arch), threads_(threads) {}
+  Planner(const std::string& arch, int threads, const AxisAnalysis* axis)
+      : arch_(arch), threads_(threads), axis_(axis) {}
 
   void block(const Block& b) {
     for (const auto& o : b.ops()) op(*o);
   }
+  // Loads whose pointers are contiguous along another dim than the last (a [K, N] tile
+  // with K contiguous) take runs along that dim, and so do the pointer computations
+  // feeding them (Triton's coalescing): their accesses vectorize, and a wgmma B can be
+  // copied K-major.
+  void coalesce(const Block& b) {
+    for (const auto& o : b.ops()) {
+      for (unsigned r = 0; r < o->numRegions(); ++r) coalesce(o->region(r));
+      if (o->kind() != OpKind::Load || !axis_ || o->operand(0)->type().rank() < 2) continue;
+      const Value* ptr = o->operand(0);
+      const std::vector<int64_t>& c = axis_->get(ptr).contiguity;
+      size_t last = c.size() - 1;
+      int along = -1;
+      for (size_t d = 0; d < last; ++d)
+        if (c[d] > std::max<int64_t>(1, along < 0 ? c[last] : c[along])) along = static_cast<int>(d);
+      if (along < 0 || c[last] > 1) continue;
+      const Layout dflt = blocked(ptr);
+      want(ptr, blockedLayout(ptr->type().shape, threads_, dflt.slots() > 1 ? vectorRun(dflt) : 1, along));
+    }
+  }
   LayoutPlan plan;
 
  private:
-  Layout blocked(const Value* v) { return defaultLayout(v->type(), threads_); }
+  // `v` and the pointer arithmetic of its shape it is computed from take layout `l`
+  // (through a loop's carried value, its initial value and its update too).
+  void want(const Value* v, const Layout& l) {
+    if (!wanted_.emplace(v, l).second) return;
+    const Op* def = v->definingOp();
+    if (!def) {
+      const Op* loop = v->ownerBlock()->parentOp();
+      if (loop && loop->kind() == OpKind::For && v->index() > 0) {
+        want(loop->operand(v->index() + 2), l);
+        want(v->ownerBlock()->terminator()->operand(v->index() - 1), l);
+      }
+      return;
+    }
+    // Only into operands nothing else reads: shared index math keeps its own layout.
+    if (def->has(Elementwise))
+      for (Value* x : def->operands())
+        if (x->type().isTile() && x->type().shape == v->type().shape && x->uses().size() == 1) want(x, l);
+  }
+  Layout blocked(const Value* v) {
+    auto it = wanted_.find(v);
+    return it != wanted_.end() ? it->second : defaultLayout(v->type(), threads_);
+  }
   const Layout& of(const Value* v) {
     auto it = plan.find(v);
     if (it == plan.end()) it = plan.emplace(v, blocked(v)).first;
@@ -247,13 +314,16 @@ class Planner {
 
   std::string arch_;
   int threads_;
+  const AxisAnalysis* axis_;
+  std::unordered_map<const Value*, Layout> wanted_;
 };
 
 }  // namespace
 
-LayoutPlan planLayouts(const Op& func, const std::string& arch, int threads) {
-  Planner p(arch, threads);
+LayoutPlan planLayouts(const Op& func, const std::string& arch, int threads, const AxisAnalysis* axis) {
+  Planner p(arch, threads, axis);
   for (Value* a : func.region(0).args()) p.plan[a] = defaultLayout(a->type(), threads);
+  p.coalesce(func.region(0));
   p.block(func.region(0));
   return std::move(p.plan);
 }

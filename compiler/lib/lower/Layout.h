@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "tilefuse/ir/IR.h"
+#include "tilefuse/lower/AxisInfo.h"
 
 namespace tilefuse::lower::detail {
 
@@ -38,7 +39,15 @@ struct WgmmaShape {
 };
 
 Layout scalarLayout(int threads);
-Layout blockedLayout(const std::vector<int64_t>& shape, int threads, int64_t maxRun = 8);
+// Runs of up to maxRun consecutive elements of dim `runDim` (-1: the last) per thread,
+// consecutive threads on consecutive runs, then the other dims from the last.
+Layout blockedLayout(const std::vector<int64_t>& shape, int threads, int64_t maxRun = 8, int runDim = -1);
+// The flat-index step of dim d of a row-major shape.
+int64_t dimStride(const std::vector<int64_t>& shape, size_t d);
+// The dim whose consecutive elements `l`'s first slots hold (-1: none).
+int runDim(const Layout& l, const std::vector<int64_t>& shape);
+// How many leading slots of `l` hold consecutive elements of the dim of step `stride`.
+int64_t vectorRun(const Layout& l, int64_t stride = 1);
 // Blocked, with runs of 16 for pointers to 1-byte elements (16-byte accesses) and 8
 // otherwise (16-byte accesses for 16-bit types; one layout across casts).
 Layout defaultLayout(const Type& t, int threads);
@@ -57,8 +66,10 @@ bool mmaApplies(const Type& at, const Type& bt, const Type& ct, const std::strin
 // The layout each tile value of `func` gets. Dots on wgmma (mma.sync) produce its
 // accumulator layout; elementwise ops follow their first operand of a non-blocked layout (so an
 // epilogue stays in registers); loads follow their pointers; loop-carried values take
-// the layout their loop body yields; everything else is blocked.
+// the layout their loop body yields; everything else is blocked, with runs along the
+// contiguous dim for loads (and their pointers) that `axis` shows contiguous along
+// another dim than the last.
 using LayoutPlan = std::unordered_map<const Value*, Layout>;
-LayoutPlan planLayouts(const Op& func, const std::string& arch, int threads);
+LayoutPlan planLayouts(const Op& func, const std::string& arch, int threads, const AxisAnalysis* axis = nullptr);
 
 }  // namespace tilefuse::lower::detail

@@ -23,7 +23,8 @@ void Lowering::lowerMemory(const Op& op) {
     const Value* m = mask ? op.operand(maskIdx) : nullptr;
     int64_t width = accessWidth(op.operand(0), m);
     int64_t eb = static_cast<int64_t>(mod_.getDataLayout().getTypeAllocSize(mt));
-    int64_t best = std::min<int64_t>(16 / eb, vectorRun(L));
+    int rd = runDim(L, pt.shape);
+    int64_t best = rd < 0 ? 1 : std::min<int64_t>(16 / eb, vectorRun(L, dimStride(pt.shape, rd)));
     if (pt.rank() > 0 && width < best)
       hint(op, std::string(load ? "load" : "store") + " of " + std::to_string(width * eb) + "-byte accesses where " +
                    std::to_string(best * eb) + " would fit: " + accessReason(op.operand(0), m));
@@ -78,9 +79,12 @@ void Lowering::lowerMemory(const Op& op) {
 }
 
 std::string Lowering::accessReason(const Value* ptr, const Value* mask) {
-  size_t d = static_cast<size_t>(ptr->type().rank() - 1);
+  const std::vector<int64_t>& shape = ptr->type().shape;
+  int rd = runDim(layoutOf(ptr), shape);
+  size_t d = static_cast<size_t>(rd < 0 ? ptr->type().rank() - 1 : rd);
   const AxisInfo& p = axis_->get(ptr);
-  std::string r = "along the last dim the pointers are contiguous in runs of " + std::to_string(p.contiguity[d]) +
+  std::string along = d + 1 == shape.size() ? "the last dim" : "dim " + std::to_string(d);
+  std::string r = "along " + along + " the pointers are contiguous in runs of " + std::to_string(p.contiguity[d]) +
                   " with addresses divisible by " + std::to_string(p.divisibility[d]) + " bytes";
   if (mask && mask->type().rank() == ptr->type().rank())
     r += ", the mask is constant in runs of " + std::to_string(axis_->get(mask).constancy[d]);

@@ -103,8 +103,12 @@ bool Lowering::planPipeline(const Op& loop, Pipeline* p, std::string* why) {
     WgmmaShape w;
     onWgmma(*dot, &w);
     WgmmaB bs = wgmmaB(*dot);
-    if (bs.transposeOnStage)  // cp.async copies bytes as they lie
-      return no("an 8-bit B loaded as [K, N] is transposed through registers; load it as [N, K] and pass tl.trans(b)");
+    // cp.async copies bytes as they lie: a [K, N] B staged K-major must be copied in
+    // runs along K (K contiguous in memory, the layout coalesced along it).
+    if (bs.transposeOnStage && runDim(layoutOf(bs.value), bs.value->type().shape) != 0)
+      return no(
+          "an 8-bit B loaded as [K, N] with N contiguous is transposed through registers; "
+          "load it as [N, K] and pass tl.trans(b)");
     int slot[2];
     for (unsigned i = 0; i < 2; ++i) {
       std::string name = i ? "B" : "A";
@@ -122,7 +126,7 @@ bool Lowering::planPipeline(const Op& loop, Pipeline* p, std::string* why) {
         slot[i] = static_cast<int>(seen - p->loads.begin());
         continue;
       }
-      StagedLoad l{ld, -1, 1, tile, stageBytes};
+      StagedLoad l{ld, -1, 1, tile, stageBytes, i == 1 && bs.transposeOnStage};
       if (ld->kind() == OpKind::DescLoad) {
         l.tma = tensorMapOf(ld->operand(0));
         if (l.tma < 0) return no(name + "'s descriptor is not on TMA (see its hint)");
@@ -142,7 +146,7 @@ bool Lowering::planPipeline(const Op& loop, Pipeline* p, std::string* why) {
         const Value* mask = ld->numOperands() > 1 ? ld->operand(1) : nullptr;
         l.width = accessWidth(ld->operand(0), mask);
         if (l.width * bs.elemBytes < 4)  // cp.async moves 4, 8 or 16 bytes
-          return no(name + "'s loads are not provably contiguous and aligned in runs of 4 bytes along its last dim (" +
+          return no(name + "'s loads are not provably contiguous and aligned in runs of 4 bytes (" +
                     accessReason(ld->operand(0), mask) + ")");
       }
       // Whole 1024-byte swizzle atoms per tile.
@@ -273,7 +277,9 @@ void Lowering::copyStage(const Pipeline& p, const Block& body, const Env& env, L
     for (int s = 0; s < slots(L); s += static_cast<int>(l.width)) {
       if (!slotOwned(L, s)) continue;
       LVal* e = flatIndex(L, s);
-      LVal* dst = b_.CreateAdd(base, swizzledOffset(coord(e, t.shape, 0), coord(e, t.shape, 1), l.tile));
+      LVal *row = coord(e, t.shape, 0), *col = coord(e, t.shape, 1);
+      LVal* dst =
+          b_.CreateAdd(base, l.transposed ? swizzledOffset(col, row, l.tile) : swizzledOffset(row, col, l.tile));
       LVal* ok = mask.e.empty() ? valid : b_.CreateAnd(valid, mask.e[s]);
       LVal* size = b_.CreateSelect(ok, idx(bytes), idx(0));
       b_.CreateCall(copy, {dst, b_.CreatePtrToInt(ptrs.e[s], b_.getInt64Ty()), size});

@@ -67,8 +67,8 @@ void Lowering::lowerKernel(const Op& f) {
 
 // The layout plan and the axis analysis of a function.
 void Lowering::planFunction(const Op& f) {
-  plan_ = planLayouts(f, opts_.arch, threads_);
   axis_ = std::make_unique<AxisAnalysis>(f);
+  plan_ = planLayouts(f, opts_.arch, threads_, axis_.get());
 }
 
 // An entry block for thread-invariant index math ahead of the body.

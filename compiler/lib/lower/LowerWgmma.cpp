@@ -28,7 +28,7 @@ int swizzleMode(int64_t r) { return r == 128 ? 1 : r == 64 ? 2 : 3; }
 
 }  // namespace
 
-SharedTile wgmmaOperandTile(const Op& dot, unsigned which, const WgmmaShape& w) {
+SharedTile Lowering::wgmmaOperandTile(const Op& dot, unsigned which, const WgmmaShape& w) {
   WgmmaB bs = wgmmaB(dot);
   int64_t eb = bs.elemBytes;
   const Type& a = dot.operand(0)->type();
@@ -40,7 +40,7 @@ SharedTile wgmmaOperandTile(const Op& dot, unsigned which, const WgmmaShape& w) 
 }
 
 // Each operand tile in whole 1024-byte swizzle atoms.
-WgmmaOperandBytes wgmmaOperandBytes(const Op& dot) {
+WgmmaOperandBytes Lowering::wgmmaOperandBytes(const Op& dot) {
   auto atoms = [](int64_t bytes) { return (bytes + 1023) / 1024 * 1024; };
   WgmmaB bs = wgmmaB(dot);
   return {atoms(dot.operand(0)->type().numel() * bs.elemBytes), atoms(bs.value->type().numel() * bs.elemBytes)};
@@ -157,13 +157,14 @@ LVal* Lowering::swizzledOffset(LVal* row, LVal* col, const SharedTile& tile) {
 }
 
 // Which tile stages as B, and how: the [N, K] operand of a trans, or B itself.
-WgmmaB wgmmaB(const Op& dot) {
+WgmmaB Lowering::wgmmaB(const Op& dot) {
   if (dot.kind() == OpKind::DotScaled) return {dot.operand(2), false, false, 2};  // dequantized to bf16
   const Value* b = dot.operand(1);
   int64_t eb = wgmmaElemBytes(b->type().elem);
   const Op* def = b->definingOp();
   if (def && def->kind() == OpKind::Trans && b->uses().size() == 1) return {def->operand(0), true, false, eb};
-  return {b, eb == 1, eb == 1, eb};
+  bool alongK = runDim(layoutOf(b), b->type().shape) == 0;
+  return {b, eb == 1 || alongK, eb == 1 || alongK, eb};
 }
 
 // Writes `r` (a tile of t) at smem byte `base` as `tile`; runs of consecutive
@@ -171,7 +172,8 @@ WgmmaB wgmmaB(const Op& dot) {
 // transposed tile, one element at a time.
 void Lowering::stageOperand(const Regs& r, const Type& t, LVal* base, bool transpose, const SharedTile& tile) {
   int64_t eb = wgmmaElemBytes(t.elem);
-  int run = transpose ? 1 : static_cast<int>(std::min<int64_t>(16 / eb, vectorRun(r.L)));
+  // Consecutive slots along the dim that is contiguous in the tile's rows go as one store.
+  int run = static_cast<int>(std::min<int64_t>(16 / eb, vectorRun(r.L, transpose ? dimStride(t.shape, 0) : 1)));
   for (int s = 0; s < slots(r.L); s += run) {
     if (!slotOwned(r.L, s)) continue;
     LVal* e = flatIndex(r.L, s);

@@ -61,7 +61,6 @@ inline std::string mmaTypeName(DType d) {
       return "s8";
   }
 }
-WgmmaB wgmmaB(const Op& dot);
 // The one description of a tile in shared memory (DESIGN.md's #shared attribute):
 // rows x cols elements of `eb` bytes stored as column blocks of `swizzle` bytes (32, 64
 // or 128), each block rows x swizzle bytes, row-major, with the 16-byte chunks of a row
@@ -73,10 +72,6 @@ struct SharedTile {
   int64_t blockBytes() const { return rows * swizzle; }
   bool operator==(const SharedTile&) const = default;
 };
-// wgmma dot operand `which` (0: A, [M, K]; 1: B, [N, K] if K-major else [K, N]) on
-// tiling w. B N-major takes the swizzle of one warpgroup's instruction N, so that each
-// warpgroup's columns are whole column blocks (split-N tilings).
-SharedTile wgmmaOperandTile(const Op& dot, unsigned which, const WgmmaShape& w);
 // A descriptor's block type t (rank >= 2) as a tile of its flattened outer dims.
 inline SharedTile descTile(const Type& t, int64_t eb, int64_t swizzle) {
   return {t.numel() / t.shape.back(), t.shape.back(), eb, swizzle};
@@ -85,7 +80,6 @@ inline SharedTile descTile(const Type& t, int64_t eb, int64_t swizzle) {
 struct WgmmaOperandBytes {
   int64_t a, b;
 };
-WgmmaOperandBytes wgmmaOperandBytes(const Op& dot);
 // fp8 dots add their products in fp32 outside the tensor cores (LowerWgmma.cpp).
 inline bool wgmmaPromotes(const Op& dot) {
   DType a = dot.operand(0)->type().elem;
@@ -112,6 +106,7 @@ struct StagedLoad {
   int64_t width = 1;         // elements per cp.async
   SharedTile tile;           // its layout in a stage (the one its dots read)
   int64_t offset = 0;        // its byte offset in a stage
+  bool transposed = false;   // a [K, N] B in a K-major tile
 };
 
 // A software-pipelined K loop (LowerPipeline.cpp): one or more wgmma dots whose
@@ -337,17 +332,17 @@ class Lowering {
   }
   // Elements per vector access (at most 16 bytes) through pointer tile `ptr`: what its
   // layout keeps in consecutive slots and the axis analysis proves contiguous and aligned.
+  // Runs follow the dim the pointers' layout holds in consecutive slots (the last, or
+  // the contiguous one the layout plan coalesced along).
   int64_t accessWidth(const Value* ptr, const Value* mask) {
-    return std::min(vectorRun(layoutOf(ptr)), axis_->vectorWidth(ptr, mask, 16));
+    const Layout& L = layoutOf(ptr);
+    const std::vector<int64_t>& shape = ptr->type().shape;
+    int d = runDim(L, shape);
+    if (d < 0) return 1;
+    return std::min(vectorRun(L, dimStride(shape, d)), axis_->vectorWidth(ptr, mask, 16, d));
   }
-  // What the axis analysis knows of `ptr` (and `mask`) along the last dim, for a hint.
+  // What the axis analysis knows of `ptr` (and `mask`) along its run dim, for a hint.
   std::string accessReason(const Value* ptr, const Value* mask);
-  // How many leading slots of `l` hold consecutive elements (a power of two).
-  static int64_t vectorRun(const Layout& l) {
-    int64_t run = 1;
-    while (static_cast<size_t>(__builtin_ctzll(run)) < l.reg.size() && l.reg[__builtin_ctzll(run)] == run) run *= 2;
-    return run;
-  }
   void lowerDesc(const Op& op);
   void lowerCheckedDesc(const Op& op);
   // --- TMA (LowerTma.cpp) ---
@@ -379,6 +374,14 @@ class Lowering {
     WgmmaShape unused;
     return wgmmaApplies(op, opts_.arch, threads_, w ? w : &unused, why);
   }
+  // How `dot` stages B: K-major for 8-bit types, for trans(x) of an [N, K] tile, and
+  // for a [K, N] tile the layout plan coalesced along K (K contiguous in memory).
+  WgmmaB wgmmaB(const Op& dot);
+  // wgmma dot operand `which` (0: A, [M, K]; 1: B, [N, K] if K-major else [K, N]) on
+  // tiling w. B N-major takes the swizzle of one warpgroup's instruction N, so that
+  // each warpgroup's columns are whole column blocks (split-N tilings).
+  SharedTile wgmmaOperandTile(const Op& dot, unsigned which, const WgmmaShape& w);
+  WgmmaOperandBytes wgmmaOperandBytes(const Op& dot);
   void reserveWgmmaOperands(const Block& body);
   void lowerWgmma(const Op& op, const WgmmaShape& w);
   void stageOperand(const Regs& r, const Type& t, LVal* base, bool transpose, const SharedTile& tile);

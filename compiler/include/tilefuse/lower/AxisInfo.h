@@ -45,11 +45,12 @@ class AxisAnalysis {
   // Every value of the function has an entry (worst case: all 1s); throws InternalError for others.
   const AxisInfo& get(const Value* v) const;
 
-  // The number of consecutive elements along the last dim of pointer tile `ptr` that form one
-  // contiguous, aligned run of memory, at most maxBytes bytes (a power of two): min(contiguity,
-  // divisibility/elemBytes, maxBytes/elemBytes), also limited by the constancy of `mask` (may be
-  // null) along the last dim. Runs start at multiples of the width along that dim. 1 = no vectorization.
-  int64_t vectorWidth(const Value* ptr, const Value* mask, int64_t maxBytes = 16) const;
+  // The number of consecutive elements along dim `dim` (-1: the last) of pointer tile `ptr` that
+  // form one contiguous, aligned run of memory, at most maxBytes bytes (a power of two):
+  // min(contiguity, divisibility/elemBytes, maxBytes/elemBytes), also limited by the constancy of
+  // `mask` (may be null) along that dim. Runs start at multiples of the width along that dim.
+  // 1 = no vectorization.
+  int64_t vectorWidth(const Value* ptr, const Value* mask, int64_t maxBytes = 16, int dim = -1) const;
 
  private:
   using Fact = detail::AxisFact;
