@@ -1,11 +1,15 @@
 """GPU benchmarks, each side by side with Triton in one run (targets: ../shared/PEERS.md):
-host launch overhead from Python, cold compile time split into our part (Python ->
-PTX) and ptxas, and the tutorial matmul at 4096^3 bf16 against torch.matmul and Triton.
+host launch overhead from Python and from C++, cold compile time split into our part
+(Python -> PTX) and ptxas, the tutorial matmul at 4096^3 bf16 against torch.matmul and
+Triton, and the descriptor matmul at 4096^3 and 8192^3 beside cuBLAS and Triton
+compiling the same source (kernels_dsl/tutorials/matmul_desc.py with the import changed).
 
     python3 bench/gpu_bench.py --out bench.json
 """
 
 import argparse
+import importlib.util
+import inspect
 import json
 import os
 import subprocess
@@ -41,6 +45,22 @@ def _triton_matmul(a_ptr, b_ptr, c_ptr, M, N, K, BM: ttl.constexpr, BN: ttl.cons
         b = ttl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
         acc = ttl.dot(a, b, acc)
     ttl.store(c_ptr + rm[:, None] * N + rn[None, :], acc.to(ttl.bfloat16))
+
+
+def triton_same_source(jit_fn):
+    """A tilefuse kernel's own source compiled by Triton: the module imported with
+    `tilefuse` replaced by `triton` (descriptors made in the kernel need an allocator)."""
+    src = inspect.getsource(inspect.getmodule(jit_fn.fn))
+    src = src.replace("import tilefuse.language as tl", "import triton.language as tl")
+    src = src.replace("import tilefuse as tf", "import triton as tf")
+    path = os.path.join(tempfile.mkdtemp(), "triton_" + os.path.basename(inspect.getsourcefile(jit_fn.fn)))
+    with open(path, "w") as f:
+        f.write(src)
+    spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+    return getattr(mod, jit_fn.fn.__name__)
 
 
 def launch_overhead(fn, iters=2000):
@@ -117,6 +137,40 @@ def tflops(fn, flop, reps=10):
     return flop / (ms * 1e-3) / 1e12, ms
 
 
+def desc_matmul_vs_peers():
+    """The descriptor matmul (128x256x64, 8 warps, 3 stages) beside cuBLAS and Triton
+    compiling the same source with the same config, at 4096^3 and 8192^3 bf16."""
+    out = {}
+    try:
+        theirs = triton_same_source(matmul_desc_kernel)
+    except Exception as e:  # noqa: BLE001 - reported, not fatal
+        theirs, out["triton_error"] = None, f"{type(e).__name__}: {e}"
+    for n in (4096, 8192):
+        out[str(n)] = _desc_row(n, theirs)
+    return out
+
+
+def _desc_row(n, theirs):
+    a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
+    args = (a, b, c, n, n, n, n, n, n)
+    kw = dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=256, BLOCK_SIZE_K=64, GROUP_SIZE_M=8, num_warps=8, num_stages=3)
+    grid = ((n // 128) * (n // 256),)
+    flop = 2 * n**3
+    row = {
+        "tilefuse": tflops(lambda: matmul_desc_kernel[grid](*args, **kw), flop)[0],
+        "cublas": tflops(lambda: torch.matmul(a, b, out=c), flop)[0],
+    }
+    if theirs is not None:
+        try:
+            row["triton_same_source"] = tflops(lambda: theirs[grid](*args, **kw), flop)[0]
+            row["over_triton"] = row["tilefuse"] / row["triton_same_source"]
+        except Exception as e:  # noqa: BLE001
+            row["triton_same_source"] = f"failed: {type(e).__name__}: {e}"
+    row["over_cublas"] = row["tilefuse"] / row["cublas"]
+    return row
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench.json")
@@ -190,6 +244,10 @@ def main():
             )[0]
         except Exception as e:  # noqa: BLE001 - a config Triton refuses (shared memory) is reported, not fatal
             res["matmul_4096_bf16_tflops"][f"triton_128x256x64_8warps_{st}stages"] = f"failed: {type(e).__name__}"
+    res["desc_matmul_bf16"] = desc_matmul_vs_peers()
+    cpp = res["launch_us"]["cpp"]
+    if isinstance(cpp, dict):
+        res["launch_us"]["python_over_bare_cpp"] = res["launch_us"]["tilefuse"] / cpp["bare_cuLaunchKernel_us"]
     with open(args.out, "w") as f:
         json.dump(res, f, indent=2)
     print(json.dumps(res, indent=2))
