@@ -108,17 +108,18 @@ def matmul_desc_persistent(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: t
 
 
 @tf.jit
-def masked_dot_loop(a_ptr, bt_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    # C = A B^T with A [M, K] and Bt [N, K], edges masked with other=0.0 (for fp8 a cast
-    # of an f32 zero): the K loop still pipelines.
+def masked_dot_loop(a_ptr, bt_ptr, c_ptr, M, N, K, k_end, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    # C = A[:, :k_end] Bt[:, :k_end]^T with A [M, K] and Bt [N, K], edges masked with
+    # other=0.0 (for fp8 a cast of an f32 zero); k_end may end inside a 16-byte run of
+    # the contiguous dim (a group's end): the K loop still pipelines.
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
     rn = tl.program_id(1) * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
     acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for k in range(0, K, BK):
+    for k in range(0, k_end, BK):
         kk = (k + rk)[None, :]
-        a = tl.load(a_ptr + rm[:, None] * K + kk, mask=(rm[:, None] < M) & (kk < K), other=0.0)
-        b = tl.load(bt_ptr + rn[:, None] * K + kk, mask=(rn[:, None] < N) & (kk < K), other=0.0)
+        a = tl.load(a_ptr + rm[:, None] * K + kk, mask=(rm[:, None] < M) & (kk < k_end), other=0.0)
+        b = tl.load(bt_ptr + rn[:, None] * K + kk, mask=(rn[:, None] < N) & (kk < k_end), other=0.0)
         acc = tl.dot(a, tl.trans(b), acc)
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
 

@@ -13,16 +13,20 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 @pytest.mark.parametrize("stages", [2, 4])
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.bfloat16])
-@pytest.mark.parametrize("mnk", [(200, 176, 208), (128, 128, 512)])
+@pytest.mark.parametrize("mnk", [(200, 176, 208), (128, 128, 512), (200, 176, 1000)])
 def test_masked_dot_loop(mnk, dtype, stages):
+    # K = 1000: rows of K elements start 16-byte aligned, the last run of each ends inside.
     m, n, k = mnk
-    a = torch.randn(m, k, device="cuda").to(dtype)
-    bt = torch.randn(n, k, device="cuda").to(dtype)
     c = torch.full((m, n), float("nan"), device="cuda")
     meta = dict(BM=128, BN=128, BK=128 if dtype.itemsize == 1 else 64)
-    kernel = masked_dot_loop.warmup(a, bt, c, m, n, k, grid=(1,), num_warps=8, num_stages=stages, **meta)
-    assert "cp.async.cg" in kernel.asm["ptx"]  # pipelined
-    masked_dot_loop[(tf.cdiv(m, 128), tf.cdiv(n, 128))](a, bt, c, m, n, k, num_warps=8, num_stages=stages, **meta)
+    # Row stride 1024 (16-byte rows), k_end = k: ragged inside the last run when k % 16.
+    ap = torch.randn(m, 1024, device="cuda").to(dtype)
+    btp = torch.randn(n, 1024, device="cuda").to(dtype)
+    a, bt = ap[:, :k], btp[:, :k]
+    args = (ap, btp, c, m, n, 1024, k)
+    kernel = masked_dot_loop.warmup(*args, grid=(1,), num_warps=8, num_stages=stages, **meta)
+    assert "cp.async.cg" in kernel.asm["ptx"] and "cp.async.ca" not in kernel.asm["ptx"]  # pipelined, 16-byte runs
+    masked_dot_loop[(tf.cdiv(m, 128), tf.cdiv(n, 128))](*args, num_warps=8, num_stages=stages, **meta)
     ref = (a.double() @ bt.double().T).cpu().numpy()
     bound = (a.double().abs() @ bt.double().abs().T).cpu().numpy()
     # fp32 accumulation of k exact products (fp8: the tensor cores add with fewer bits, at most 2^-10 of the

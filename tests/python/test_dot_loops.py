@@ -16,12 +16,13 @@ def operands(dtype, rng, *shapes):
     return [rng.standard_normal(s).astype(dtype) for s in shapes]
 
 
+@pytest.mark.parametrize("k_end", [K, 53])
 @pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn])
-def test_masked_dot_loop(dtype):
+def test_masked_dot_loop(dtype, k_end):
     a, bt = operands(dtype, np.random.default_rng(1), (M, K), (N, K))
     c = np.full((M, N), np.nan, np.float32)
-    masked_dot_loop[GRID](a, bt, c, M, N, K, **META)
-    a64, b64 = a.astype(np.float64), bt.astype(np.float64)
+    masked_dot_loop[GRID](a, bt, c, M, N, K, k_end, **META)
+    a64, b64 = a[:, :k_end].astype(np.float64), bt[:, :k_end].astype(np.float64)
     # Exact products, fp32 sums of K terms.
     np.testing.assert_allclose(c, a64 @ b64.T, rtol=0, atol=K * 2**-23 * (np.abs(a64) @ np.abs(b64).T).max())
 

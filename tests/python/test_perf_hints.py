@@ -164,6 +164,14 @@ def test_the_environment_variable_prints_hints_at_the_line(monkeypatch, capsys):
 
 @pytest.mark.parametrize("x", [e4, bf])
 def test_masked_loads_with_other_zero_pipeline(x):
-    low = gpu.lower(masked_dot_loop.compile(x, x, f32, 4096, 4096, 4096, **MM), "sm_90a", 8, 3)
+    low = gpu.lower(masked_dot_loop.compile(x, x, f32, 4096, 4096, 4096, 4096, **MM), "sm_90a", 8, 3)
     assert low["hints"] == []
     assert "cp.async.cg.shared.global" in low["ptx"] and "wgmma.mma_async" in low["ptx"]
+
+
+@pytest.mark.parametrize("x", [e4, bf])
+def test_ragged_ends_along_the_contiguous_dim_pipeline_in_whole_runs(x):
+    # k_end = 1000 is no multiple of 16: 16-byte copies of each run's valid prefix.
+    low = gpu.lower(masked_dot_loop.compile(x, x, f32, 4096, 4096, 4096, 1000, **MM), "sm_90a", 8, 3)
+    assert low["hints"] == []
+    assert "cp.async.cg.shared.global" in low["ptx"] and "cp.async.ca" not in low["ptx"]

@@ -38,6 +38,36 @@ bool isZeroConstant(const Value* v) {
   return std::holds_alternative<double>(a) ? std::get<double>(a) == 0.0 : std::get<int64_t>(a) == 0;
 }
 
+// Whether `mask`, within every aligned run of `w` elements along dim d, is true on a
+// prefix of the run and false after: an `and` of masks constant on such runs and of
+// comparisons x < m (m > x) with x contiguous and m constant on them, possibly
+// broadcast or expanded. Such a run copies as one cp.async of the prefix's bytes.
+bool prefixMask(const AxisAnalysis& axis, const Value* mask, size_t d, int64_t w) {
+  if (axis.get(mask).constancy[d] >= w) return true;
+  const Op* def = mask->definingOp();
+  if (!def) return false;
+  switch (def->kind()) {
+    case OpKind::And:
+      return prefixMask(axis, def->operand(0), d, w) && prefixMask(axis, def->operand(1), d, w);
+    case OpKind::Broadcast:
+      return def->operand(0)->type().shape[d] == 1 || prefixMask(axis, def->operand(0), d, w);
+    case OpKind::ExpandDims: {
+      auto a = static_cast<size_t>(def->intAttr("axis"));
+      return d == a || prefixMask(axis, def->operand(0), d > a ? d - 1 : d, w);
+    }
+    case OpKind::Cmp: {
+      const std::string& p = def->strAttr("predicate");
+      bool lhs = p == "lt" || p == "ult", rhs = p == "gt" || p == "ugt";
+      if (!lhs && !rhs) return false;
+      const AxisInfo& x = axis.get(def->operand(lhs ? 0 : 1));
+      const AxisInfo& m = axis.get(def->operand(lhs ? 1 : 0));
+      return x.contiguity[d] >= w && m.constancy[d] >= w;
+    }
+    default:
+      return false;
+  }
+}
+
 // Ops that may be recomputed for a later iteration: pure index math.
 bool indexOp(const Op& op) {
   switch (op.kind()) {
@@ -145,6 +175,15 @@ bool Lowering::planPipeline(const Op& loop, Pipeline* p, std::string* why) {
       if (l.tma < 0) {
         const Value* mask = ld->numOperands() > 1 ? ld->operand(1) : nullptr;
         l.width = accessWidth(ld->operand(0), mask);
+        // A ragged end inside the runs (a group's last rows along the contiguous dim):
+        // whole runs still copy, each of its valid prefix, the rest zero-filled.
+        if (int64_t whole = accessWidth(ld->operand(0), nullptr); mask && whole > l.width) {
+          int d = runDim(layoutOf(ld->operand(0)), v->type().shape);
+          if (d >= 0 && prefixMask(*axis_, mask, static_cast<size_t>(d), whole)) {
+            l.width = whole;
+            l.prefix = true;
+          }
+        }
         if (l.width * bs.elemBytes < 4)  // cp.async moves 4, 8 or 16 bytes
           return no(name + "'s loads are not provably contiguous and aligned in runs of 4 bytes (" +
                     accessReason(ld->operand(0), mask) + ")");
@@ -280,8 +319,15 @@ void Lowering::copyStage(const Pipeline& p, const Block& body, const Env& env, L
       LVal *row = coord(e, t.shape, 0), *col = coord(e, t.shape, 1);
       LVal* dst =
           b_.CreateAdd(base, l.transposed ? swizzledOffset(col, row, l.tile) : swizzledOffset(row, col, l.tile));
-      LVal* ok = mask.e.empty() ? valid : b_.CreateAnd(valid, mask.e[s]);
-      LVal* size = b_.CreateSelect(ok, idx(bytes), idx(0));
+      LVal* size;
+      if (l.prefix) {  // the bytes of the run's valid prefix
+        LVal* n = idx(0);
+        for (int i = 0; i < l.width; ++i) n = b_.CreateAdd(n, b_.CreateZExt(mask.e[s + i], b_.getInt32Ty()));
+        size = b_.CreateSelect(valid, b_.CreateMul(n, idx(l.tile.eb)), idx(0));
+      } else {
+        LVal* ok = mask.e.empty() ? valid : b_.CreateAnd(valid, mask.e[s]);
+        size = b_.CreateSelect(ok, idx(bytes), idx(0));
+      }
       b_.CreateCall(copy, {dst, b_.CreatePtrToInt(ptrs.e[s], b_.getInt64Ty()), size});
     }
   }

@@ -107,6 +107,7 @@ struct StagedLoad {
   SharedTile tile;           // its layout in a stage (the one its dots read)
   int64_t offset = 0;        // its byte offset in a stage
   bool transposed = false;   // a [K, N] B in a K-major tile
+  bool prefix = false;       // the mask is a valid prefix of each run (prefixMask)
 };
 
 // A software-pipelined K loop (LowerPipeline.cpp): one or more wgmma dots whose
