@@ -160,3 +160,38 @@ def strided_dot_loop(
         b = tl.load(b_ptrs, mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
         acc = tl.dot(a, b, acc)
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@tf.jit
+def scaled_dot_loop(
+    a_ptr,
+    as_ptr,
+    b_ptr,
+    bs_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    stride_bk,
+    stride_bn,
+    FA: tl.constexpr,
+    FB: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+):
+    # An MXFP8 GEMM: C = (A 2^(sa - 127)) (B 2^(sb - 127)), scales per 32-wide K block;
+    # A [M, K] and B [K, N] (any strides) hold fp8 codes, sa [M, K/32], sb [N, K/32] e8m0
+    # codes; K a multiple of BK.
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk, rs = tl.arange(0, BK), tl.arange(0, BK // 32)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        kk = k + rk
+        a = tl.load(a_ptr + rm[:, None] * K + kk[None, :], mask=rm[:, None] < M, other=0)
+        b = tl.load(b_ptr + kk[:, None] * stride_bk + rn[None, :] * stride_bn, mask=rn[None, :] < N, other=0)
+        sa = tl.load(as_ptr + rm[:, None] * (K // 32) + (k // 32 + rs)[None, :], mask=rm[:, None] < M, other=127)
+        sb = tl.load(bs_ptr + rn[:, None] * (K // 32) + (k // 32 + rs)[None, :], mask=rn[:, None] < N, other=127)
+        acc = tl.dot_scaled(a, sa, FA, b, sb, FB, acc)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))

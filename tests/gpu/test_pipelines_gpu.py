@@ -1,11 +1,12 @@
 """K loops the MoE library needs, pipelined on the GPU, against a float64 reference:
-masked edges with other=0.0 (fp8 and bf16), two dots sharing their A (FC1), a B with K contiguous."""
+masked edges with other=0.0 (fp8 and bf16), ragged ends inside a run, two dots sharing
+their A (FC1), a B with K contiguous, MXFP8 dot_scaled loops."""
 
 import numpy as np
 import pytest
 import tilefuse as tf
 
-from tests.shared_kernels import gated_dot_loop, masked_dot_loop, strided_dot_loop
+from tests.shared_kernels import gated_dot_loop, masked_dot_loop, scaled_dot_loop, strided_dot_loop
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
@@ -76,3 +77,31 @@ def test_k_contiguous_b(mnk, dtype, warps, stages):
     tol = (2**-9 if dtype.itemsize == 1 else k * 2**-23) * bound
     err = np.abs(c.double().cpu().numpy() - ref)
     assert (err <= tol).all(), f"max error {err.max()} at {np.unravel_index(err.argmax(), err.shape)}"
+
+
+@pytest.mark.parametrize("k_contiguous", [True, False])
+@pytest.mark.parametrize("fa,fb", [("e4m3", "e4m3"), ("e4m3", "e5m2")])
+@pytest.mark.parametrize("mnk,warps,stages", [((200, 176, 256), 8, 3), ((128, 256, 512), 4, 2), ((64, 64, 128), 4, 1)])
+def test_mxfp8_dot_loop(mnk, warps, stages, fa, fb, k_contiguous):
+    # dot_scaled on the fp8 tensor cores, each 32-wide K block scaled as it is promoted;
+    # B with K contiguous pipelines (K-major copies), with N contiguous it is staged.
+    from tests.python.test_dot_loops import mx_operands
+
+    m, n, k = mnk
+    a, sa, bt, sb, A, Bt = mx_operands(np.random.default_rng(), fa, fb, m, n, k)
+    dev = [torch.from_numpy(x).cuda() for x in (a, sa, sb)]
+    bd = torch.from_numpy(bt).cuda().T if k_contiguous else torch.from_numpy(np.ascontiguousarray(bt.T)).cuda()
+    c = torch.full((m, n), float("nan"), device="cuda")
+    bm = 64 if warps == 4 else 128
+    meta = dict(FA=fa, FB=fb, BM=bm, BN=128 if n >= 128 else 64, BK=128)
+    args = (dev[0], dev[1], bd, dev[2], c, m, n, k, bd.stride(0), bd.stride(1))
+    ptx = scaled_dot_loop.warmup(*args, grid=(1,), num_warps=warps, num_stages=stages, **meta).asm["ptx"]
+    assert f"f32.{fa}.{fb}" in ptx  # fp8 wgmma
+    assert ("cp.async.cg" in ptx) == (k_contiguous and stages > 1)
+    grid = (tf.cdiv(m, bm), tf.cdiv(n, meta["BN"]))
+    scaled_dot_loop[grid](*args, num_warps=warps, num_stages=stages, **meta)
+    ref, bound = A @ Bt.T, np.abs(A) @ np.abs(Bt).T
+    err = np.abs(c.double().cpu().numpy() - ref)
+    # fp8 tensor cores add the 32 products of a block with fewer bits than fp32 (bounded
+    # like the other fp8 dots, 2^-9 of the sum of |products|).
+    assert (err <= 2**-9 * bound).all(), f"max error {err.max()} at {np.unravel_index(err.argmax(), err.shape)}"

@@ -5,7 +5,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tests.shared_kernels import gated_dot_loop, masked_dot_loop, strided_dot_loop
+from tests.shared_kernels import gated_dot_loop, masked_dot_loop, scaled_dot_loop, strided_dot_loop
 
 M, N, K = 70, 40, 80
 META = dict(BM=32, BN=32, BK=32)
@@ -50,3 +50,27 @@ def test_strided_dot_loop(dtype, k_contiguous):
     strided_dot_loop[GRID](a, b, c, M, N, K, *strides, **META)
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     np.testing.assert_allclose(c, a64 @ b64, rtol=0, atol=K * 2**-23 * (np.abs(a64) @ np.abs(b64)).max())
+
+
+def mx_operands(rng, fa, fb, m, n, k):
+    """fp8 codes (int8) and e8m0 scale codes of an MXFP8 product, and their float64 values."""
+    types = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
+    a = rng.standard_normal((m, k)).astype(types[fa])
+    bt = rng.standard_normal((n, k)).astype(types[fb])
+    sa = rng.integers(120, 135, (m, k // 32)).astype(np.uint8)
+    sb = rng.integers(120, 135, (n, k // 32)).astype(np.uint8)
+    A = a.astype(np.float64) * np.repeat(np.exp2(sa.astype(np.float64) - 127), 32, axis=1)
+    Bt = bt.astype(np.float64) * np.repeat(np.exp2(sb.astype(np.float64) - 127), 32, axis=1)
+    return a.view(np.int8), sa.view(np.int8), bt.view(np.int8), sb.view(np.int8), A, Bt
+
+
+@pytest.mark.parametrize("k_contiguous", [True, False])
+@pytest.mark.parametrize("fa,fb", [("e4m3", "e4m3"), ("e5m2", "e4m3")])
+def test_scaled_dot_loop(fa, fb, k_contiguous):
+    a, sa, bt, sb, A, Bt = mx_operands(np.random.default_rng(4), fa, fb, M, N, 128)
+    b = bt.T if k_contiguous else np.ascontiguousarray(bt.T)
+    c = np.full((M, N), np.nan, np.float32)
+    strides = [s // b.itemsize for s in b.strides]
+    scaled_dot_loop[GRID](a, sa, b, sb, c, M, N, 128, *strides, FA=fa, FB=fb, BM=32, BN=32, BK=64)
+    # Dequantized products are exact in fp32; the K-term sums round.
+    np.testing.assert_allclose(c, A @ Bt.T, rtol=0, atol=128 * 2**-23 * (np.abs(A) @ np.abs(Bt).T).max())

@@ -12,7 +12,7 @@ import tilefuse.language as tl
 from tilefuse import gpu
 
 from tests.python.golden import ptx_cases
-from tests.shared_kernels import gated_dot_loop, masked_dot_loop, strided_dot_loop
+from tests.shared_kernels import gated_dot_loop, masked_dot_loop, scaled_dot_loop, strided_dot_loop
 
 bf = np.zeros((64, 64), ml_dtypes.bfloat16)
 e4 = np.zeros((64, 64), ml_dtypes.float8_e4m3fn)
@@ -60,19 +60,6 @@ def small_dot(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.const
     a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
     b = tl.load(b_ptr + rk[:, None] * N + rn[None, :])
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], tl.dot(a, b))  # dot: small
-
-
-@tf.jit
-def scaled_loop(a_ptr, as_ptr, b_ptr, bs_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    rm, rn, rk, rs = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK), tl.arange(0, BK // 32)
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for k in range(0, K, BK):  # loop: scaled
-        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
-        b = tl.load(b_ptr + (k + rk)[:, None] * BN + rn[None, :])
-        sa = tl.load(as_ptr + rm[:, None] * (K // 32) + (k // 32 + rs)[None, :])
-        sb = tl.load(bs_ptr + rn[:, None] * (K // 32) + (k // 32 + rs)[None, :])
-        acc = tl.dot_scaled(a, sa, "e4m3", b, sb, "e4m3", acc)  # dot_scaled
-    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc)
 
 
 MM = dict(BM=128, BN=128, BK=64)
@@ -137,11 +124,34 @@ def test_dots_off_the_tensor_cores_are_reported(arch):
     assert "runs on FMAs" in msg
 
 
-def test_dot_scaled_loops_are_reported():
-    args = (e4, i8, e4, i8, f32, 4096)
-    found = hints(scaled_loop, args, MM, warps=8)
-    assert only(found, "not pipelined")[1] == line_of(scaled_loop, "# loop: scaled")
-    assert only(found, "dequantizes")[1] == line_of(scaled_loop, "# dot_scaled")
+@pytest.mark.parametrize("k_contiguous", [True, False])
+def test_mxfp8_loops_run_on_fp8_wgmma(k_contiguous):
+    # B with K contiguous (weights stored [N, K]) is copied K-major: pipelined. With N
+    # contiguous the 8-bit B is transposed through registers, and the hint says so.
+    strides = (1, 4096) if k_contiguous else (4096, 1)
+    args = (i8, i8, i8, i8, f32, 4096, 4096, 4096, *strides)
+    low = gpu.lower(scaled_dot_loop.compile(*args, FA="e4m3", FB="e5m2", **MM), "sm_90a", 8, 3)
+    assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e5m2" in low["ptx"]
+    if k_contiguous:
+        assert low["hints"] == [] and "cp.async.cg.shared.global" in low["ptx"]
+    else:
+        assert "with N contiguous is transposed through registers" in only(low["hints"], "not pipelined")[3]
+
+
+@tf.jit
+def fp4_dot(a_ptr, as_ptr, b_ptr, bs_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+    rm, rn, rk2, rs = tl.arange(0, M), tl.arange(0, N), tl.arange(0, K // 2), tl.arange(0, K // 32)
+    a = tl.load(a_ptr + rm[:, None] * (K // 2) + rk2[None, :])  # two e2m1 codes a byte
+    b = tl.load(b_ptr + rk2[:, None] * N + rn[None, :])
+    sa = tl.load(as_ptr + rm[:, None] * (K // 32) + rs[None, :])
+    sb = tl.load(bs_ptr + rn[:, None] * (K // 32) + rs[None, :])
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], tl.dot_scaled(a, sa, "e2m1", b, sb, "e2m1"))  # fp4
+
+
+def test_fp4_dot_scaled_is_reported():
+    found = hints(fp4_dot, (i8, i8, i8, i8, f32), dict(M=64, N=64, K=128))
+    _, line, _, msg = only(found, "dequantizes")
+    assert line == line_of(fp4_dot, "# fp4") and "dequantizes them to bf16" in msg
 
 
 @pytest.mark.parametrize("name", ["matmul_bf16_128x256x64_leaky", "matmul_desc_bf16_128x256x64", "vector_add"])

@@ -152,7 +152,7 @@ FAST_PATHS = {
     "vector_add": ["ld.global.v4.f32", "st.global.v4.f32"],
     "dot_fp8_bt": ["wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3", "cp.async"],
     "dot_i8_bt": ["wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8", "cp.async"],
-    "dot_scaled_fp8": ["wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"],
+    "dot_scaled_fp8": ["wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3"],
 }
 
 

@@ -133,8 +133,11 @@ bool wgmmaApplies(const Op& dot, const std::string& arch, int threads, WgmmaShap
   const Type& b = dot.operand(scaled ? 2 : 1)->type();
   auto fp8 = [](DType d) { return d == DType::F8E4M3 || d == DType::F8E5M2; };
   DType acc = dot.result()->type().elem;
-  // dot_scaled runs on bf16 operands: every scaled fp8/fp4 value is a bf16 value.
-  bool halves = (scaled || (a.elem == b.elem && (a.elem == DType::BF16 || a.elem == DType::F16))) && acc == DType::F32;
+  // dot_scaled of fp4 runs on bf16 operands (every scaled fp4 value is a bf16 value),
+  // of fp8 on the fp8 tensor cores.
+  bool halves = ((scaled && !(fp8(a.elem) && fp8(b.elem))) ||
+                 (a.elem == b.elem && (a.elem == DType::BF16 || a.elem == DType::F16))) &&
+                acc == DType::F32;
   bool bytes = (fp8(a.elem) && fp8(b.elem) && acc == DType::F32) ||
                (a.elem == DType::I8 && b.elem == DType::I8 && acc == DType::I32);
   if (!halves && !bytes)

@@ -121,8 +121,8 @@ bool Lowering::planPipeline(const Op& loop, Pipeline* p, std::string* why) {
   };
   for (const auto& o : body.ops()) {
     if (!onWgmma(*o)) continue;
-    if (o->kind() != OpKind::Dot)
-      return no("dot_scaled loops are not pipelined yet (operands dequantized in registers)");
+    if (o->kind() != OpKind::Dot && !scaledOnFp8(*o))
+      return no("dot_scaled loops of fp4 operands are not pipelined (operands dequantized in registers)");
     p->dots.push_back(o.get());
   }
   if (p->dots.empty()) return false;
@@ -143,10 +143,17 @@ bool Lowering::planPipeline(const Op& loop, Pipeline* p, std::string* why) {
     for (unsigned i = 0; i < 2; ++i) {
       std::string name = i ? "B" : "A";
       const Value* v = i ? bs.value : dot->operand(0);
-      const Op* ld = v->definingOp();
       // A may feed several of the loop's dots as their A; B feeds one.
       bool onlyDots = !v->uses().empty() && (i ? v->uses().size() == 1 : true);
       for (const Use& u : v->uses()) onlyDots = onlyDots && (i || (dots.count(u.user) && u.index == 0));
+      const Op* ld = v->definingOp();
+      // dot_scaled's operands are fp8 bitcasts of loaded bytes: the copy moves the bytes.
+      const Op* cast = ld && ld->kind() == OpKind::Bitcast ? ld : nullptr;
+      if (cast) {
+        v = cast->operand(0);
+        ld = v->definingOp();
+        onlyDots = onlyDots && v->uses().size() == 1;
+      }
       if (!ld || v->ownerBlock() != &body || !onlyDots)
         return no(name + " is not a load in the loop used only by the loop's dots");
       SharedTile tile = wgmmaOperandTile(*dot, i, w);
@@ -156,7 +163,7 @@ bool Lowering::planPipeline(const Op& loop, Pipeline* p, std::string* why) {
         slot[i] = static_cast<int>(seen - p->loads.begin());
         continue;
       }
-      StagedLoad l{ld, -1, 1, tile, stageBytes, i == 1 && bs.transposeOnStage};
+      StagedLoad l{ld, -1, 1, tile, stageBytes, i == 1 && bs.transposeOnStage, false, cast};
       if (ld->kind() == OpKind::DescLoad) {
         l.tma = tensorMapOf(ld->operand(0));
         if (l.tma < 0) return no(name + "'s descriptor is not on TMA (see its hint)");
@@ -362,7 +369,7 @@ void Lowering::pipelinePrologue(Pipeline& p, const Op& loop, LVal* lb, LVal* ub,
 // warpgroup still reads that stage) and copies iteration j + S - 1 into it.
 void Lowering::lowerPipelinedDot(const Op& op, const WgmmaShape& w, const Pipeline& p) {
   const Block& body = *op.parentBlock();
-  Regs acc = in(op.operand(2), layoutOf(op.result()));
+  Regs acc = in(op.operand(accOperand(op)), layoutOf(op.result()));
   LVal* stage = b_.CreateLoad(b_.getInt32Ty(), p.counter);
   if (&op == p.dots.front()) {
     if (!p.allTma()) {
@@ -377,10 +384,11 @@ void Lowering::lowerPipelinedDot(const Op& op, const WgmmaShape& w, const Pipeli
     // Each thread's own mbarrier wait shows it the TMA data; cp.async data needs the barrier.
     if (!p.allTma()) barrier();
   }
+  int64_t scales = scaledOnFp8(op) ? stageScales(op) : -1;
   LVal* stageBase = b_.CreateAdd(idx(p.base), b_.CreateMul(stage, idx(p.stageBytes)));
   auto [ia, ib] = p.operand.at(&op);
   vals_[op.result()] = issueWgmma(op, w, std::move(acc), b_.CreateAdd(stageBase, idx(p.loads[ia].offset)),
-                                  b_.CreateAdd(stageBase, idx(p.loads[ib].offset)));
+                                  b_.CreateAdd(stageBase, idx(p.loads[ib].offset)), scales);
   if (!wgmmaPromotes(op)) wgmmaPending_.insert(op.result());
   if (&op != p.dots.back()) return;
   // fp8 dots wait for their groups as they promote; the others' stay in flight.

@@ -65,7 +65,10 @@ void Lowering::reserveWgmmaOperands(const Block& body) {
         }
         auto& slot = pipelines_[o.get()] = p;
         for (const Op* d : p.dots) pipelinedDots_[d] = &slot;
-        for (const StagedLoad& l : p.loads) pipelinedLoads_.insert(l.load);
+        for (const StagedLoad& l : p.loads) {
+          pipelinedLoads_.insert(l.load);
+          if (l.bitcast) pipelinedLoads_.insert(l.bitcast);
+        }
       }
       if (onWgmma(*o)) {
         // A trans that only feeds B is staged from its operand: nothing to lower.
@@ -158,8 +161,9 @@ LVal* Lowering::swizzledOffset(LVal* row, LVal* col, const SharedTile& tile) {
 
 // Which tile stages as B, and how: the [N, K] operand of a trans, or B itself.
 WgmmaB Lowering::wgmmaB(const Op& dot) {
-  if (dot.kind() == OpKind::DotScaled) return {dot.operand(2), false, false, 2};  // dequantized to bf16
-  const Value* b = dot.operand(1);
+  bool scaled = dot.kind() == OpKind::DotScaled;
+  if (scaled && !scaledOnFp8(dot)) return {dot.operand(2), false, false, 2};  // dequantized to bf16
+  const Value* b = dot.operand(scaled ? 2 : 1);
   int64_t eb = wgmmaElemBytes(b->type().elem);
   const Op* def = b->definingOp();
   if (def && def->kind() == OpKind::Trans && b->uses().size() == 1) return {def->operand(0), true, false, eb};
@@ -193,10 +197,8 @@ void Lowering::lowerWgmma(const Op& op, const WgmmaShape& w) {
   WgmmaB bs = wgmmaB(op);
   Type at = op.operand(0)->type(), bt = bs.value->type();
   Regs a, b;
-  if (op.kind() == OpKind::DotScaled) {
-    hint(op,
-         "dot_scaled dequantizes its operands to bf16 in registers and runs bf16 wgmma "
-         "(not fp8 wgmma with per-32 promotion yet)");
+  if (op.kind() == OpKind::DotScaled && !scaledOnFp8(op)) {
+    hint(op, "dot_scaled of fp4 operands dequantizes them to bf16 in registers and runs bf16 wgmma");
     // Scaled fp8/fp4 values are bf16 values (8 exponent bits, at most 3 of mantissa):
     // the products on the bf16 tensor cores are exact, as in the fp32 reference.
     auto bf16 = [&](Regs r) {
@@ -211,6 +213,7 @@ void Lowering::lowerWgmma(const Op& op, const WgmmaShape& w) {
     a = get(op.operand(0));
     b = get(bs.value);
   }
+  int64_t scales = scaledOnFp8(op) ? stageScales(op) : -1;
   auto* i32 = b_.getInt32Ty();
   if (!wgmmaStage_) {
     IRBuilder<> eb(entry_);
@@ -228,15 +231,40 @@ void Lowering::lowerWgmma(const Op& op, const WgmmaShape& w) {
   stageOperand(b, bt, bBase, bs.transposeOnStage, wgmmaOperandTile(op, 1, w));
   ptx("fence.proxy.async.shared::cta;");
   barrier();
-  vals_[op.result()] = issueWgmma(op, w, std::move(acc), aBase, bBase);
+  vals_[op.result()] = issueWgmma(op, w, std::move(acc), aBase, bBase, scales);
   if (!wgmmaPromotes(op)) wgmmaPending_.insert(op.result());
+}
+
+// dot_scaled on fp8: writes both scale tables ([M, K/32] and [N, K/32] e8m0) to shared
+// memory, where the promotion reads each accumulator element's two scales; returns
+// their shared byte offset.
+int64_t Lowering::stageScales(const Op& op) {
+  // Above the operand stages and rings, which a wgmma in flight may still read.
+  int64_t base = scratch_;
+  barrier();
+  for (unsigned i : {1u, 3u}) {
+    const Regs& r = get(op.operand(i));
+    for (int s = 0; s < slots(r.L); ++s)
+      if (slotOwned(r.L, s))
+        b_.CreateStore(r.e[s], b_.CreateGEP(b_.getInt8Ty(), smem(), b_.CreateAdd(idx(base), flatIndex(r.L, s))));
+    base += op.operand(i)->type().numel();
+  }
+  smemBytes_ = std::max<uint64_t>(smemBytes_, base);
+  barrier();
+  return scratch_;
+}
+
+// 2^(s - 127) for the scale of K block `block` of row `row` in the table at byte `table`.
+LVal* Lowering::scaleOf(int64_t table, const Type& t, LVal* row, int64_t block) {
+  LVal* off = b_.CreateAdd(idx(table), b_.CreateAdd(b_.CreateMul(row, idx(t.shape[1])), idx(block)));
+  return decodeE8M0(b_.CreateLoad(b_.getInt8Ty(), b_.CreateGEP(b_.getInt8Ty(), smem(), off)));
 }
 
 // Issues the wgmma group of `op` (operands staged at smem bytes aBase and bBase,
 // visible to the async proxy) accumulating into `acc`; returns the new accumulator.
-Regs Lowering::issueWgmma(const Op& op, const WgmmaShape& w, Regs acc, LVal* aBase, LVal* bBase) {
-  bool scaled = op.kind() == OpKind::DotScaled;  // on bf16 operands
-  Type at = op.operand(0)->type(), bt = op.operand(scaled ? 2 : 1)->type();
+Regs Lowering::issueWgmma(const Op& op, const WgmmaShape& w, Regs acc, LVal* aBase, LVal* bBase, int64_t scales) {
+  bool scaled = op.kind() == OpKind::DotScaled && scales < 0;  // on bf16 operands
+  Type at = op.operand(0)->type(), bt = op.operand(op.kind() == OpKind::DotScaled ? 2 : 1)->type();
   if (scaled) {
     at = at.withElem(DType::BF16);
     bt = bt.withElem(DType::BF16);
@@ -289,15 +317,24 @@ Regs Lowering::issueWgmma(const Op& op, const WgmmaShape& w, Regs acc, LVal* aBa
   auto* mma = instr(true);
   auto* fresh = instr(false);
   // fp8 tensor cores add with fewer bits than fp32: every 128 of K goes into a fresh
-  // partial sum that is then added to the accumulator in fp32.
+  // partial sum that is then added to the accumulator in fp32 — for dot_scaled every
+  // 32-wide K block, times its two scales (the power of two 2^(sa + sb - 254) is exact).
   bool promote = wgmmaPromotes(op);
+  int64_t chunk = scales >= 0 ? 32 : 128;
   Regs sum = acc;
+  std::vector<LVal*> rows, cols;  // of each accumulator slot
+  if (scales >= 0)
+    for (int s = 0; s < slots(acc.L); ++s) {
+      LVal* e = flatIndex(acc.L, s);
+      rows.push_back(b_.CreateLShr(e, idx(__builtin_ctzll(n))));
+      cols.push_back(b_.CreateAnd(e, idx(n - 1)));
+    }
 
   LVal* rowBand = b_.CreateMul(wgm, idx(m / w.wgM));
   LVal* colBand = b_.CreateMul(wgn, idx(n / w.wgN));
   for (int64_t kk = 0; kk < k; kk += kStep) {
     int64_t kb = kk * eb;  // byte offset along K
-    bool chunkStart = promote && kk % 128 == 0;
+    bool chunkStart = promote && kk % chunk == 0;
     for (int64_t rm = 0; rm < w.repM; ++rm) {
       // A, K-major: rows at SBO = 8 rows apart; K steps move within the swizzled row.
       LVal* row0 = b_.CreateAdd(rowBand, idx(rm * 64));
@@ -327,10 +364,18 @@ Regs Lowering::issueWgmma(const Op& op, const WgmmaShape& w, Regs acc, LVal* aBa
         for (int64_t i = 0; i < nregs; ++i) acc.e[first + i] = b_.CreateExtractValue(res, static_cast<unsigned>(i));
       }
     }
-    if (promote && ((kk + kStep) % 128 == 0 || kk + kStep == k)) {
+    if (promote && ((kk + kStep) % chunk == 0 || kk + kStep == k)) {
       ptx("wgmma.commit_group.sync.aligned;");
       Regs part = waitWgmma(acc, 0);
-      for (size_t i = 0; i < sum.e.size(); ++i) sum.e[i] = b_.CreateFAdd(sum.e[i], part.e[i]);
+      for (size_t i = 0; i < sum.e.size(); ++i) {
+        LVal* p = part.e[i];
+        if (scales >= 0) {
+          const Type &sa = op.operand(1)->type(), &sb = op.operand(3)->type();
+          p = b_.CreateFMul(p, b_.CreateFMul(scaleOf(scales, sa, rows[i], kk / 32),
+                                             scaleOf(scales + sa.numel(), sb, cols[i], kk / 32)));
+        }
+        sum.e[i] = b_.CreateFAdd(sum.e[i], p);
+      }
     }
   }
   if (promote) return sum;

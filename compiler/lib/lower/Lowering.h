@@ -80,10 +80,16 @@ inline SharedTile descTile(const Type& t, int64_t eb, int64_t swizzle) {
 struct WgmmaOperandBytes {
   int64_t a, b;
 };
-// fp8 dots add their products in fp32 outside the tensor cores (LowerWgmma.cpp).
+inline bool isFp8(DType d) { return d == DType::F8E4M3 || d == DType::F8E5M2; }
+// dot_scaled of fp8 operands runs on fp8 wgmma, scaling each 32-wide K block's partial
+// sum (LowerWgmma.cpp); fp4 operands are dequantized to bf16.
+inline bool scaledOnFp8(const Op& dot) {
+  return dot.kind() == OpKind::DotScaled && isFp8(dot.operand(0)->type().elem) && isFp8(dot.operand(2)->type().elem);
+}
+// fp8 dots add their products in fp32 outside the tensor cores (LowerWgmma.cpp): every
+// 128 of K, or every scale block of a dot_scaled; they wait for their own groups.
 inline bool wgmmaPromotes(const Op& dot) {
-  DType a = dot.operand(0)->type().elem;
-  return dot.kind() == OpKind::Dot && (a == DType::F8E4M3 || a == DType::F8E5M2);
+  return (dot.kind() == OpKind::Dot && isFp8(dot.operand(0)->type().elem)) || scaledOnFp8(dot);
 }
 // The accumulator operand of dot (2) and dot_scaled (4).
 inline unsigned accOperand(const Op& dot) { return dot.kind() == OpKind::Dot ? 2 : 4; }
@@ -101,13 +107,14 @@ constexpr int64_t kBarrierBytes = 1024;
 
 // One operand tile a pipelined loop copies into each stage.
 struct StagedLoad {
-  const Op* load = nullptr;  // a load or descriptor load
-  int tma = -1;              // its tensor map, or -1: cp.async
-  int64_t width = 1;         // elements per cp.async
-  SharedTile tile;           // its layout in a stage (the one its dots read)
-  int64_t offset = 0;        // its byte offset in a stage
-  bool transposed = false;   // a [K, N] B in a K-major tile
-  bool prefix = false;       // the mask is a valid prefix of each run (prefixMask)
+  const Op* load = nullptr;     // a load or descriptor load
+  int tma = -1;                 // its tensor map, or -1: cp.async
+  int64_t width = 1;            // elements per cp.async
+  SharedTile tile;              // its layout in a stage (the one its dots read)
+  int64_t offset = 0;           // its byte offset in a stage
+  bool transposed = false;      // a [K, N] B in a K-major tile
+  bool prefix = false;          // the mask is a valid prefix of each run (prefixMask)
+  const Op* bitcast = nullptr;  // the bitcast the dot reads the loaded bytes through
 };
 
 // A software-pipelined K loop (LowerPipeline.cpp): one or more wgmma dots whose
@@ -387,7 +394,10 @@ class Lowering {
   void lowerWgmma(const Op& op, const WgmmaShape& w);
   void stageOperand(const Regs& r, const Type& t, LVal* base, bool transpose, const SharedTile& tile);
   LVal* swizzledOffset(LVal* row, LVal* col, const SharedTile& tile);
-  Regs issueWgmma(const Op& op, const WgmmaShape& w, Regs acc, LVal* aBase, LVal* bBase);
+  // `scales`: for dot_scaled on fp8, the shared byte where its scale tables start.
+  Regs issueWgmma(const Op& op, const WgmmaShape& w, Regs acc, LVal* aBase, LVal* bBase, int64_t scales = -1);
+  int64_t stageScales(const Op& op);
+  LVal* scaleOf(int64_t table, const Type& t, LVal* row, int64_t block);
   bool advanceable(const Value* v, const Block& body, std::set<const Value*>& seen);
   bool planPipeline(const Op& loop, Pipeline* p, std::string* why);
   Regs evalUnder(const Value* v, const Block& body, const Env& env);
