@@ -111,6 +111,51 @@ TEST(Types, StrAndParseRoundTrip) {
   }
 }
 
+// GPU stage: layouts are part of a type's identity and of its text.
+TEST(Types, LayoutsArePartOfTheType) {
+  DistLayout blocked{DistKind::Blocked, {1}, {2, 4, 8, 16, 32}, {}};
+  DistLayout wgmma = blocked;
+  wgmma.kind = DistKind::Wgmma;
+  DistLayout other = blocked;
+  other.reg = {32};
+  other.lane = {1, 2, 4, 8, 16};
+  Type t = Type::tile(DType::F32, {64});
+  Type tb = t.withLayout(blocked);
+  EXPECT_NE(tb, t);
+  EXPECT_NE(tb, t.withLayout(wgmma));  // same bases, another kind
+  EXPECT_NE(tb, t.withLayout(other));
+  EXPECT_EQ(tb, t.withLayout(blocked));
+  EXPECT_EQ(tb.withoutLayout(), t);
+  EXPECT_TRUE(tb.hasLayout());
+  EXPECT_FALSE(t.hasLayout());
+  ASSERT_NE(tb.dist(), nullptr);
+  EXPECT_EQ(tb.shared(), nullptr);
+  EXPECT_EQ(tb.withElem(DType::BF16), Type::tile(DType::BF16, {64}).withLayout(blocked));
+  EXPECT_EQ(tb.withShape({8, 8}), Type::tile(DType::F32, {8, 8}));  // a new shape drops the layout
+  EXPECT_EQ(tb.str(), "tile<64xf32, #blocked<reg=[1], lane=[2, 4, 8, 16, 32], warp=[]>>");
+  EXPECT_EQ(Type::ptrTile(DType::F16, {64}).withLayout(wgmma).str(),
+            "tile<64xptr<f16>, #wgmma<reg=[1], lane=[2, 4, 8, 16, 32], warp=[]>>");
+
+  SharedLayout sh{128, 64, 64, 2, 3};
+  Type buf = Type::smem(DType::BF16, {64, 64}, sh);
+  EXPECT_TRUE(buf.isSmem());
+  EXPECT_FALSE(buf.isTile());
+  EXPECT_EQ(buf.str(), "smem<64x64xbf16, #shared<swizzle=128, rows=64, cols=64, eb=2, stages=3>>");
+  SharedLayout two = sh;
+  two.stages = 2;
+  EXPECT_NE(buf, Type::smem(DType::BF16, {64, 64}, two));
+  EXPECT_EQ(Type::smem(DType::I64, {3}).str(), "smem<3xi64>");
+  EXPECT_EQ(Type::token().str(), "token");
+  EXPECT_TRUE(Type::token().isToken());
+  EXPECT_NE(Type::token(), Type::scalar(DType::I32));
+
+  for (const Type& g : {tb, t.withLayout(wgmma), Type::ptrTile(DType::F16, {64}).withLayout(other), buf,
+                        Type::smem(DType::I64, {3}), Type::token()}) {
+    SCOPED_TRACE(g.str());
+    EXPECT_EQ(parseType(g.str()), g);
+  }
+}
+
 TEST(Types, MalformedText) {
   for (const char* bad : {
            "",
@@ -140,6 +185,17 @@ TEST(Types, MalformedText) {
            "tile<64xf32>>",
            " f32",
            "f32 ",
+           "tile<64xf32, >",
+           "tile<64xf32, #blocked<reg=[1]>>",
+           "tile<64xf32, #shared<swizzle=128, rows=8, cols=8, eb=4, stages=1>>",
+           "tile<64xf32,#blocked<reg=[1], lane=[2, 4, 8, 16, 32], warp=[]>>",
+           "f32, #blocked<reg=[], lane=[], warp=[]>",
+           "desc<64xf32, #blocked<reg=[], lane=[], warp=[]>>",
+           "smem<64xf32, #blocked<reg=[], lane=[], warp=[]>>",
+           "smem<64xptr<f32>>",
+           "smem<f32>",
+           "token<1>",
+           "tokens",
        }) {
     SCOPED_TRACE(std::string("'") + bad + "'");
     EXPECT_FALSE(parseType(bad).has_value());

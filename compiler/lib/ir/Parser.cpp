@@ -88,13 +88,14 @@ class Parser {
     Location at = here();
     size_t b = i_;
     int depth = 0;
+    // Inside <...> a type may hold a layout ("tile<64xf32, #blocked<reg=[1, 2], ...>>").
     while (!atEnd()) {
       char c = peek();
       if (c == '<') {
         ++depth;
       } else if (c == '>' && depth > 0) {
         --depth;
-      } else if (!isIdentChar(c)) {
+      } else if (c == '\n' || (depth == 0 && !isIdentChar(c))) {
         break;
       }
       advance();

@@ -66,29 +66,37 @@ int64_t Type::numel() const {
 
 std::string Type::str() const {
   if (kind == TypeKind::None) return "none";
+  if (kind == TypeKind::Token) return "token";
   std::string e = std::string(dtypeName(elem));
   if (kind == TypeKind::Ptr) e = "ptr<" + e + ">";
-  if (kind != TypeKind::Desc && shape.empty()) return e;
+  if (kind != TypeKind::Desc && kind != TypeKind::Smem && shape.empty()) return e;
   std::string dims;
   for (auto s : shape) dims += std::to_string(s) + "x";
-  return (kind == TypeKind::Desc ? "desc<" : "tile<") + dims + e + ">";
+  std::string l = hasLayout() ? ", " + layoutStr(layout) : "";
+  return (kind == TypeKind::Desc ? "desc<" : kind == TypeKind::Smem ? "smem<" : "tile<") + dims + e + l + ">";
 }
 
 std::optional<Type> parseType(std::string_view s) {
-  bool isTile = s.substr(0, 5) == "tile<";
-  bool isDesc = s.substr(0, 5) == "desc<";
-  if (!isTile && !isDesc) return parseScalarOrPtr(s);
+  if (s == "token") return Type::token();
+  std::string_view head = s.substr(0, 5);
+  if (head != "tile<" && head != "desc<" && head != "smem<") return parseScalarOrPtr(s);
   if (s.back() != '>') return std::nullopt;
   std::string_view body = s.substr(5, s.size() - 6);
   std::vector<int64_t> dims;
   if (!parseDims(body, dims) || dims.empty()) return std::nullopt;
+  TypeLayout layout;
+  if (size_t comma = body.find(", #"); comma != std::string_view::npos) {
+    auto l = parseLayout(body.substr(comma + 2));
+    if (!l || head == "desc<") return std::nullopt;
+    layout = *l;
+    body = body.substr(0, comma);
+  }
   auto elem = parseScalarOrPtr(body);
   if (!elem) return std::nullopt;
-  if (isDesc) {
-    if (elem->isPtr()) return std::nullopt;
-    return Type::desc(elem->elem, dims);
-  }
-  return elem->withShape(dims);
+  bool shared = std::holds_alternative<SharedLayout>(layout), dist = std::holds_alternative<DistLayout>(layout);
+  if (head == "tile<") return shared ? std::nullopt : std::optional(elem->withShape(dims).withLayout(layout));
+  if (elem->isPtr() || dist) return std::nullopt;
+  return head == "desc<" ? Type::desc(elem->elem, dims) : Type::smem(elem->elem, dims, layout);
 }
 
 }  // namespace tilefuse
