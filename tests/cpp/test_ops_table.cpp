@@ -1,6 +1,6 @@
 // Ops.def against the text corpora: every row needs a round-trip example in
-// tests/lit/ops/roundtrip.tir and an invalid use in tests/lit/ops/invalid_*.tir,
-// so adding a row without both fails here.
+// tests/lit/{ops,gpu}/roundtrip.tir (GPU-level ops in gpu/) and an invalid use in
+// tests/lit/{ops,gpu}/invalid_*.tir, so adding a row without both fails here.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -15,7 +15,8 @@
 namespace tilefuse {
 namespace {
 
-const std::filesystem::path kLitOps = std::filesystem::path(TILEFUSE_SOURCE_DIR) / "tests" / "lit" / "ops";
+const std::filesystem::path kLit = std::filesystem::path(TILEFUSE_SOURCE_DIR) / "tests" / "lit";
+const char* const kCorpora[] = {"ops", "gpu"};
 
 std::string readFile(const std::filesystem::path& p) {
   std::ifstream in(p);
@@ -69,22 +70,25 @@ TEST(OpsTable, RowsAreConsistent) {
   EXPECT_EQ(opInfoByMnemonic("no_such_op"), nullptr);
 }
 
-// roundtrip.tir without its comment lines must verify and print back unchanged.
+// Each roundtrip.tir without its comment lines must verify and print back unchanged.
 TEST(OpsTable, RoundTripCorpusCoversEveryOp) {
-  std::filesystem::path file = kLitOps / "roundtrip.tir";
-  std::string text;
-  for (const auto& l : lines(readFile(file)))
-    if (!isCommentLine(l)) text += l + "\n";
-  std::unique_ptr<Module> m;
-  ASSERT_NO_THROW(m = parseModule(text, file.string())) << "roundtrip.tir does not parse";
-  ASSERT_NO_THROW(verifyModule(*m)) << "roundtrip.tir does not verify";
-  EXPECT_EQ(printModule(*m), text);
   std::set<OpKind> present;
-  walkModule(*m, [&](Op* op) { present.insert(op->kind()); });
+  for (const char* dir : kCorpora) {
+    std::filesystem::path file = kLit / dir / "roundtrip.tir";
+    SCOPED_TRACE(file.string());
+    std::string text;
+    for (const auto& l : lines(readFile(file)))
+      if (!isCommentLine(l)) text += l + "\n";
+    std::unique_ptr<Module> m;
+    ASSERT_NO_THROW(m = parseModule(text, file.string())) << "roundtrip.tir does not parse";
+    ASSERT_NO_THROW(verifyModule(*m)) << "roundtrip.tir does not verify";
+    EXPECT_EQ(printModule(*m), text);
+    walkModule(*m, [&](Op* op) { present.insert(op->kind()); });
+  }
   std::vector<const OpInfo*> missing;
   for (const auto& info : allOps())
     if (!present.count(info.kind)) missing.push_back(&info);
-  EXPECT_TRUE(missing.empty()) << "ops without a round-trip example in roundtrip.tir: " << mnemonicsOf(missing);
+  EXPECT_TRUE(missing.empty()) << "ops without a round-trip example in a roundtrip.tir: " << mnemonicsOf(missing);
 }
 
 struct Expected {
@@ -98,12 +102,15 @@ TEST(OpsTable, InvalidCorpusCoversEveryOp) {
   static const std::regex check(R"(// CHECK: :\[\[@LINE\+(\d+)\]\]:(\d+): error: (.*)$)");
   static const std::regex opName(R"(^'([a-z_0-9]+)' )");
   std::set<std::string> covered;
-  int files = 0, chunks = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(kLitOps)) {
-    std::string name = entry.path().filename().string();
-    if (name.rfind("invalid", 0) != 0 || entry.path().extension() != ".tir") continue;
-    ++files;
-    auto all = lines(readFile(entry.path()));
+  int numFiles = 0, chunks = 0;
+  std::vector<std::filesystem::path> files;
+  for (const char* dir : kCorpora)
+    for (const auto& entry : std::filesystem::directory_iterator(kLit / dir)) files.push_back(entry.path());
+  for (const auto& path : files) {
+    std::string name = path.filename().string();
+    if (name.rfind("invalid", 0) != 0 || path.extension() != ".tir") continue;
+    ++numFiles;
+    auto all = lines(readFile(path));
     size_t begin = 0;
     while (begin <= all.size()) {
       size_t end = begin;
@@ -121,7 +128,7 @@ TEST(OpsTable, InvalidCorpusCoversEveryOp) {
       ++chunks;
       ASSERT_EQ(want.size(), 1u) << "each chunk needs exactly one CHECK line";
       try {
-        auto m = parseModule(text, entry.path().string(), firstLine);
+        auto m = parseModule(text, path.string(), firstLine);
         verifyModule(*m);
         ADD_FAILURE() << "no error; expected: " << want[0].message;
       } catch (const UserError& e) {
@@ -134,7 +141,7 @@ TEST(OpsTable, InvalidCorpusCoversEveryOp) {
       begin = end + 1;
     }
   }
-  EXPECT_GE(files, 1);
+  EXPECT_GE(numFiles, 2);
   EXPECT_GT(chunks, static_cast<int>(allOps().size()));
   std::vector<const OpInfo*> missing;
   for (const auto& info : allOps())

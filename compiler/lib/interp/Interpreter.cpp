@@ -829,6 +829,9 @@ void launch(const Module& m, const std::string& kernel, std::array<int64_t, 3> g
             const std::vector<Buffer>& buffers) {
   Op* k = m.lookupFunc(kernel);
   if (!k) throw InternalError("interpreter: no kernel '" + kernel + "'");
+  if (isGpuStage(*k))
+    throw UserError(k->loc(), "the interpreter runs tile-level IR; kernel '@" + kernel +
+                                  "' is in the GPU stage (plan-layouts ran on it)");
   if (args.size() != k->region(0).numArgs())
     throw InternalError("interpreter: kernel '" + kernel + "' takes " + std::to_string(k->region(0).numArgs()) +
                         " arguments, got " + std::to_string(args.size()));

@@ -234,6 +234,11 @@ std::vector<Type> funcResultTypes(const Op& func) {
   return a ? std::get<std::vector<Type>>(*a) : std::vector<Type>{};
 }
 
+bool isGpuStage(const Op& func) {
+  const Attr* a = func.attr("gpu");
+  return a && std::holds_alternative<bool>(*a) && std::get<bool>(*a);
+}
+
 std::unique_ptr<Op> cloneOp(const Op& op, std::map<const Value*, Value*>& map) {
   auto c = std::make_unique<Op>(op.kind(), op.loc());
   for (Value* v : op.operands()) {

@@ -4,36 +4,33 @@
 #include <algorithm>
 #include <set>
 
+#include "VerifierRules.h"
+
 namespace tilefuse {
+namespace verifier {
+
+const Op* enclosingFunc(const Op& op) {
+  const Op* p = op.parentOp();
+  while (p && p->kind() != OpKind::Func) p = p->parentOp();
+  return p;
+}
+
+}  // namespace verifier
+
+using namespace verifier;
 namespace {
 
-std::string opName(const Op& op) { return "'" + std::string(op.mnemonic()) + "'"; }
-
-[[noreturn]] void fail(const Op& op, const std::string& msg) { throw UserError(op.loc(), opName(op) + " " + msg); }
-
-bool isPow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
-
-std::string shapeStr(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
-void requireAttr(const Op& op, const std::string& name, size_t index) {
-  const Attr* a = op.attr(name);
-  if (!a || a->index() != index) {
-    static const char* kinds[] = {"a boolean", "an integer", "a float", "a string", "an integer list", "a type list"};
-    fail(op, "needs attribute '" + name + "' (" + kinds[index] + ")");
-  }
-}
+// Types as the tile rules see them: shape and element type, without the GPU stage's
+// layouts (verifyTileOpLayouts checks those).
+Type ty(const Value* v) { return v->type().withoutLayout(); }
 
 // hint: an int or pointer value passed through, with per-dim facts that are
 // positive powers of two no larger than the dim (contiguity) .
 void verifyHint(const Op& op) {
-  const Type& t = op.operand(0)->type();
+  const Type& t = ty(op.operand(0));
   if ((!t.isNumeric() && !t.isPtr()) || t.isFloatLike())
     fail(op, "applies to integer or pointer values, got " + t.str());
-  if (op.result()->type() != t) fail(op, "result must be " + t.str() + ", got " + op.result()->type().str());
+  if (ty(op.result()) != t) fail(op, "result must be " + t.str() + ", got " + ty(op.result()).str());
   size_t rank = std::max<size_t>(1, t.shape.size());
   for (const char* name : {"divisibility", "contiguity"}) {
     if (!op.attr(name)) continue;
@@ -69,14 +66,15 @@ void requireNumeric(const Op& op, const Type& t, const std::string& what) {
 // Tile shapes: powers of two (rule 13), checked wherever a tile type appears.
 void checkTileShape(const Op& op, const Type& t) {
   if (t.isNone()) fail(op, "has a value without a type");
+  if (t.isSmem()) return;  // mbarrier arrays need not be powers of two; #shared has its own rules
   for (auto d : t.shape)
     if (!isPow2(d)) fail(op, "tile dimensions must be powers of two, got " + t.str());
 }
 
 void verifyArith(const Op& op) {
-  const Type& r = op.result()->type();
+  const Type& r = ty(op.result());
   for (unsigned i = 0; i < op.numOperands(); ++i) {
-    sameType(op, op.operand(i)->type(), r, "operands and result");
+    sameType(op, ty(op.operand(i)), r, "operands and result");
   }
   requireNumeric(op, r, "operands");
   if (isStorageOnly(r.elem)) fail(op, "does not compute on " + std::string(dtypeName(r.elem)) + "; cast to f16, bf16 or f32 first");
@@ -89,14 +87,14 @@ void verifyCmp(const Op& op) {
   requireAttr(op, "predicate", 3);
   const std::string& p = op.strAttr("predicate");
   if (!preds.count(p)) fail(op, "has unknown predicate '" + p + "'");
-  const Type& a = op.operand(0)->type();
-  sameType(op, a, op.operand(1)->type(), "operands");
+  const Type& a = ty(op.operand(0));
+  sameType(op, a, ty(op.operand(1)), "operands");
   if (a.isDesc()) fail(op, "cannot compare tensor descriptors");
   if (a.isNumeric() && isStorageOnly(a.elem))
     fail(op, "does not compute on " + std::string(dtypeName(a.elem)) + "; cast to f16, bf16 or f32 first");
   if (p[0] == 'u' && !a.isIntLike()) fail(op, "predicate '" + p + "' needs integer operands, got " + a.str());
-  if (op.result()->type() != Type::tile(DType::I1, a.shape))
-    fail(op, "result must be " + Type::tile(DType::I1, a.shape).str() + ", got " + op.result()->type().str());
+  if (ty(op.result()) != Type::tile(DType::I1, a.shape))
+    fail(op, "result must be " + Type::tile(DType::I1, a.shape).str() + ", got " + ty(op.result()).str());
 }
 
 void verifyCast(const Op& op) {
@@ -104,15 +102,15 @@ void verifyCast(const Op& op) {
   requireAttr(op, "rounding", 3);
   const std::string& mode = op.strAttr("rounding");
   if (!modes.count(mode)) fail(op, "has unknown rounding '" + mode + "' (expected rne, rtz, ru or rs)");
-  const Type& in = op.operand(0)->type();
-  const Type& out = op.result()->type();
+  const Type& in = ty(op.operand(0));
+  const Type& out = ty(op.result());
   requireNumeric(op, in, "operand");
   requireNumeric(op, out, "result");
   if (in.shape != out.shape) fail(op, "changes the shape from " + in.str() + " to " + out.str());
   if (mode == "rs") {
     if (op.numOperands() != 2) fail(op, "with rounding 'rs' needs a second operand of random bits");
-    if (op.operand(1)->type() != in.withElem(DType::I32))
-      fail(op, "random bits must be " + in.withElem(DType::I32).str() + ", got " + op.operand(1)->type().str());
+    if (ty(op.operand(1)) != in.withElem(DType::I32))
+      fail(op, "random bits must be " + in.withElem(DType::I32).str() + ", got " + ty(op.operand(1)).str());
     if (!isFloat(in.elem) || !isFloat(out.elem) || bitWidth(out.elem) >= bitWidth(in.elem))
       fail(op, "stochastic rounding needs a float narrowing cast, got " + in.str() + " to " + out.str());
   } else if (op.numOperands() != 1) {
@@ -121,8 +119,8 @@ void verifyCast(const Op& op) {
 }
 
 void verifyBitcast(const Op& op) {
-  const Type& in = op.operand(0)->type();
-  const Type& out = op.result()->type();
+  const Type& in = ty(op.operand(0));
+  const Type& out = ty(op.result());
   if (in.shape != out.shape) fail(op, "changes the shape from " + in.str() + " to " + out.str());
   if (in.isDesc() || out.isDesc()) fail(op, "cannot bitcast tensor descriptors");
   if (in.isPtr() != out.isPtr()) fail(op, "cannot bitcast between pointers and numbers: " + in.str() + " to " + out.str());
@@ -133,17 +131,17 @@ void verifyBitcast(const Op& op) {
 }
 
 void verifyPtrAdd(const Op& op) {
-  const Type& p = op.operand(0)->type();
-  const Type& off = op.operand(1)->type();
+  const Type& p = ty(op.operand(0));
+  const Type& off = ty(op.operand(1));
   if (!p.isPtr()) fail(op, "first operand must be a pointer or a tile of pointers, got " + p.str());
   if (!off.isIntLike() || off.shape != p.shape)
     fail(op, "offset must be an integer of the pointer's shape " + shapeStr(p.shape) + ", got " + off.str());
-  sameType(op, p, op.result()->type(), "pointer and result");
+  sameType(op, p, ty(op.result()), "pointer and result");
 }
 
 void verifyShapeOp(const Op& op) {
-  const Type& in = op.numOperands() ? op.operand(0)->type() : Type{};
-  const Type& out = op.result()->type();
+  const Type& in = op.numOperands() ? ty(op.operand(0)) : Type{};
+  const Type& out = ty(op.result());
   switch (op.kind()) {
     case OpKind::Arange: {
       requireAttr(op, "start", 1);
@@ -190,7 +188,7 @@ void verifyShapeOp(const Op& op) {
       return;
     }
     case OpKind::Join: {
-      sameType(op, in, op.operand(1)->type(), "operands");
+      sameType(op, in, ty(op.operand(1)), "operands");
       auto s = in.shape;
       s.push_back(2);
       if (in.isDesc() || out != in.withShape(s)) fail(op, "result must be " + in.withShape(s).str() + ", got " + out.str());
@@ -201,8 +199,8 @@ void verifyShapeOp(const Op& op) {
       auto s = in.shape;
       s.pop_back();
       for (unsigned i = 0; i < 2; ++i)
-        if (op.result(i)->type() != in.withShape(s))
-          fail(op, "results must be " + in.withShape(s).str() + ", got " + op.result(i)->type().str());
+        if (ty(op.result(i)) != in.withShape(s))
+          fail(op, "results must be " + in.withShape(s).str() + ", got " + ty(op.result(i)).str());
       return;
     }
     default:
@@ -213,27 +211,27 @@ void verifyShapeOp(const Op& op) {
 void checkMask(const Op& op, unsigned idx, const Type& ptr) {
   if (op.numOperands() <= idx) return;
   Type want = Type::tile(DType::I1, ptr.shape);
-  if (op.operand(idx)->type() != want) fail(op, "mask must be " + want.str() + ", got " + op.operand(idx)->type().str());
+  if (ty(op.operand(idx)) != want) fail(op, "mask must be " + want.str() + ", got " + ty(op.operand(idx)).str());
 }
 
 void verifyMemory(const Op& op) {
-  const Type& p = op.operand(0)->type();
+  const Type& p = ty(op.operand(0));
   if (!p.isPtr()) fail(op, "first operand must be a pointer or a tile of pointers, got " + p.str());
   Type value = Type::tile(p.elem, p.shape);
   switch (op.kind()) {
     case OpKind::Load:
-      if (op.result()->type() != value) fail(op, "result must be " + value.str() + ", got " + op.result()->type().str());
+      if (ty(op.result()) != value) fail(op, "result must be " + value.str() + ", got " + ty(op.result()).str());
       checkMask(op, 1, p);
-      if (op.numOperands() == 3 && op.operand(2)->type() != value)
-        fail(op, "'other' must be " + value.str() + ", got " + op.operand(2)->type().str());
+      if (op.numOperands() == 3 && ty(op.operand(2)) != value)
+        fail(op, "'other' must be " + value.str() + ", got " + ty(op.operand(2)).str());
       return;
     case OpKind::Store:
-      if (op.operand(1)->type() != value) fail(op, "value must be " + value.str() + ", got " + op.operand(1)->type().str());
+      if (ty(op.operand(1)) != value) fail(op, "value must be " + value.str() + ", got " + ty(op.operand(1)).str());
       checkMask(op, 2, p);
       return;
     default:  // atomics
-      if (op.operand(1)->type() != value) fail(op, "value must be " + value.str() + ", got " + op.operand(1)->type().str());
-      if (op.result()->type() != value) fail(op, "result must be " + value.str() + ", got " + op.result()->type().str());
+      if (ty(op.operand(1)) != value) fail(op, "value must be " + value.str() + ", got " + ty(op.operand(1)).str());
+      if (ty(op.result()) != value) fail(op, "result must be " + value.str() + ", got " + ty(op.result()).str());
       if (isStorageOnly(p.elem) || p.elem == DType::I1 || (p.elem == DType::F64 && op.kind() == OpKind::AtomicMax))
         fail(op, "does not support element type " + std::string(dtypeName(p.elem)));
       checkMask(op, 2, p);
@@ -244,13 +242,13 @@ void verifyMemory(const Op& op) {
 void verifyDesc(const Op& op) {
   auto requireInts = [&](unsigned from, unsigned to, const char* what) {
     for (unsigned i = from; i < to; ++i)
-      if (!op.operand(i)->type().isIntLike() || op.operand(i)->type().isTile())
-        fail(op, std::string(what) + " must be scalar integers, got " + op.operand(i)->type().str());
+      if (!ty(op.operand(i)).isIntLike() || ty(op.operand(i)).isTile())
+        fail(op, std::string(what) + " must be scalar integers, got " + ty(op.operand(i)).str());
   };
   if (op.kind() == OpKind::MakeDesc) {
     requireAttr(op, "block_shape", 4);
     auto block = op.intsAttr("block_shape");
-    const Type& base = op.operand(0)->type();
+    const Type& base = ty(op.operand(0));
     if (!base.isPtr() || base.isTile()) fail(op, "base must be a scalar pointer, got " + base.str());
     unsigned rank = static_cast<unsigned>(block.size());
     if (rank == 0 || op.numOperands() != 1 + 2 * rank)
@@ -258,37 +256,37 @@ void verifyDesc(const Op& op) {
     requireInts(1, op.numOperands(), "sizes and strides");
     for (auto d : block)
       if (!isPow2(d)) fail(op, "block dimensions must be powers of two, got " + shapeStr(block));
-    if (op.result()->type() != Type::desc(base.elem, block))
-      fail(op, "result must be " + Type::desc(base.elem, block).str() + ", got " + op.result()->type().str());
+    if (ty(op.result()) != Type::desc(base.elem, block))
+      fail(op, "result must be " + Type::desc(base.elem, block).str() + ", got " + ty(op.result()).str());
     return;
   }
-  const Type& d = op.operand(0)->type();
+  const Type& d = ty(op.operand(0));
   if (!d.isDesc()) fail(op, "first operand must be a tensor descriptor, got " + d.str());
   Type tile = Type::tile(d.elem, d.shape);
   unsigned firstOffset = op.kind() == OpKind::DescLoad ? 1 : 2;
   if (op.numOperands() - firstOffset != d.shape.size())
     fail(op, "needs " + std::to_string(d.shape.size()) + " offsets for " + d.str());
   requireInts(firstOffset, op.numOperands(), "offsets");
-  const Type& v = op.kind() == OpKind::DescLoad ? op.result()->type() : op.operand(1)->type();
+  const Type& v = op.kind() == OpKind::DescLoad ? ty(op.result()) : ty(op.operand(1));
   if (v != tile) fail(op, std::string(op.kind() == OpKind::DescLoad ? "result" : "value") + " must be " + tile.str() + ", got " + v.str());
 }
 
 void verifyReduce(const Op& op) {
-  const Type& in = op.operand(0)->type();
+  const Type& in = ty(op.operand(0));
   if (!in.isTile() || !in.isNumeric()) fail(op, "operand must be a tile of numbers, got " + in.str());
   if (isStorageOnly(in.elem)) fail(op, "does not compute on " + std::string(dtypeName(in.elem)));
   int64_t axis = axisAttr(op, in.rank());
   auto s = in.shape;
   s.erase(s.begin() + axis);
   Type want = Type::tile(op.kind() == OpKind::Argmax ? DType::I32 : in.elem, s);
-  if (op.result()->type() != want) fail(op, "result must be " + want.str() + ", got " + op.result()->type().str());
+  if (ty(op.result()) != want) fail(op, "result must be " + want.str() + ", got " + ty(op.result()).str());
 }
 
 void verifyDot(const Op& op) {
   bool scaled = op.kind() == OpKind::DotScaled;
-  const Type& a = op.operand(0)->type();
-  const Type& b = op.operand(scaled ? 2 : 1)->type();
-  const Type& acc = op.operand(scaled ? 4 : 2)->type();
+  const Type& a = ty(op.operand(0));
+  const Type& b = ty(op.operand(scaled ? 2 : 1));
+  const Type& acc = ty(op.operand(scaled ? 4 : 2));
   if (a.rank() != 2 || b.rank() != 2 || !a.isNumeric() || !b.isNumeric())
     fail(op, "operands must be 2-D tiles, got " + a.str() + " and " + b.str());
   int64_t m = a.shape[0], k = a.shape[1], n = b.shape[1];
@@ -299,8 +297,8 @@ void verifyDot(const Op& op) {
     if (!fmts.count(a.elem) || !fmts.count(b.elem)) fail(op, "operands must be f8e4m3, f8e5m2 or f4e2m1, got " + a.str() + " and " + b.str());
     if (k % 32) fail(op, "needs K divisible by the 32-element scale block, got K=" + std::to_string(k));
     Type as = Type::tile(DType::E8M0, {m, k / 32}), bs = Type::tile(DType::E8M0, {n, k / 32});
-    if (op.operand(1)->type() != as) fail(op, "a_scale must be " + as.str() + ", got " + op.operand(1)->type().str());
-    if (op.operand(3)->type() != bs) fail(op, "b_scale must be " + bs.str() + ", got " + op.operand(3)->type().str());
+    if (ty(op.operand(1)) != as) fail(op, "a_scale must be " + as.str() + ", got " + ty(op.operand(1)).str());
+    if (ty(op.operand(3)) != bs) fail(op, "b_scale must be " + bs.str() + ", got " + ty(op.operand(3)).str());
   } else {
     static const std::set<DType> ok = {DType::I8, DType::F16, DType::BF16, DType::F32, DType::F8E4M3, DType::F8E5M2};
     if (!ok.count(a.elem) || !ok.count(b.elem)) fail(op, "operands must be i8, f16, bf16, f32, f8e4m3 or f8e5m2, got " + a.str() + " and " + b.str());
@@ -313,7 +311,7 @@ void verifyDot(const Op& op) {
   DType accT = a.elem == DType::I8 ? DType::I32 : DType::F32;
   Type want = Type::tile(accT, {m, n});
   if (acc != want) fail(op, "accumulator must be " + want.str() + ", got " + acc.str());
-  if (op.result()->type() != want) fail(op, "result must be " + want.str() + ", got " + op.result()->type().str());
+  if (ty(op.result()) != want) fail(op, "result must be " + want.str() + ", got " + ty(op.result()).str());
 }
 
 void checkTypes(const Op& op, const std::vector<Type>& want, const std::vector<Value*>& got, const std::string& what) {
@@ -378,12 +376,6 @@ void verifyControlFlow(const Op& op) {
   }
 }
 
-const Op* enclosingFunc(const Op& op) {
-  const Op* p = op.parentOp();
-  while (p && p->kind() != OpKind::Func) p = p->parentOp();
-  return p;
-}
-
 void verifyTerminator(const Op& op) {
   const Op* parent = op.parentOp();
   OpKind pk = parent ? parent->kind() : OpKind::Func;
@@ -424,6 +416,9 @@ void verifyCall(const Op& op) {
   if (!callee) fail(op, "calls unknown function '@" + op.strAttr("callee") + "'");
   checkFuncAttrs(*callee);
   if (callee->hasAttr("kernel") && callee->boolAttr("kernel")) fail(op, "cannot call the kernel '@" + funcName(*callee) + "'");
+  if (f && isGpuStage(*f) != isGpuStage(*callee))
+    fail(op, "calls '@" + funcName(*callee) + "' of the " + (isGpuStage(*callee) ? "GPU stage" : "tile level") +
+                 " from a function of the " + (isGpuStage(*f) ? "GPU stage" : "tile level"));
   checkTypes(op, typesOf(callee->region(0).args()), op.operands(), "argument");
   auto res = funcResultTypes(*callee);
   if (res != typesOf(op.results())) fail(op, "result types do not match '@" + funcName(*callee) + "'");
@@ -431,6 +426,7 @@ void verifyCall(const Op& op) {
 
 void verifyFunc(const Op& op) {
   checkFuncAttrs(op);
+  verifyGpuFunc(op);
   const Block& body = op.region(0);
   terminatorOf(op, body, OpKind::Return, "function body");
   bool kernel = op.hasAttr("kernel") && op.boolAttr("kernel");
@@ -458,9 +454,7 @@ void checkDominance(const Block& b, std::vector<std::set<const Value*>>& scopes)
   scopes.pop_back();
 }
 
-}  // namespace
-
-void verifyOp(const Op& op) {
+void verifyStructure(const Op& op) {
   const OpInfo& info = op.info();
   int n = static_cast<int>(op.numOperands());
   if (n < info.minOperands || (info.maxOperands >= 0 && n > info.maxOperands)) {
@@ -482,7 +476,9 @@ void verifyOp(const Op& op) {
     }
     if (b.empty() || !b.terminator()) fail(op, "region #" + std::to_string(r) + " must end with a terminator");
   }
+}
 
+void verifyTileOp(const Op& op) {
   switch (op.kind()) {
     case OpKind::Func: return verifyFunc(op);
     case OpKind::Return:
@@ -490,7 +486,7 @@ void verifyOp(const Op& op) {
     case OpKind::Condition: return verifyTerminator(op);
     case OpKind::Call: return verifyCall(op);
     case OpKind::Constant: {
-      const Type& t = op.result()->type();
+      const Type& t = ty(op.result());
       requireNumeric(op, t, "result");
       const Attr* v = op.attr("value");
       if (!v) fail(op, "needs attribute 'value'");
@@ -503,11 +499,11 @@ void verifyOp(const Op& op) {
     }
     case OpKind::Cmp: return verifyCmp(op);
     case OpKind::Select: {
-      const Type& r = op.result()->type();
-      sameType(op, op.operand(1)->type(), r, "true value and result");
-      sameType(op, op.operand(2)->type(), r, "false value and result");
-      if (op.operand(0)->type() != Type::tile(DType::I1, r.shape))
-        fail(op, "condition must be " + Type::tile(DType::I1, r.shape).str() + ", got " + op.operand(0)->type().str());
+      const Type& r = ty(op.result());
+      sameType(op, ty(op.operand(1)), r, "true value and result");
+      sameType(op, ty(op.operand(2)), r, "false value and result");
+      if (ty(op.operand(0)) != Type::tile(DType::I1, r.shape))
+        fail(op, "condition must be " + Type::tile(DType::I1, r.shape).str() + ", got " + ty(op.operand(0)).str());
       return;
     }
     case OpKind::Cast: return verifyCast(op);
@@ -527,7 +523,7 @@ void verifyOp(const Op& op) {
     case OpKind::ProgramId:
     case OpKind::NumPrograms:
       axisAttr(op, 3);
-      if (op.result()->type() != Type::scalar(DType::I32)) fail(op, "result must be i32, got " + op.result()->type().str());
+      if (ty(op.result()) != Type::scalar(DType::I32)) fail(op, "result must be i32, got " + ty(op.result()).str());
       return;
     case OpKind::Load:
     case OpKind::Store:
@@ -550,13 +546,24 @@ void verifyOp(const Op& op) {
       return;
     case OpKind::Assert:
       requireAttr(op, "message", 3);
-      if (!op.operand(0)->type().isNumeric() || op.operand(0)->type().elem != DType::I1)
-        fail(op, "condition must be i1 or a tile of i1, got " + op.operand(0)->type().str());
+      if (!ty(op.operand(0)).isNumeric() || ty(op.operand(0)).elem != DType::I1)
+        fail(op, "condition must be i1 or a tile of i1, got " + ty(op.operand(0)).str());
       return;
     default:
       if (op.has(Elementwise)) return verifyArith(op);
       throw InternalError("no verifier for " + opName(op));
   }
+}
+
+}  // namespace
+
+void verifyOp(const Op& op) {
+  verifyStructure(op);
+  const Op* func = op.kind() == OpKind::Func ? &op : enclosingFunc(op);
+  checkStage(op, func);
+  if (op.has(GpuLevel)) return verifyGpuOp(op);
+  verifyTileOp(op);
+  if (func && isGpuStage(*func)) verifyTileOpLayouts(op);
 }
 
 void verifyModule(const Module& m) {

@@ -34,6 +34,7 @@ enum OpTrait : uint32_t {
   WritesMemory = 1u << 8,
   Loop = 1u << 9,
   IsolatedFromAbove = 1u << 10,
+  GpuLevel = 1u << 11,  // only in functions of the GPU stage ({gpu = true})
 };
 
 struct OpInfo {
@@ -209,9 +210,10 @@ class Module {
   Block body_;
 };
 
-// Func helpers: the name, parameter types, result types.
+// Func helpers: the name, result types, and whether it is in the GPU stage ({gpu = true}).
 std::string funcName(const Op& func);
 std::vector<Type> funcResultTypes(const Op& func);
+bool isGpuStage(const Op& func);
 
 template <class F>
 void Op::walk(F&& f) {

@@ -1,0 +1,339 @@
+// Rules of the GPU stage: which types may appear where, well-formed layouts, the
+// operands of the GPU ops, and the tokens that link asynchronous ops to their waits.
+#include <algorithm>
+#include <set>
+
+#include "VerifierRules.h"
+
+namespace tilefuse::verifier {
+namespace {
+
+int numWarps(const Op& func) {
+  const Attr* a = func.attr("num_warps");
+  return a && std::holds_alternative<int64_t>(*a) ? static_cast<int>(std::get<int64_t>(*a)) : 0;
+}
+
+int log2i(int64_t v) { return 63 - __builtin_clzll(static_cast<uint64_t>(v)); }
+
+std::string layoutName(const Type& t) {
+  std::string s = layoutStr(t.layout);
+  return s.substr(0, s.find('<')) + " layout of " + t.withoutLayout().str();
+}
+
+// Bases are distinct powers of two below the element count and together reach every
+// element; 5 lane bases and log2(num_warps) warp bases.
+void checkDist(const Op& op, const Type& t, int warps) {
+  const DistLayout& l = *t.dist();
+  std::string what = layoutName(t);
+  if (l.lane.size() != 5)
+    fail(op, what + " has " + std::to_string(l.lane.size()) + " lane bases, a warp's 32 lanes need 5");
+  if (static_cast<int>(l.warp.size()) != log2i(warps))
+    fail(op, what + " has " + std::to_string(l.warp.size()) + " warp bases, num_warps = " + std::to_string(warps) +
+                 " needs " + std::to_string(log2i(warps)));
+  int64_t n = t.numel();
+  std::set<int64_t> seen;
+  for (const auto* bases : {&l.reg, &l.lane, &l.warp})
+    for (int64_t b : *bases) {
+      if (b == 0) continue;
+      if (!isPow2(b) || b >= n)
+        fail(op, what + " has basis " + std::to_string(b) + ", not 0 or a power of two below " + std::to_string(n));
+      if (!seen.insert(b).second) fail(op, what + " has basis " + std::to_string(b) + " twice");
+    }
+  if (static_cast<int>(seen.size()) != log2i(n))
+    fail(op,
+         what + " reaches " + std::to_string(int64_t{1} << seen.size()) + " of its " + std::to_string(n) + " elements");
+  if (l.kind != DistKind::Blocked && t.rank() != 2) fail(op, what + " needs a 2-D tile");
+}
+
+void checkSmem(const Op& op, const Type& t) {
+  const SharedLayout* s = t.shared();
+  if (!s) {
+    if (t.elem != DType::I64 || t.rank() != 1)
+      fail(op, "buffer " + t.str() + " has no #shared layout, so it holds mbarriers and must be smem<Nxi64>");
+    return;
+  }
+  std::string of = " of " + t.withoutLayout().str();
+  if (s->swizzle != 32 && s->swizzle != 64 && s->swizzle != 128)
+    fail(op, "#shared swizzle must be 32, 64 or 128 bytes, got " + std::to_string(s->swizzle));
+  if (s->eb * 8 != bitWidth(t.elem))
+    fail(op, "#shared eb=" + std::to_string(s->eb) + of + " must be its element size in bytes");
+  if (t.rank() < 2 || s->cols != t.shape.back() || s->rows * s->cols != t.numel())
+    fail(op, "#shared rows=" + std::to_string(s->rows) + ", cols=" + std::to_string(s->cols) + of +
+                 " must be its outer dimensions flattened and its last dimension");
+  if (s->rows % 8) fail(op, "#shared rows=" + std::to_string(s->rows) + of + " must be whole 8-row swizzle groups");
+  if (s->cols * s->eb % s->swizzle)
+    fail(op, "#shared rows of " + std::to_string(s->cols * s->eb) + " bytes" + of + " must be whole " +
+                 std::to_string(s->swizzle) + "-byte swizzle spans");
+  if (s->stages < 1) fail(op, "#shared stages must be at least 1, got " + std::to_string(s->stages));
+}
+
+// --- operands of the GPU ops ---
+
+std::string nth(unsigned i) { return "operand #" + std::to_string(i); }
+
+const Type& tileBuffer(const Op& op, unsigned i, const std::string& what) {
+  const Type& t = op.operand(i)->type();
+  if (!t.shared()) fail(op, what + " must be a shared-memory buffer with a #shared layout, got " + t.str());
+  return t;
+}
+
+void barriers(const Op& op, unsigned i) {
+  const Type& t = op.operand(i)->type();
+  if (!t.isSmem() || t.shared()) fail(op, "mbarriers must be an smem<Nxi64> buffer, got " + t.str());
+}
+
+void indexOperand(const Op& op, unsigned i, const std::string& what) {
+  if (op.operand(i)->type() != Type::scalar(DType::I32))
+    fail(op, what + " must be i32, got " + op.operand(i)->type().str());
+}
+
+void intAttrAtLeast(const Op& op, const std::string& name, int64_t least) {
+  requireAttr(op, name, 1);
+  if (op.intAttr(name) < least)
+    fail(op, "attribute '" + name + "' must be at least " + std::to_string(least) + ", got " +
+                 std::to_string(op.intAttr(name)));
+}
+
+// The op that produced token `v`, through loop-carried values and if/while results;
+// null for a function parameter.
+const Op* producer(const Value* v) {
+  while (v) {
+    const Op* d = v->definingOp();
+    const Op* p = d ? d : v->ownerBlock()->parentOp();
+    auto yielded = [](const Block& b, unsigned i) { return b.terminator()->operand(i); };
+    switch (p->kind()) {
+      case OpKind::For:
+        v = d ? yielded(p->region(0), v->index()) : p->operand(3 + v->index() - 1);
+        break;
+      case OpKind::If:
+        v = yielded(p->region(0), v->index());
+        break;
+      case OpKind::While:  // results and after-arguments: forwarded by the condition
+        v = !d && v->ownerBlock() == &p->region(0) ? p->operand(v->index()) : yielded(p->region(0), v->index() + 1);
+        break;
+      case OpKind::Func:
+        return nullptr;
+      default:
+        return p;
+    }
+  }
+  return nullptr;
+}
+
+void token(const Op& op, unsigned i, std::initializer_list<OpKind> from) {
+  std::string want;
+  for (OpKind k : from) want += (want.empty() ? "'" : " or '") + std::string(opInfo(k).mnemonic) + "'";
+  const Type& t = op.operand(i)->type();
+  if (!t.isToken()) fail(op, nth(i) + " must be a token of " + want + ", got " + t.str());
+  const Op* p = producer(op.operand(i));
+  if (!p || std::find(from.begin(), from.end(), p->kind()) == from.end())
+    fail(op, nth(i) + " must be a token of " + want + ", got " + (p ? "one of " + opName(*p) : "a function parameter"));
+}
+
+void resultToken(const Op& op, unsigned i) {
+  if (!op.result(i)->type().isToken())
+    fail(op, "result #" + std::to_string(i) + " must be a token, got " + op.result(i)->type().str());
+}
+
+// `t`, a tile stored into or loaded from `buf`, has one stage's shape and elements.
+void bufferTile(const Op& op, const Type& buf, const Type& t, const std::string& what) {
+  Type want = Type::tile(buf.elem, buf.shape);
+  if (t.withoutLayout() != want)
+    fail(op, what + " must be " + want.str() + " (the buffer's tile), got " + t.withoutLayout().str());
+}
+
+void verifyWgmma(const Op& op) {
+  const Type& a = tileBuffer(op, 0, "A");
+  indexOperand(op, 1, "A's stage");
+  const Type& b = tileBuffer(op, 2, "B");
+  indexOperand(op, 3, "B's stage");
+  const Type& acc = op.operand(4)->type();
+  bool kMajor = false;
+  if (op.hasAttr("b_kmajor")) {
+    requireAttr(op, "b_kmajor", 0);
+    kMajor = op.boolAttr("b_kmajor");
+  }
+  if (a.rank() != 2 || b.rank() != 2) fail(op, "operands must be 2-D buffers, got " + a.str() + " and " + b.str());
+  int64_t m = a.shape[0], k = a.shape[1], n = b.shape[kMajor ? 0 : 1];
+  if (b.shape[kMajor ? 1 : 0] != k)
+    fail(op, std::string("B must be ") + (kMajor ? "[N, K]" : "[K, N]") + " with K=" + std::to_string(k) + ", got " +
+                 b.withoutLayout().str());
+  auto fp8 = [](DType d) { return d == DType::F8E4M3 || d == DType::F8E5M2; };
+  static const std::set<DType> ok = {DType::BF16, DType::F16, DType::F8E4M3, DType::F8E5M2, DType::I8};
+  if (!ok.count(a.elem) || (a.elem != b.elem && !(fp8(a.elem) && fp8(b.elem))))
+    fail(op, "operands must be both bf16, f16, i8 or 8-bit floats, got " + std::string(dtypeName(a.elem)) + " and " +
+                 std::string(dtypeName(b.elem)));
+  if (bitWidth(a.elem) == 8 && !kMajor) fail(op, "8-bit B must be K-major (b_kmajor = true)");
+  if (m % 64) fail(op, "needs M to be a multiple of 64, got M=" + std::to_string(m));
+  if (k * bitWidth(a.elem) % 256) fail(op, "needs K in steps of 32 bytes, got K=" + std::to_string(k));
+  Type want = Type::tile(a.elem == DType::I8 ? DType::I32 : DType::F32, {m, n});
+  if (acc.withoutLayout() != want) fail(op, "accumulator must be " + want.str() + ", got " + acc.withoutLayout().str());
+  if (!acc.dist() || acc.dist()->kind != DistKind::Wgmma)
+    fail(op, "accumulator must be in a #wgmma layout, got the " + layoutName(acc));
+  if (op.result(0)->type() != acc) fail(op, "result #0 must be the accumulator's type " + acc.str());
+  resultToken(op, 1);
+}
+
+}  // namespace
+
+void verifyGpuFunc(const Op& func) {
+  if (func.hasAttr("gpu")) requireAttr(func, "gpu", 0);
+  if (!isGpuStage(func)) return;
+  requireAttr(func, "arch", 3);
+  requireAttr(func, "num_warps", 1);
+  int64_t w = func.intAttr("num_warps");
+  if (!isPow2(w) || w > 32) fail(func, "num_warps must be a power of two from 1 to 32, got " + std::to_string(w));
+}
+
+void checkStage(const Op& op, const Op* func) {
+  bool gpu = func && isGpuStage(*func);
+  if (op.has(GpuLevel) && !gpu)
+    fail(op, "is a GPU-stage op; only functions marked {gpu = true} (plan-layouts) may hold it");
+  auto check = [&](const Type& t) {
+    if (!gpu) {
+      if (t.hasLayout() || t.isSmem() || t.isToken())
+        fail(op, "has the GPU-stage type " + t.str() + " in a function not marked {gpu = true}");
+      return;
+    }
+    if (t.isTile() && !t.dist()) fail(op, "needs a distributed layout on " + t.str() + " in the GPU stage");
+    if (t.isTile()) checkDist(op, t, numWarps(*func));
+    if (t.isSmem()) checkSmem(op, t);
+  };
+  for (Value* r : op.results()) check(r->type());
+  for (unsigned r = 0; r < op.numRegions(); ++r)
+    for (Value* a : op.region(r).args()) check(a->type());
+  if (op.kind() == OpKind::Func)
+    for (const Type& t : funcResultTypes(op)) check(t);
+}
+
+void verifyGpuOp(const Op& op) {
+  switch (op.kind()) {
+    case OpKind::ConvertLayout: {
+      const Type& in = op.operand(0)->type();
+      const Type& out = op.result()->type();
+      if (!in.isTile()) fail(op, "operand must be a tile, got " + in.str());
+      if (out.withoutLayout() != in.withoutLayout())
+        fail(op, "result must be " + in.withoutLayout().str() + " in another layout, got " + out.withoutLayout().str());
+      if (out == in) fail(op, "converts to the layout its operand already has");
+      return;
+    }
+    case OpKind::SmemAlloc:
+      if (!op.result()->type().isSmem())
+        fail(op, "result must be a shared-memory buffer smem<...>, got " + op.result()->type().str());
+      return;
+    case OpKind::LocalStore: {
+      const Type& buf = tileBuffer(op, 0, "buffer");
+      indexOperand(op, 1, "stage");
+      bufferTile(op, buf, op.operand(2)->type(), "value");
+      return;
+    }
+    case OpKind::LocalLoad: {
+      const Type& buf = tileBuffer(op, 0, "buffer");
+      indexOperand(op, 1, "stage");
+      bufferTile(op, buf, op.result()->type(), "result");
+      return;
+    }
+    case OpKind::AsyncCopy: {
+      const Type& buf = tileBuffer(op, 0, "buffer");
+      indexOperand(op, 1, "stage");
+      const Type& p = op.operand(2)->type();
+      Type want = Type::ptrTile(buf.elem, buf.shape);
+      if (p.withoutLayout() != want)
+        fail(op, "pointers must be " + want.str() + " (the buffer's tile), got " + p.withoutLayout().str());
+      if (op.numOperands() == 4 && op.operand(3)->type() != Type::tile(DType::I1, p.shape).withLayout(p.layout))
+        fail(op, "mask must be " + Type::tile(DType::I1, p.shape).withLayout(p.layout).str() + ", got " +
+                     op.operand(3)->type().str());
+      return resultToken(op, 0);
+    }
+    case OpKind::AsyncCommit:
+      for (unsigned i = 0; i < op.numOperands(); ++i) token(op, i, {OpKind::AsyncCopy});
+      return resultToken(op, 0);
+    case OpKind::AsyncWait: {
+      intAttrAtLeast(op, "pending", 0);
+      token(op, 0, {OpKind::AsyncCommit, OpKind::TmaStore});
+      OpKind first = producer(op.operand(0))->kind();
+      for (unsigned i = 1; i < op.numOperands(); ++i) token(op, i, {first});
+      return;
+    }
+    case OpKind::TmaLoad:
+    case OpKind::TmaStore: {
+      bool load = op.kind() == OpKind::TmaLoad;
+      const Type& d = op.operand(0)->type();
+      if (!d.isDesc()) fail(op, "first operand must be a tensor descriptor, got " + d.str());
+      const Type& buf = tileBuffer(op, 1, "buffer");
+      if (buf.elem != d.elem || buf.shape != d.shape)
+        fail(op, "buffer must hold the descriptor's block " + Type::tile(d.elem, d.shape).str() + ", got " +
+                     buf.withoutLayout().str());
+      indexOperand(op, 2, "stage");
+      unsigned first = load ? 5 : 3;
+      if (load) {
+        barriers(op, 3);
+        indexOperand(op, 4, "mbarrier");
+      }
+      if (op.numOperands() - first != d.shape.size())
+        fail(op, "needs " + std::to_string(d.shape.size()) + " offsets for " + d.str());
+      for (unsigned i = first; i < op.numOperands(); ++i) indexOperand(op, i, "offsets");
+      if (!load) resultToken(op, 0);
+      return;
+    }
+    case OpKind::MbarrierInit:
+    case OpKind::MbarrierExpect:
+    case OpKind::MbarrierArrive:
+    case OpKind::MbarrierWait:
+      barriers(op, 0);
+      indexOperand(op, 1, "mbarrier");
+      if (op.kind() == OpKind::MbarrierInit) intAttrAtLeast(op, "count", 1);
+      if (op.kind() == OpKind::MbarrierExpect) intAttrAtLeast(op, "bytes", 1);
+      if (op.kind() == OpKind::MbarrierWait) indexOperand(op, 2, "phase");
+      return;
+    case OpKind::Wgmma:
+      return verifyWgmma(op);
+    case OpKind::WgmmaWait:
+      intAttrAtLeast(op, "pending", 0);
+      token(op, 0, {OpKind::Wgmma});
+      if (op.numResults() != op.numOperands() - 1)
+        fail(op, "has one result per waited value (" + std::to_string(op.numOperands() - 1) + "), got " +
+                     std::to_string(op.numResults()));
+      for (unsigned i = 1; i < op.numOperands(); ++i)
+        if (op.result(i - 1)->type() != op.operand(i)->type())
+          fail(op, "result #" + std::to_string(i - 1) + " must be " + op.operand(i)->type().str() + ", got " +
+                       op.result(i - 1)->type().str());
+      return;
+    default:
+      throw InternalError("no verifier for " + opName(op));
+  }
+}
+
+// Elementwise ops compute in their result's layout; loads, stores and atomics in their
+// pointers'; a dot's accumulator is in its result's. Other tile ops take operands in any
+// layout (the lowering moves what it reads).
+void verifyTileOpLayouts(const Op& op) {
+  auto same = [&](unsigned i, const Type& ref, const std::string& whose) {
+    const Type& t = op.operand(i)->type();
+    if (t.isTile() && t.layout != ref.layout)
+      fail(op, nth(i) + " must be in " + whose + " layout " + layoutStr(ref.layout) + ", got " + layoutStr(t.layout));
+  };
+  const Type& r = op.numResults() ? op.result(0)->type() : Type{};
+  switch (op.kind()) {
+    case OpKind::Hint:
+      return same(0, r, "the result's");
+    case OpKind::Load:
+    case OpKind::Store:
+    case OpKind::AtomicAdd:
+    case OpKind::AtomicMax: {
+      const Type& p = op.operand(0)->type();
+      for (unsigned i = 1; i < op.numOperands(); ++i) same(i, p, "the pointers'");
+      if (r.isTile() && r.layout != p.layout)
+        fail(op, "result must be in the pointers' layout " + layoutStr(p.layout) + ", got " + layoutStr(r.layout));
+      return;
+    }
+    case OpKind::Dot:
+    case OpKind::DotScaled:
+      return same(op.numOperands() - 1, r, "the result's");
+    default:
+      if (op.has(Elementwise) && r.isTile())
+        for (unsigned i = 0; i < op.numOperands(); ++i) same(i, r, "the result's");
+  }
+}
+
+}  // namespace tilefuse::verifier
