@@ -1,4 +1,5 @@
-// tilefuse._C.passes: one function per registry row, plus the pipeline.
+// tilefuse._C.passes: one function per registry row (options as keyword arguments),
+// the pipeline and the GPU stage.
 #include <pybind11/pybind11.h>
 
 #include "tilefuse/passes/Passes.h"
@@ -9,9 +10,15 @@ using namespace tilefuse;
 void init_passes(py::module_& m) {
   auto p = m.def_submodule("passes", "tile-IR passes (Passes.def)");
   for (const auto& info : passes::registry()) {
-    auto run = info.run;
+    const passes::PassInfo* pass = &info;
     p.def(
-        std::string(info.name).c_str(), [run](Module& mod) { run(mod); }, std::string(info.description).c_str());
+        std::string(info.name).c_str(),
+        [pass](Module& mod, const py::kwargs& kw) {
+          passes::PassOptions given;
+          for (const auto& [k, v] : kw) given[py::str(k)] = py::str(v);
+          pass->run(mod, passes::completeOptions(*pass, given));
+        },
+        std::string(info.description).c_str());
   }
   p.def("names", [] {
     py::list l;
@@ -19,4 +26,6 @@ void init_passes(py::module_& m) {
     return l;
   });
   p.def("run_pipeline", &passes::runPipeline, "the compiler pipeline");
+  p.def("gpu_stage", &passes::runGpuStage, py::arg("module"), py::arg("arch"), py::arg("num_warps"),
+        "the GPU stage of a copy of the optimized module");
 }

@@ -264,4 +264,11 @@ std::unique_ptr<Op> cloneOp(const Op& op, std::map<const Value*, Value*>& map) {
   return c;
 }
 
+std::unique_ptr<Module> cloneModule(const Module& m) {
+  auto c = std::make_unique<Module>();
+  std::map<const Value*, Value*> map;
+  for (auto& f : m.body().ops()) c->body().append(cloneOp(*f, map));
+  return c;
+}
+
 }  // namespace tilefuse

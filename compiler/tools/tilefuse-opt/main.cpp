@@ -1,6 +1,7 @@
 // tilefuse-opt: reads tile-IR text, verifies it, runs the named passes in the
 // order given and prints the result.
-//   tilefuse-opt FILE|- [--split-input-file] [--print-locations] [--PASS ...] [--pipeline]
+//   tilefuse-opt FILE|- [--split-input-file] [--print-locations] [--PASS[=key=value,...] ...] [--pipeline]
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -16,9 +17,15 @@ using namespace tilefuse;
 namespace {
 
 int usage() {
-  std::cerr << "usage: tilefuse-opt FILE|- [--split-input-file] [--print-locations] [--pipeline] [--PASS ...]\n"
+  std::cerr << "usage: tilefuse-opt FILE|- [--split-input-file] [--print-locations] [--pipeline] "
+               "[--PASS[=key=value,...] ...]\n"
                "passes:\n";
-  for (const auto& p : passes::registry()) std::cerr << "  --" << p.name << "  " << p.description << "\n";
+  for (const auto& p : passes::registry()) {
+    std::string flag(p.name);
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    std::cerr << "  --" << flag << (p.options.empty() ? "" : "[=" + std::string(p.options) + "]") << "  "
+              << p.description << "\n";
+  }
   return 2;
 }
 
@@ -48,7 +55,7 @@ int main(int argc, char** argv) {
   std::string file;
   bool split = false, pipeline = false;
   PrintOptions popts;
-  std::vector<const passes::PassInfo*> order;
+  std::vector<std::pair<const passes::PassInfo*, passes::PassOptions>> order;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--split-input-file") {
@@ -60,12 +67,19 @@ int main(int argc, char** argv) {
     } else if (a == "--help" || a == "-h") {
       return usage();
     } else if (a.rfind("--", 0) == 0) {
-      const auto* p = passes::lookup(a.substr(2));
+      size_t eq = a.find('=');
+      const auto* p = passes::lookup(a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2));
       if (!p) {
         std::cerr << "tilefuse-opt: unknown option '" << a << "'\n";
         return usage();
       }
-      order.push_back(p);
+      try {
+        auto opts = passes::parsePassOptions(eq == std::string::npos ? "" : a.substr(eq + 1));
+        order.emplace_back(p, passes::completeOptions(*p, opts));
+      } catch (const UserError& e) {
+        std::cerr << "tilefuse-opt: " << e.message() << "\n";
+        return 2;
+      }
     } else if (file.empty()) {
       file = a;
     } else {
@@ -92,7 +106,7 @@ int main(int argc, char** argv) {
     try {
       auto m = parseModule(c.text, file == "-" ? "<stdin>" : file, c.firstLine);
       verifyModule(*m);
-      for (const auto* p : order) passes::runPass(*p, *m, "opt", true);
+      for (const auto& [p, opts] : order) passes::runPass(*p, *m, "opt", true, opts);
       if (pipeline) passes::runPipeline(*m);
       std::cout << printModule(*m, popts);
     } catch (const UserError& e) {

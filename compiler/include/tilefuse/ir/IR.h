@@ -234,5 +234,6 @@ void walkModule(Module& m, F&& f) {
 // Deep copy of `op` with operands remapped through `map` (values absent from the
 // map are kept); results and nested values are added to `map`.
 std::unique_ptr<Op> cloneOp(const Op& op, std::map<const Value*, Value*>& map);
+std::unique_ptr<Module> cloneModule(const Module& m);
 
 }  // namespace tilefuse
