@@ -75,8 +75,11 @@ def default_target() -> str:
 
 
 def lower(kernel, arch: str, num_warps: int, num_stages: int = 3, keep_ir: bool = True) -> dict:
-    """PTX (and, with keep_ir, the optimized LLVM IR) for a compiled kernel (no GPU needed)."""
+    """PTX (and, with keep_ir, the optimized LLVM IR) for a compiled kernel (no GPU needed).
+    Under TILEFUSE_DUMP (gpu, plan_layouts or all) the GPU stage of a copy prints first."""
     try:
+        if os.environ.get("TILEFUSE_DUMP"):
+            _C.passes.gpu_stage(kernel.module, arch, num_warps)
         low = _C.lower.compile(kernel.module, kernel.name, arch, num_warps, num_stages, keep_ir)
     except _C.UserError as e:
         raise CompilationError(e.message, e.file, e.line, e.col) from None

@@ -1,0 +1,76 @@
+"""The GPU stage from Python: TILEFUSE_DUMP=gpu prints it when a kernel compiles for the
+GPU, the plan_layouts binding takes its options as keywords, and the interpreter
+refuses GPU-stage IR."""
+
+import numpy as np
+import pytest
+import tilefuse as tf
+import tilefuse.language as tl
+
+_C = tf._C
+
+
+@tf.jit
+def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0, mask=mask)
+
+
+@tf.jit
+def dot_kernel(a_ptr, b_ptr, c_ptr, N: tl.constexpr):
+    r = tl.arange(0, N)
+    tile = r[:, None] * N + r[None, :]
+    tl.store(c_ptr + tile, tl.dot(tl.load(a_ptr + tile), tl.load(b_ptr + tile)))
+
+
+def _args():
+    return np.zeros(1000, np.float32), np.zeros(1000, np.float32), 1000
+
+
+def test_dump_gpu_prints_the_gpu_stage(monkeypatch, capfd):
+    capfd.readouterr()
+    monkeypatch.setenv("TILEFUSE_DUMP", "gpu")
+    a = np.zeros((64, 64), np.float16)
+    k = dot_kernel.warmup(a, a, np.zeros((64, 64), np.float32), grid=(1,), target="sm_90a", num_warps=4, N=64)
+    err = capfd.readouterr().err
+    assert "// -----// IR after gpu/plan_layouts //----- //" in err
+    assert 'arch = "sm_90a", gpu = true, kernel = true, num_warps = 4' in err
+    assert "dot" in err and "#wgmma<" in err and "#blocked<" in err
+    assert "#" not in k.asm["tile"]  # the kernel's own IR stays tile-level
+
+
+def test_no_gpu_dump_without_tilefuse_dump(monkeypatch, capfd):
+    capfd.readouterr()
+    monkeypatch.delenv("TILEFUSE_DUMP", raising=False)
+    scale_kernel.warmup(*_args(), grid=(4,), target="sm_90a", BLOCK=256)
+    assert "plan_layouts" not in capfd.readouterr().err
+
+
+def test_plan_layouts_takes_options_as_keywords():
+    m = scale_kernel.compile(*_args(), BLOCK=256).module
+    gpu = _C.ir.Module.parse(m.to_text())
+    _C.passes.plan_layouts(gpu, arch="sm_80", num_warps=2)
+    gpu.verify()
+    text = gpu.to_text()
+    assert 'arch = "sm_80", gpu = true' in text and "num_warps = 2" in text
+    assert "tile<256xf32, #blocked<reg=[1, 2], lane=[4, 8, 16, 32, 64], warp=[128]>>" in text
+    with pytest.raises(_C.UserError, match="has no option 'warps'"):
+        _C.passes.plan_layouts(_C.ir.Module.parse(m.to_text()), warps=2)
+    with pytest.raises(_C.UserError, match="pass 'cse' has no option 'arch'"):
+        _C.passes.cse(m, arch="sm_90a")
+
+
+def test_interpreter_refuses_the_gpu_stage():
+    x, out, n = _args()
+    kernel = scale_kernel.compile(x, out, n, BLOCK=256)
+    gpu = _C.passes.gpu_stage(kernel.module, "sm_90a", 4)
+    I = _C.interp  # noqa: E741
+    args = [I.Arg.ptr(x.ctypes.data), I.Arg.ptr(out.ctypes.data), I.Arg.int(n)]
+    bufs = [I.Buffer(x.ctypes.data, x.nbytes, "x"), I.Buffer(out.ctypes.data, out.nbytes, "out")]
+    with pytest.raises(
+        _C.UserError, match="the interpreter runs tile-level IR; kernel '@scale_kernel' is in the GPU stage"
+    ):
+        I.launch(gpu, kernel.name, (4, 1, 1), args, bufs)
+    I.launch(kernel.module, kernel.name, (4, 1, 1), args, bufs)  # the module itself is unchanged
+    np.testing.assert_array_equal(out, x * 2)
