@@ -55,7 +55,9 @@ TEST(SharedLayout, OffsetsAreABijectionThatKeepsChunks) {
         ASSERT_EQ(o % s.eb, 0);
         ASSERT_LT(o, s.rows * s.cols * s.eb);
         ASSERT_TRUE(seen.insert(o).second) << "offset " << o << " twice";
-        if (c % perChunk) ASSERT_EQ(o, s.offset(0, r, c - 1) + s.eb);
+        if (c % perChunk) {
+          ASSERT_EQ(o, s.offset(0, r, c - 1) + s.eb);
+        }
       }
   }
 }

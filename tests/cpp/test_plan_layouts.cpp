@@ -105,7 +105,9 @@ void expectPlanWritten(const Case& c) {
       thr.insert(thr.end(), d->warp.begin(), d->warp.end());
       EXPECT_EQ(d->reg, want.reg);
       EXPECT_EQ(thr, want.thr);
-      if (op->kind() == OpKind::Dot) EXPECT_EQ(d->kind, c.dotKind);
+      if (op->kind() == OpKind::Dot) {
+        EXPECT_EQ(d->kind, c.dotKind);
+      }
       ++checked;
     }
   });
@@ -132,7 +134,9 @@ TEST(PlanLayouts, WritesTheRunsOfAColumnLoad) {
   test::ParsedKernel k(kColumnLoad);
   passes::runPass(*passes::lookup("plan_layouts"), *k.module, "test", true, {});
   k.func->walk([](Op* op) {
-    if (op->kind() == OpKind::Load) EXPECT_EQ(op->result()->type().dist()->reg.at(0), 64);  // along K
+    if (op->kind() == OpKind::Load) {
+      EXPECT_EQ(op->result()->type().dist()->reg.at(0), 64);  // along K
+    }
   });
 }
 

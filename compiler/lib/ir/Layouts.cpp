@@ -63,11 +63,9 @@ class Reader {
 
 }  // namespace
 
-std::string_view distKindName(DistKind k) { return kKinds[static_cast<size_t>(k)]; }
-
 std::string DistLayout::str() const {
-  return std::string("#").append(distKindName(kind)) + "<reg=" + listStr(reg) + ", lane=" + listStr(lane) +
-         ", warp=" + listStr(warp) + ">";
+  return std::string("#").append(kKinds[static_cast<size_t>(kind)]) + "<reg=" + listStr(reg) +
+         ", lane=" + listStr(lane) + ", warp=" + listStr(warp) + ">";
 }
 
 std::string SharedLayout::str() const {

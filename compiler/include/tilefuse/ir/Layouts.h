@@ -33,7 +33,7 @@ struct DistLayout {
 };
 
 struct SharedLayout {
-  int64_t swizzle = 128, rows = 0, cols = 0, eb = 0, stages = 1;
+  int64_t swizzle = 0, rows = 0, cols = 0, eb = 0, stages = 1;
   bool operator==(const SharedLayout&) const = default;
   std::string str() const;  // #shared<swizzle=128, rows=64, cols=64, eb=2, stages=1>
   // Bytes of one stage: the tile rounded up to whole 1024-byte swizzle atoms.
@@ -46,7 +46,6 @@ struct SharedLayout {
 // None for tile-level types and for scalars, pointers, descriptors and tokens.
 using TypeLayout = std::variant<std::monostate, DistLayout, SharedLayout>;
 
-std::string_view distKindName(DistKind k);
 std::string layoutStr(const TypeLayout& l);  // "" for none
 // Parses "#blocked<...>", "#wgmma<...>", "#mma<...>" or "#shared<...>" (the whole text).
 std::optional<TypeLayout> parseLayout(std::string_view text);
