@@ -111,6 +111,42 @@ bool Lowering::advanceable(const Value* v, const Block& body, std::set<const Val
   return true;
 }
 
+// How `l.load` copies into a stage (TMA, or cp.async runs of `l.width` elements of
+// `eb` bytes), or why it cannot ("'s ..." of the operand's name).
+std::string Lowering::planCopy(StagedLoad& l, const Block& body, int64_t eb) {
+  const Op* ld = l.load;
+  if (ld->kind() == OpKind::DescLoad) {
+    l.tma = tensorMapOf(ld->operand(0));
+    if (l.tma < 0) return "'s descriptor is not on TMA (see its hint)";
+    // The boxes must land in the layout the wgmma descriptors read.
+    if (tensorMaps_[l.tma].swizzleBytes != l.tile.swizzle) return "'s descriptor is also read with another swizzle";
+  } else if (ld->kind() != OpKind::Load) {
+    return " is not a load";
+  } else if (ld->numOperands() > 2 && !isZeroConstant(ld->operand(2))) {
+    return "'s load has an `other` value that is not 0";
+  }
+  std::set<const Value*> visited;
+  for (const Value* x : copyInputs(*ld))
+    if (!advanceable(x, body, visited))
+      return "'s pointers or mask depend on values the loop computes other than by index math";
+  if (l.tma >= 0) return "";
+  const Value* mask = ld->numOperands() > 1 ? ld->operand(1) : nullptr;
+  l.width = accessWidth(ld->operand(0), mask);
+  // A ragged end inside the runs (a group's last rows along the contiguous dim): whole
+  // runs still copy, each of its valid prefix, the rest zero-filled.
+  if (int64_t whole = accessWidth(ld->operand(0), nullptr); mask && whole > l.width) {
+    int d = runDim(layoutOf(ld->operand(0)), ld->result()->type().shape);
+    if (d >= 0 && prefixMask(*axis_, mask, static_cast<size_t>(d), whole)) {
+      l.width = whole;
+      l.prefix = true;
+    }
+  }
+  if (l.width * eb < 4)  // cp.async moves 4, 8 or 16 bytes
+    return "'s loads are not provably contiguous and aligned in runs of 4 bytes (" +
+           accessReason(ld->operand(0), mask) + ")";
+  return "";
+}
+
 // Whether `loop` can be pipelined (filling `p`); `why` says why not for a loop with a
 // wgmma dot (empty for loops without one).
 bool Lowering::planPipeline(const Op& loop, Pipeline* p, std::string* why) {
@@ -164,37 +200,7 @@ bool Lowering::planPipeline(const Op& loop, Pipeline* p, std::string* why) {
         continue;
       }
       StagedLoad l{ld, -1, 1, tile, stageBytes, i == 1 && bs.transposeOnStage, false, cast};
-      if (ld->kind() == OpKind::DescLoad) {
-        l.tma = tensorMapOf(ld->operand(0));
-        if (l.tma < 0) return no(name + "'s descriptor is not on TMA (see its hint)");
-        // The boxes must land in the layout the wgmma descriptors read.
-        if (tensorMaps_[l.tma].swizzleBytes != tile.swizzle)
-          return no(name + "'s descriptor is also read with another shared-memory swizzle");
-      } else if (ld->kind() != OpKind::Load) {
-        return no(name + " is not a load");
-      } else if (ld->numOperands() > 2 && !isZeroConstant(ld->operand(2))) {
-        return no(name + "'s load has an `other` value that is not 0");
-      }
-      std::set<const Value*> visited;
-      for (const Value* x : copyInputs(*ld))
-        if (!advanceable(x, body, visited))
-          return no(name + "'s pointers or mask depend on values the loop computes other than by index math");
-      if (l.tma < 0) {
-        const Value* mask = ld->numOperands() > 1 ? ld->operand(1) : nullptr;
-        l.width = accessWidth(ld->operand(0), mask);
-        // A ragged end inside the runs (a group's last rows along the contiguous dim):
-        // whole runs still copy, each of its valid prefix, the rest zero-filled.
-        if (int64_t whole = accessWidth(ld->operand(0), nullptr); mask && whole > l.width) {
-          int d = runDim(layoutOf(ld->operand(0)), v->type().shape);
-          if (d >= 0 && prefixMask(*axis_, mask, static_cast<size_t>(d), whole)) {
-            l.width = whole;
-            l.prefix = true;
-          }
-        }
-        if (l.width * bs.elemBytes < 4)  // cp.async moves 4, 8 or 16 bytes
-          return no(name + "'s loads are not provably contiguous and aligned in runs of 4 bytes (" +
-                    accessReason(ld->operand(0), mask) + ")");
-      }
+      if (std::string bad = planCopy(l, body, bs.elemBytes); !bad.empty()) return no(name + bad);
       // Whole 1024-byte swizzle atoms per tile.
       stageBytes += (v->type().numel() * bs.elemBytes + 1023) / 1024 * 1024;
       slot[i] = static_cast<int>(p->loads.size());

@@ -400,6 +400,7 @@ class Lowering {
   LVal* scaleOf(int64_t table, const Type& t, LVal* row, int64_t block);
   bool advanceable(const Value* v, const Block& body, std::set<const Value*>& seen);
   bool planPipeline(const Op& loop, Pipeline* p, std::string* why);
+  std::string planCopy(StagedLoad& l, const Block& body, int64_t eb);
   Regs evalUnder(const Value* v, const Block& body, const Env& env);
   Env advance(Env env, const Block& body, LVal* step, int steps);
   std::vector<const Value*> pipelineArgs(const Pipeline& p, const Block& body);
