@@ -119,14 +119,17 @@ bool parseGrid(PyObject* g, std::array<uint32_t, 3>& dims) {
 
 class FastPath {
  public:
+  // `numWarps`, `numStages`: the launch defaults (tilefuse.defaults).
   FastPath(std::vector<std::string> names, std::vector<bool> isConst, std::vector<py::object> defaults,
-           py::object stream, std::string name, py::object launchError)
+           py::object stream, std::string name, py::object launchError, int numWarps, int numStages)
       : names_(std::move(names)),
         isConst_(std::move(isConst)),
         defaults_(std::move(defaults)),
         stream_(std::move(stream)),
         name_(std::move(name)),
-        launchError_(std::move(launchError)) {
+        launchError_(std::move(launchError)),
+        numWarps_(numWarps),
+        numStages_(numStages) {
     for (const std::string& n : names_)
       nameObjs_.push_back(py::reinterpret_steal<py::object>(PyUnicode_InternFromString(n.c_str())));
   }
@@ -138,7 +141,7 @@ class FastPath {
   PyObject* call(const std::array<uint32_t, 3>& dims, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
     static PyObject* warpsName = PyUnicode_InternFromString("num_warps");
     static PyObject* stagesName = PyUnicode_InternFromString("num_stages");
-    int warps = 4, stages = 3;
+    int warps = numWarps_, stages = numStages_;
     Keywords kw;
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     for (Py_ssize_t i = 0; i < nkw; ++i) {
@@ -352,6 +355,7 @@ class FastPath {
   py::object stream_;
   std::string name_;
   py::object launchError_;
+  int numWarps_, numStages_;
   std::set<PyTypeObject*> tensorTypes_;
   std::vector<Entry> entries_;
 };
@@ -438,14 +442,14 @@ void init_launcher(py::module_& m) {
   auto l = m.def_submodule("launcher", "the launch fast path");
   py::class_<FastPath>(l, "FastPath")
       .def(py::init([](std::vector<std::string> names, std::vector<bool> isConst, py::dict defaults, py::object stream,
-                       std::string name, py::object launchError) {
+                       std::string name, py::object launchError, int numWarps, int numStages) {
              std::vector<py::object> d(names.size());  // null: no default
              for (size_t i = 0; i < names.size(); ++i)
                if (defaults.contains(names[i])) d[i] = defaults[py::str(names[i])];
-             return std::make_unique<FastPath>(names, isConst, d, stream, name, launchError);
+             return std::make_unique<FastPath>(names, isConst, d, stream, name, launchError, numWarps, numStages);
            }),
            py::arg("names"), py::arg("is_const"), py::arg("defaults"), py::arg("stream"), py::arg("name"),
-           py::arg("launch_error"))
+           py::arg("launch_error"), py::arg("num_warps"), py::arg("num_stages"))
       .def("bound", &makeBound, py::arg("grid"), py::arg("fallback"),
            "kernel[grid]: a callable launching through this fast path, else fallback(grid, *args, **kwargs)")
       .def("remember", &FastPath::remember, py::arg("grid"), py::arg("num_warps"), py::arg("num_stages"),

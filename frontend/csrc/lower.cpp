@@ -53,6 +53,6 @@ void init_lower(py::module_& m) {
         py::gil_scoped_release release;
         return lower::compileKernel(m, kernel, {arch, numWarps, numStages, keepIR, libdevice});
       },
-      py::arg("module"), py::arg("kernel"), py::arg("arch") = "sm_90a", py::arg("num_warps") = 4,
-      py::arg("num_stages") = 3, py::arg("keep_ir") = true, py::arg("libdevice") = "");
+      py::arg("module"), py::arg("kernel"), py::arg("arch"), py::arg("num_warps"), py::arg("num_stages"),
+      py::arg("keep_ir") = true, py::arg("libdevice") = "");
 }

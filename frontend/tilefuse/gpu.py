@@ -12,12 +12,11 @@ import subprocess
 import sys
 import tempfile
 
-from . import _C
+from . import _C, defaults
 from .errors import CompilationError, LaunchError, render
 
 _D = _C.ir.DType
 _R = _C.runtime
-_VERSION = "0.2.0"
 _compiler_id = None
 # TILEFUSE_TARGET=sm_80 (or sm_89, ...) compiles launches for that arch instead of the
 # GPU's, and lets the driver JIT the PTX: the older GPUs' code paths run on a newer GPU.
@@ -74,7 +73,7 @@ def default_target() -> str:
     return arch_of_device(0) if _R.device_count() > 0 else "sm_90a"
 
 
-def lower(kernel, arch: str, num_warps: int, num_stages: int = 3, keep_ir: bool = True) -> dict:
+def lower(kernel, arch: str, num_warps: int, num_stages: int, keep_ir: bool = True) -> dict:
     """PTX (and, with keep_ir, the optimized LLVM IR) for a compiled kernel (no GPU needed).
     Under TILEFUSE_DUMP (gpu, plan_layouts or all) the GPU stage of a copy prints first."""
     try:
@@ -104,8 +103,8 @@ def perf_hints() -> bool:
 
 
 def _cache_key(kernel, arch: str, num_warps: int, num_stages: int) -> str:
-    text = "\n".join([_VERSION, _compiler_fingerprint(), arch, str(num_warps), str(num_stages), kernel.asm["tile"]])
-    return hashlib.sha256(text.encode()).hexdigest()
+    parts = [defaults.__version__, _compiler_fingerprint(), arch, str(num_warps), str(num_stages), kernel.asm["tile"]]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 def ptxas_path() -> str | None:

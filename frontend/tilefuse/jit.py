@@ -13,6 +13,7 @@ import numpy as np
 
 from . import _C
 from .codegen import CodeGenerator, FunctionSource
+from .defaults import NUM_STAGES, NUM_WARPS
 from .errors import CompilationError, KernelRuntimeError, LaunchError
 from .language import core as tl
 
@@ -259,7 +260,7 @@ class JITFunction:
             pass
         return b
 
-    def _launch_full(self, grid, *args, num_warps=4, num_stages=3, **kwargs):
+    def _launch_full(self, grid, *args, num_warps=NUM_WARPS, num_stages=NUM_STAGES, **kwargs):
         return self.run(*args, grid=grid, num_warps=num_warps, num_stages=num_stages, **kwargs)
 
     def __repr__(self):
@@ -370,7 +371,7 @@ class JITFunction:
 
     # --- launch ---
 
-    def run(self, *args, grid, num_warps=4, num_stages=3, **kwargs):
+    def run(self, *args, grid, num_warps=NUM_WARPS, num_stages=NUM_STAGES, **kwargs):
         bound = self._bind(args, kwargs)
         key, spec = self._specialize(bound)
         kernel = self.cache.get(key)
@@ -390,7 +391,14 @@ class JITFunction:
                 if self._cfast is None:
                     defaults = {p.name: p.default for p in self.params if p.default is not inspect.Parameter.empty}
                     self._cfast = _C.launcher.FastPath(
-                        self._names, self._is_const, defaults, gpu.stream_function(), self.__name__, LaunchError
+                        self._names,
+                        self._is_const,
+                        defaults,
+                        gpu.stream_function(),
+                        self.__name__,
+                        LaunchError,
+                        NUM_WARPS,
+                        NUM_STAGES,
                     )
                 tensor_types = list({type(v) for v in bound.values() if _is_torch_tensor(v)})
                 self._cfast.remember(
@@ -409,7 +417,9 @@ class JITFunction:
             _launch_interp(kernel, spec, bound, g)
         return kernel
 
-    def warmup(self, *args, grid=None, target=None, num_warps=4, num_stages=3, **kwargs) -> CompiledKernel:
+    def warmup(
+        self, *args, grid=None, target=None, num_warps=NUM_WARPS, num_stages=NUM_STAGES, **kwargs
+    ) -> CompiledKernel:
         """Compiles for `target` (e.g. "sm_90a"; default: $TILEFUSE_TARGET, else GPU 0, else sm_90a) without
         launching; works without a GPU. The result exposes asm["tile"], ["llir"], ["ptx"]."""
         from . import gpu
