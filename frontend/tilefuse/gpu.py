@@ -13,6 +13,7 @@ import sys
 import tempfile
 
 from . import _C, defaults
+from .arrays import DLPackArg, is_dlpack
 from .errors import CompilationError, LaunchError, render
 
 _D = _C.ir.DType
@@ -37,18 +38,6 @@ def _compiler_fingerprint() -> str:
                 h.update(chunk)
         _compiler_id = h.hexdigest()
     return _compiler_id
-
-
-_CAI_DTYPES = {
-    "|b1": _D.i1,
-    "|i1": _D.i8,
-    "<i2": _D.i16,
-    "<i4": _D.i32,
-    "<i8": _D.i64,
-    "<f2": _D.f16,
-    "<f4": _D.f32,
-    "<f8": _D.f64,
-}
 
 
 def arch_of_device(device: int) -> str:
@@ -150,8 +139,6 @@ def binary(kernel, arch: str, num_warps: int, num_stages: int) -> tuple[bytes, d
 def _pack(name, t, v, device):
     """A runtime.KernelArg for parameter `name` of type `t`, and its raw value (the
     data pointer of a tensor)."""
-    from .jit import _is_dlpack
-
     K = _R.ArgKind
     if t.is_ptr:
         if hasattr(v, "data_ptr"):
@@ -161,9 +148,7 @@ def _pack(name, t, v, device):
                 raise LaunchError(f"argument '{name}' is on cuda:{v.device.index} but the kernel runs on cuda:{device}")
             ptr = v.data_ptr()
             elem = v.element_size()
-        elif _is_dlpack(v):
-            from .jit import DLPackArg
-
+        elif is_dlpack(v):
             info = DLPackArg(name, v)
             if not info.on_gpu or info.device != device:
                 raise LaunchError(f"argument '{name}' is not memory of cuda:{device}")
@@ -189,26 +174,14 @@ def _pack(name, t, v, device):
 
 def device_of(values) -> int:
     """The GPU that holds the first device argument (torch or DLPack); 0 otherwise."""
-    from .jit import DLPackArg, _is_dlpack
-
     for v in values:
         if hasattr(v, "data_ptr") and getattr(getattr(v, "device", None), "type", None) == "cuda":
             return v.device.index
-        if _is_dlpack(v):
+        if is_dlpack(v):
             info = DLPackArg("?", v)
             if info.on_gpu:
                 return info.device
     return 0
-
-
-def cai_dtype(name, v):
-    d = _CAI_DTYPES.get(v.__cuda_array_interface__["typestr"])
-    if d is None:
-        raise LaunchError(
-            f"argument '{name}': __cuda_array_interface__ typestr "
-            f"{v.__cuda_array_interface__['typestr']} is not supported"
-        )
-    return d
 
 
 def _current_stream(device: int) -> int:

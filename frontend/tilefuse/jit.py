@@ -11,7 +11,8 @@ import textwrap
 
 import numpy as np
 
-from . import _C
+from . import _C, gpu
+from .arrays import DLPackArg, array_arg, is_dlpack, is_torch_tensor
 from .codegen import CodeGenerator, FunctionSource
 from .defaults import NUM_STAGES, NUM_WARPS
 from .errors import CompilationError, KernelRuntimeError, LaunchError
@@ -21,103 +22,9 @@ _ir = _C.ir
 _D = _ir.DType
 
 try:
-    import ml_dtypes as _mld
-except ImportError:  # ml_dtypes is a dependency; without it only numpy's own dtypes work
-    _mld = None
-
-_NUMPY_DTYPES = {
-    np.dtype(np.bool_): _D.i1,
-    np.dtype(np.int8): _D.i8,
-    np.dtype(np.int16): _D.i16,
-    np.dtype(np.int32): _D.i32,
-    np.dtype(np.int64): _D.i64,
-    np.dtype(np.float16): _D.f16,
-    np.dtype(np.float32): _D.f32,
-    np.dtype(np.float64): _D.f64,
-}
-if _mld is not None:
-    _NUMPY_DTYPES.update(
-        {
-            np.dtype(_mld.bfloat16): _D.bf16,
-            np.dtype(_mld.float8_e4m3fn): _D.f8e4m3,
-            np.dtype(_mld.float8_e5m2): _D.f8e5m2,
-            np.dtype(_mld.float8_e8m0fnu): _D.e8m0,
-        }
-    )
-_TORCH_DTYPES = {
-    "torch.bool": _D.i1,
-    "torch.int8": _D.i8,
-    "torch.int16": _D.i16,
-    "torch.int32": _D.i32,
-    "torch.int64": _D.i64,
-    "torch.float16": _D.f16,
-    "torch.bfloat16": _D.bf16,
-    "torch.float32": _D.f32,
-    "torch.float64": _D.f64,
-    "torch.float8_e4m3fn": _D.f8e4m3,
-    "torch.float8_e5m2": _D.f8e5m2,
-    "torch.float8_e8m0fnu": _D.e8m0,
-}
-
-
-try:
     from numpy.lib.array_utils import byte_bounds as _byte_bounds
 except ImportError:  # numpy < 2
     _byte_bounds = np.byte_bounds
-
-
-def _is_torch_tensor(x) -> bool:
-    return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr") and hasattr(x, "dtype")
-
-
-def _array_dtype(name, x) -> _ir.DType:
-    if isinstance(x, np.ndarray):
-        d = _NUMPY_DTYPES.get(x.dtype)
-        if d is None:
-            hint = " (tilefuse has no unsigned types: pass arr.view(np.int8) and mask)" if x.dtype.kind == "u" else ""
-            raise LaunchError(f"argument '{name}': arrays of dtype {x.dtype} are not supported{hint}")
-        return d
-    d = _TORCH_DTYPES.get(str(x.dtype))
-    if d is None:
-        raise LaunchError(f"argument '{name}': tensors of dtype {x.dtype} are not supported")
-    return d
-
-
-class DLPackArg:
-    """What a `__dlpack__` producer (JAX, CuPy, ...) describes, read from a fresh capsule."""
-
-    _DTYPES = {
-        (0, 8): _D.i8,
-        (0, 16): _D.i16,
-        (0, 32): _D.i32,
-        (0, 64): _D.i64,
-        (2, 16): _D.f16,
-        (2, 32): _D.f32,
-        (2, 64): _D.f64,
-        (4, 16): _D.bf16,
-        (6, 8): _D.i1,
-    }
-
-    def __init__(self, name, v):
-        first, low, nbytes, dev_type, dev_id, code, bits, lanes = _C.dlpack.describe(v.__dlpack__())
-        d = self._DTYPES.get((code, bits))
-        if d is None or lanes != 1:
-            hint = " (tilefuse has no unsigned types)" if code == 1 else ""
-            raise LaunchError(
-                f"argument '{name}': DLPack dtype code {code}, {bits} bits x{lanes} is not supported{hint}"
-            )
-        if dev_type not in (1, 2, 3):
-            raise LaunchError(f"argument '{name}': DLPack device type {dev_type} is neither CPU nor CUDA")
-        self.ptr, self.low, self.nbytes, self.dtype = first, low, nbytes, d
-        self.on_gpu, self.device = dev_type == 2, dev_id
-
-
-def _is_dlpack(v) -> bool:
-    """A DLPack producer other than numpy and torch; __cuda_array_interface__ wins when both exist."""
-    # torch first: its __cuda_array_interface__ raises KeyError for dtypes like float8.
-    if isinstance(v, np.ndarray) or _is_torch_tensor(v):
-        return False
-    return hasattr(v, "__dlpack__") and not hasattr(v, "__cuda_array_interface__")
 
 
 def _is_constexpr_param(p: inspect.Parameter) -> bool:
@@ -284,21 +191,9 @@ class JITFunction:
                 v = tl._unwrap(v)
                 spec.append((name, "const", v))
                 key.append((name, "c", repr(v)))
-            elif isinstance(v, np.ndarray) or _is_torch_tensor(v):
-                d = _array_dtype(name, v)
-                addr = v.ctypes.data if isinstance(v, np.ndarray) else v.data_ptr()
-                aligned = addr % 16 == 0
-                spec.append((name, "arg", _ir.Type.ptr(d), aligned))
-                key.append((name, "p", int(d), aligned))
-            elif _is_dlpack(v):
-                info = DLPackArg(name, v)
-                spec.append((name, "arg", _ir.Type.ptr(info.dtype), info.ptr % 16 == 0))
-                key.append((name, "p", int(info.dtype), info.ptr % 16 == 0))
-            elif hasattr(v, "__cuda_array_interface__"):
-                from . import gpu
-
-                d = gpu.cai_dtype(name, v)
-                aligned = v.__cuda_array_interface__["data"][0] % 16 == 0
+            elif (array := array_arg(name, v)) is not None:
+                d, address = array
+                aligned = address % 16 == 0
                 spec.append((name, "arg", _ir.Type.ptr(d), aligned))
                 key.append((name, "p", int(d), aligned))
             elif isinstance(v, bool):
@@ -383,8 +278,6 @@ class JITFunction:
             raise LaunchError(f"{self.__name__}: grid must be 1 to 3 non-negative integers, got {g}")
         g = g + (1,) * (3 - len(g))
         if select_backend(bound.values()) == "cuda":
-            from . import gpu
-
             loaded, maps = gpu.launch(kernel, spec, bound, g, num_warps, num_stages)
             plan = gpu.pack_plan(spec, self._names)
             if plan is not None and not callable(grid):
@@ -400,7 +293,7 @@ class JITFunction:
                         NUM_WARPS,
                         NUM_STAGES,
                     )
-                tensor_types = list({type(v) for v in bound.values() if _is_torch_tensor(v)})
+                tensor_types = list({type(v) for v in bound.values() if is_torch_tensor(v)})
                 self._cfast.remember(
                     grid,
                     num_warps,
@@ -422,8 +315,6 @@ class JITFunction:
     ) -> CompiledKernel:
         """Compiles for `target` (e.g. "sm_90a"; default: $TILEFUSE_TARGET, else GPU 0, else sm_90a) without
         launching; works without a GPU. The result exposes asm["tile"], ["llir"], ["ptx"]."""
-        from . import gpu
-
         kernel = self.compile(*args, **kwargs)
         if target is None:
             target = gpu.default_target()
@@ -440,9 +331,9 @@ def select_backend(values) -> str:
         raise LaunchError(f"TILEFUSE_BACKEND must be 'interp' or 'cuda', got {env!r}")
     if any(isinstance(v, np.ndarray) for v in values) or env == "interp":
         return "interp"
-    if any(_is_torch_tensor(v) and str(getattr(v, "device", "cpu")) == "cpu" for v in values):
+    if any(is_torch_tensor(v) and str(getattr(v, "device", "cpu")) == "cpu" for v in values):
         return "interp"
-    if any(_is_dlpack(v) and not DLPackArg("?", v).on_gpu for v in values):
+    if any(is_dlpack(v) and not DLPackArg("?", v).on_gpu for v in values):
         return "interp"
     if env == "cuda":
         if _device_count() == 0:
@@ -469,7 +360,7 @@ def _launch_interp(kernel: CompiledKernel, spec, bound, grid):
             if isinstance(v, np.ndarray):
                 lo, hi = _byte_bounds(v)
                 args.append(I.Arg.ptr(v.ctypes.data))
-            elif _is_dlpack(v):
+            elif is_dlpack(v):
                 info = DLPackArg(name, v)
                 if info.on_gpu:
                     raise LaunchError(f"argument '{name}' is GPU memory; the interpreter needs host memory")
