@@ -1,4 +1,4 @@
-// Host launch overhead from C++: tilefuse's runtime (LoadedKernel::launchPacked)
+// Host launch overhead from C++: tilefuse's runtime (LoadedKernel::launch)
 // against a bare cuLaunchKernel on the same function, same arguments.
 //   g++ -O2 -std=c++20 bench/launch_cpp.cpp runtime/lib/*.cpp -Iruntime/include \
 //       -I/usr/local/cuda/include -ldl -o launch_cpp && ./launch_cpp vector_add.ptx add_kernel 128
@@ -44,22 +44,29 @@ int main(int argc, char** argv) {
   std::stringstream ss;
   ss << in.rdbuf();
   std::string ptx = ss.str();
-  LoadedKernel k(0, ptx, argv[2], std::atoi(argv[3]), 0);
+  LaunchSpec spec;
+  spec.kernel = argv[2];
+  spec.numThreads = std::atoi(argv[3]);
+  spec.params = {{"x", ParamKind::Ptr}, {"y", ParamKind::Ptr}, {"out", ParamKind::Ptr}, {"n", ParamKind::I32}};
+  LoadedKernel k(0, ptx, spec);
   // vector add (x, y, out, n) with n = 0: every lane is masked off, so null pointers are never read.
-  struct {
-    uint64_t x, y, out;
-    int32_t n;
-  } packed{0, 0, 0, 0};
-  std::string params(reinterpret_cast<const char*>(&packed), 28);
-  double ours = perLaunchUs([&] { k.launchPacked({4, 1, 1}, 0, params); });
+  int64_t args[] = {0, 0, 0, 0};
+  double ours = perLaunchUs([&] { k.launch({4, 1, 1}, 0, args); });
 
   // The bare call: the same function handle through the driver, parameters by pointer.
   CUmodule mod;
   CUfunction fn;
   TF_CU_CHECK(driver().cuModuleLoadDataEx(&mod, ptx.c_str(), 0, nullptr, nullptr));
   TF_CU_CHECK(driver().cuModuleGetFunction(&fn, mod, argv[2]));
-  void* args[] = {&packed.x, &packed.y, &packed.out, &packed.n};
-  double bare = perLaunchUs([&] { TF_CU_CHECK(driver().cuLaunchKernel(fn, 4, 1, 1, std::atoi(argv[3]), 1, 1, 0, nullptr, args, nullptr)); });
-  std::printf("{\"tilefuse_cpp_us\": %.3f, \"bare_cuLaunchKernel_us\": %.3f, \"ratio\": %.3f}\n", ours, bare, ours / bare);
+  struct {
+    uint64_t x, y, out;
+    int32_t n;
+  } packed{0, 0, 0, 0};
+  void* params[] = {&packed.x, &packed.y, &packed.out, &packed.n};
+  double bare = perLaunchUs([&] {
+    TF_CU_CHECK(driver().cuLaunchKernel(fn, 4, 1, 1, std::atoi(argv[3]), 1, 1, 0, nullptr, params, nullptr));
+  });
+  std::printf("{\"tilefuse_cpp_us\": %.3f, \"bare_cuLaunchKernel_us\": %.3f, \"ratio\": %.3f}\n", ours, bare,
+              ours / bare);
   return 0;
 }

@@ -1,19 +1,18 @@
 // tilefuse._C.launcher: the launch fast path. Unlike the other bindings this one
 // works on Python objects itself: a repeated launch of a seen specialization must
 // not run Python code. `kernel[grid]` returns a BoundLaunch, a callable for one grid
-// that CPython calls directly (vectorcall). A FastPath belongs to one @jit function. It binds the call's
-// arguments to the parameters, keys them (constexpr values; dtype, 16-byte
+// that CPython calls directly (vectorcall). A FastPath belongs to one @jit function. It
+// binds the call's arguments to the parameters, keys them (constexpr values; dtype,
 // alignment and device of tensors; the specialization class of ints; float, bool;
-// grid, num_warps, num_stages), and launches the specialization remembered under
-// that key with the arguments laid out in one buffer and passed by pointer (and the
-// kernel's tensor maps encoded from them). Anything it does not know returns None and
-// the caller takes the full path (jit.run), which checks, compiles and remembers.
+// grid, num_warps, num_stages), and launches the kernel remembered under that key
+// through the runtime, which packs the arguments and encodes the tensor maps as the
+// kernel's LaunchSpec says. Anything it does not know returns None and the caller
+// takes the full path (jit.run), which checks, compiles and remembers.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <algorithm>
 #include <cstddef>
-#include <cstring>
 #include <memory>
 #include <set>
 #include <string>
@@ -24,7 +23,6 @@
 
 namespace py = pybind11;
 using tilefuse::runtime::LoadedKernel;
-using tilefuse::runtime::TensorMapDesc;
 
 namespace {
 
@@ -51,33 +49,17 @@ struct Bound {
   size_t hash = 0;
 };
 
-// One parameter in the packed buffer: the call's parameter `param` as struct code
-// `code` ('Q' pointer or int64, 'q' int64, 'i' int32, 'f' float) at byte `offset`.
-struct Slot {
+// Where a kernel parameter's value comes from: the call's parameter `param`, read as
+// a float or an int.
+struct Source {
   int param;
-  char code;
-  size_t offset;
+  bool isFloat;
 };
-
-// A tensor map encoded at each launch: `desc` with the sizes and strides that come
-// from parameters filled in (params: the call's parameter, or -1 for a constant).
-struct MapSlot {
-  TensorMapDesc desc;
-  std::string where;
-  int base;
-  std::array<int, 5> sizeParam, strideParam;
-  size_t offset;
-};
-
-constexpr size_t kMaxParams = 4096;  // bytes of a kernel's parameter space
-constexpr size_t kMaxSlots = kMaxParams / 4;
 
 struct Entry {
   Bound key;
   std::shared_ptr<LoadedKernel> kernel;
-  std::vector<Slot> slots;
-  std::vector<MapSlot> maps;
-  std::vector<size_t> offsets;  // of every parameter in the buffer, in order
+  std::vector<Source> sources;  // by kernel parameter
   py::object device;            // the kernel's device, as a Python int for the stream query
   py::object result;
 };
@@ -139,47 +121,14 @@ class FastPath {
   // remembered result (a new reference), or null without an error set when this call
   // is not known. Throws TensorMapError for arguments a tensor map cannot take.
   PyObject* call(const std::array<uint32_t, 3>& dims, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-    static PyObject* warpsName = PyUnicode_InternFromString("num_warps");
-    static PyObject* stagesName = PyUnicode_InternFromString("num_stages");
-    int warps = numWarps_, stages = numStages_;
-    Keywords kw;
-    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    for (Py_ssize_t i = 0; i < nkw; ++i) {
-      PyObject* name = PyTuple_GET_ITEM(kwnames, i);
-      PyObject* v = args[nargs + i];
-      bool isWarps = sameName(name, warpsName), isStages = !isWarps && sameName(name, stagesName);
-      if (isWarps || isStages) {
-        if (!PyLong_CheckExact(v)) return nullptr;
-        (isWarps ? warps : stages) = static_cast<int>(PyLong_AsLong(v));
-      } else if (!kw.add(name, v)) {
-        return nullptr;
-      }
-    }
     Bound b;
-    if (!bind(dims, warps, stages, args, nargs, kw, b)) return nullptr;
+    if (!bindVector(dims, args, nargs, kwnames, b)) return nullptr;
     for (const Entry& e : entries_) {
       if (e.key.hash != b.hash || !(e.key.key == b.key)) continue;
-      alignas(64) char buf[kMaxParams];
-      for (const Slot& sl : e.slots) {
-        if (sl.code == 'f') {
-          float f = static_cast<float>(b.floats[sl.param]);
-          std::memcpy(buf + sl.offset, &f, 4);
-        } else if (sl.code == 'i') {
-          int32_t v = static_cast<int32_t>(b.ints[sl.param]);
-          std::memcpy(buf + sl.offset, &v, 4);
-        } else {
-          std::memcpy(buf + sl.offset, &b.ints[sl.param], 8);
-        }
-      }
-      for (const MapSlot& m : e.maps) {
-        TensorMapDesc d = m.desc;
-        for (int a = 0; a < d.rank; ++a) {
-          if (m.sizeParam[a] >= 0) d.sizes[a] = b.ints[m.sizeParam[a]];
-          if (m.strideParam[a] >= 0) d.strides[a] = b.ints[m.strideParam[a]];
-        }
-        d.where = &m.where;
-        CUtensorMap map = tilefuse::runtime::encodeTensorMap(d, static_cast<uint64_t>(b.ints[m.base]));
-        std::memcpy(buf + m.offset, &map, sizeof map);
+      int64_t args[LoadedKernel::kMaxParams];
+      for (size_t i = 0; i < e.sources.size(); ++i) {
+        const Source& src = e.sources[i];
+        args[i] = src.isFloat ? tilefuse::runtime::f32Arg(b.floats[src.param]) : b.ints[src.param];
       }
       uint64_t stream = 0;
       if (!stream_.is_none()) {
@@ -189,10 +138,7 @@ class FastPath {
         stream = PyLong_AsUnsignedLongLong(r);
         Py_DECREF(r);
       }
-      // Parameters by pointer: the driver takes tensor maps (__grid_constant__) this way.
-      void* params[kMaxSlots];
-      for (size_t i = 0; i < e.offsets.size(); ++i) params[i] = buf + e.offsets[i];
-      e.kernel->launchParams(b.grid, stream, params);
+      e.kernel->launch(b.grid, stream, args);
       return py::object(e.result).release().ptr();
     }
     return nullptr;
@@ -201,56 +147,22 @@ class FastPath {
   const std::string& name() const { return name_; }
   PyObject* launchError() const { return launchError_.ptr(); }
 
-  // After the full path launched: launches with the same key go straight to `kernel`.
-  // `plan`: (parameter, struct code) of the kernel's parameters in order; `maps`: its
-  // tensor maps as (elem bytes, base parameter, sizes, strides, box, swizzle, where)
-  // with each size and stride a (parameter or -1, value) pair; `tensorTypes`: the
-  // types of the call's torch tensors.
-  bool remember(py::handle grid, int numWarps, int numStages, py::tuple args, py::dict kwargs,
-                std::shared_ptr<LoadedKernel> kernel, std::vector<std::pair<int, char>> plan, py::list maps,
-                std::vector<py::type> tensorTypes, py::object result) {
-    for (const py::type& t : tensorTypes) tensorTypes_.insert(reinterpret_cast<PyTypeObject*>(t.ptr()));
+  // The types of torch tensors, which the fast path reads (data_ptr, get_device, dtype).
+  void addTensorTypes(const std::vector<py::type>& types) {
+    for (const py::type& t : types) tensorTypes_.insert(reinterpret_cast<PyTypeObject*>(t.ptr()));
+  }
+
+  // After the full path launched kernel[grid](*args, **kwargs) (kwargs naming num_warps
+  // and num_stages): launches with the same key go straight to `kernel`.
+  bool remember(py::handle grid, py::tuple args, py::dict kwargs, std::shared_ptr<LoadedKernel> kernel,
+                py::object result) {
     Entry e;
-    std::array<uint32_t, 3> dims;
-    if (!parseGrid(grid.ptr(), dims)) return false;
-    std::vector<PyObject*> pos;
-    for (py::handle a : args) pos.push_back(a.ptr());
-    Keywords kw;
-    for (auto item : kwargs)
-      if (!kw.add(item.first.ptr(), item.second.ptr())) return false;
-    if (!bind(dims, numWarps, numStages, pos.data(), static_cast<Py_ssize_t>(pos.size()), kw, e.key)) return false;
-    size_t off = 0;
-    for (auto [i, code] : plan) {
-      size_t w = code == 'i' || code == 'f' ? 4 : 8;
-      off = (off + w - 1) / w * w;
-      e.slots.push_back({i, code, off});
-      e.offsets.push_back(off);
-      off += w;
+    if (!bindCall(grid, args, kwargs, e.key)) return false;
+    for (const auto& p : kernel->spec().params) {
+      auto it = std::find(names_.begin(), names_.end(), p.name);
+      if (it == names_.end()) return false;
+      e.sources.push_back({static_cast<int>(it - names_.begin()), p.kind == tilefuse::runtime::ParamKind::F32});
     }
-    for (py::handle h : maps) {
-      auto t = h.cast<py::tuple>();
-      MapSlot m;
-      m.desc.elemBytes = t[0].cast<int>();
-      m.base = t[1].cast<int>();
-      auto sizes = t[2].cast<std::vector<std::pair<int, int64_t>>>();
-      auto strides = t[3].cast<std::vector<std::pair<int, int64_t>>>();
-      auto box = t[4].cast<std::vector<int64_t>>();
-      m.desc.rank = static_cast<int>(sizes.size());
-      if (m.desc.rank > 5) return false;
-      for (int a = 0; a < m.desc.rank; ++a) {
-        std::tie(m.sizeParam[a], m.desc.sizes[a]) = sizes[a];
-        std::tie(m.strideParam[a], m.desc.strides[a]) = strides[a];
-        m.desc.box[a] = box[a];
-      }
-      m.desc.swizzleBytes = t[5].cast<int>();
-      m.where = t[6].cast<std::string>();
-      off = (off + 63) / 64 * 64;
-      m.offset = off;
-      e.offsets.push_back(off);
-      off += sizeof(CUtensorMap);
-      e.maps.push_back(std::move(m));
-    }
-    if (off > kMaxParams) return false;
     e.kernel = std::move(kernel);
     e.device = py::int_(e.kernel->device());
     e.result = std::move(result);
@@ -276,6 +188,44 @@ class FastPath {
   }
 
   static bool sameName(PyObject* a, PyObject* b) { return a == b || PyUnicode_Compare(a, b) == 0; }
+
+  // bind() for a call given the vectorcall way (as call() takes it).
+  bool bindVector(const std::array<uint32_t, 3>& dims, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames,
+                  Bound& b) {
+    static PyObject* warpsName = PyUnicode_InternFromString("num_warps");
+    static PyObject* stagesName = PyUnicode_InternFromString("num_stages");
+    int warps = numWarps_, stages = numStages_;
+    Keywords kw;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < nkw; ++i) {
+      PyObject* name = PyTuple_GET_ITEM(kwnames, i);
+      PyObject* v = args[nargs + i];
+      bool isWarps = sameName(name, warpsName), isStages = !isWarps && sameName(name, stagesName);
+      if (isWarps || isStages) {
+        if (!PyLong_CheckExact(v)) return false;
+        (isWarps ? warps : stages) = static_cast<int>(PyLong_AsLong(v));
+      } else if (!kw.add(name, v)) {
+        return false;
+      }
+    }
+    return bind(dims, warps, stages, args, nargs, kw, b);
+  }
+
+  // bind() for a call given as a grid, a tuple and a dict.
+  bool bindCall(py::handle grid, const py::tuple& args, const py::dict& kwargs, Bound& b) {
+    std::array<uint32_t, 3> dims;
+    if (!parseGrid(grid.ptr(), dims)) return false;
+    std::vector<PyObject*> all;
+    for (py::handle a : args) all.push_back(a.ptr());
+    py::list names;
+    for (auto item : kwargs) {
+      names.append(item.first);
+      all.push_back(item.second.ptr());
+    }
+    py::tuple kwnames(names);
+    return bindVector(dims, all.data(), static_cast<Py_ssize_t>(args.size()), kwargs.empty() ? nullptr : kwnames.ptr(),
+                      b);
+  }
 
   bool bind(const std::array<uint32_t, 3>& dims, int numWarps, int numStages, PyObject* const* args, Py_ssize_t nargs,
             const Keywords& kw, Bound& b) {
@@ -452,8 +402,8 @@ void init_launcher(py::module_& m) {
            py::arg("launch_error"), py::arg("num_warps"), py::arg("num_stages"))
       .def("bound", &makeBound, py::arg("grid"), py::arg("fallback"),
            "kernel[grid]: a callable launching through this fast path, else fallback(grid, *args, **kwargs)")
-      .def("remember", &FastPath::remember, py::arg("grid"), py::arg("num_warps"), py::arg("num_stages"),
-           py::arg("args"), py::arg("kwargs"), py::arg("kernel"), py::arg("plan"), py::arg("maps"),
-           py::arg("tensor_types"), py::arg("result"))
+      .def("add_tensor_types", &FastPath::addTensorTypes, py::arg("types"))
+      .def("remember", &FastPath::remember, py::arg("grid"), py::arg("args"), py::arg("kwargs"), py::arg("kernel"),
+           py::arg("result"))
       .def("__len__", &FastPath::size);
 }

@@ -1,43 +1,64 @@
-// tilefuse._C.lower: tile IR -> LLVM IR -> PTX for one kernel.
+// tilefuse._C.lower: tile IR -> LLVM IR -> PTX for one kernel, and its launch spec.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "tilefuse/Error.h"
 #include "tilefuse/lower/LowerToLLVM.h"
+#include "tilefuse/runtime/LaunchSpec.h"
 
 namespace py = pybind11;
 using namespace tilefuse;
+using runtime::LaunchSpec;
+
+namespace {
+
+struct Lowered {
+  std::string llir;  // optimized LLVM IR text (empty without keep_ir)
+  std::string ptx;
+  std::vector<lower::PerfHint> hints;
+  LaunchSpec spec;
+};
+
+runtime::ParamKind paramKind(const Type& t) {
+  if (t.isPtr()) return runtime::ParamKind::Ptr;
+  switch (t.elem) {
+    case DType::I1:
+      return runtime::ParamKind::I1;
+    case DType::I32:
+      return runtime::ParamKind::I32;
+    case DType::I64:
+      return runtime::ParamKind::I64;
+    case DType::F32:
+      return runtime::ParamKind::F32;
+    default:
+      throw InternalError("a kernel parameter of type " + t.str() + " has no launch form");
+  }
+}
+
+// The launch spec of a lowered kernel: the parameters from its signature, the rest from
+// the lowering and its options.
+LaunchSpec launchSpec(const Module& m, const lower::LowerOptions& o, const lower::LoweredKernel& k) {
+  LaunchSpec s{k.name, o.arch, o.numWarps, o.numStages, k.numThreads, k.sharedBytes, {}, {}};
+  for (const Value* a : m.lookupFunc(k.name)->region(0).args()) s.params.push_back({a->name(), paramKind(a->type())});
+  auto dims = [](const std::vector<lower::TensorMapSpec::Dim>& ds) {
+    std::vector<LaunchSpec::TensorMap::Dim> out;
+    for (const auto& d : ds) out.push_back({d.param, d.value});
+    return out;
+  };
+  for (const lower::TensorMapSpec& t : k.tensorMaps)
+    s.tensorMaps.push_back({t.base, t.elemBytes, dims(t.sizes), dims(t.strides), t.box, t.swizzleBytes, t.where});
+  return s;
+}
+
+}  // namespace
 
 void init_lower(py::module_& m) {
   auto l = m.def_submodule("lower", "GPU lowering");
-  py::class_<lower::LoweredKernel>(l, "LoweredKernel")
-      .def_readonly("name", &lower::LoweredKernel::name)
-      .def_readonly("llir", &lower::LoweredKernel::llir)
-      .def_readonly("ptx", &lower::LoweredKernel::ptx)
-      .def_readonly("num_threads", &lower::LoweredKernel::numThreads)
-      .def_readonly("shared_bytes", &lower::LoweredKernel::sharedBytes)
-      .def_property_readonly("tensor_maps",
-                             [](const lower::LoweredKernel& k) {
-                               // One dict per tensor map; a dim is (parameter index, -1 when constant; value).
-                               py::list out;
-                               auto dims = [](const std::vector<lower::TensorMapSpec::Dim>& ds) {
-                                 py::list l;
-                                 for (const auto& d : ds) l.append(py::make_tuple(d.param, d.value));
-                                 return l;
-                               };
-                               for (const auto& m : k.tensorMaps) {
-                                 py::dict d;
-                                 d["base"] = m.base;
-                                 d["elem_bytes"] = m.elemBytes;
-                                 d["sizes"] = dims(m.sizes);
-                                 d["strides"] = dims(m.strides);
-                                 d["box"] = py::cast(m.box);
-                                 d["swizzle"] = m.swizzleBytes;
-                                 d["where"] = m.where;
-                                 out.append(d);
-                               }
-                               return out;
-                             })
-      .def_property_readonly("hints", [](const lower::LoweredKernel& k) {
+  py::class_<Lowered>(l, "Lowered")
+      .def_readonly("llir", &Lowered::llir)
+      .def_readonly("ptx", &Lowered::ptx)
+      .def_readonly("spec", &Lowered::spec)
+      .def_property_readonly("hints", [](const Lowered& k) {
         // (file or None, line, col, message) per missed fast path.
         py::list out;
         for (const auto& h : k.hints) {
@@ -51,7 +72,9 @@ void init_lower(py::module_& m) {
       [](const Module& m, const std::string& kernel, const std::string& arch, int numWarps, int numStages, bool keepIR,
          const std::string& libdevice) {
         py::gil_scoped_release release;
-        return lower::compileKernel(m, kernel, {arch, numWarps, numStages, keepIR, libdevice});
+        lower::LowerOptions o{arch, numWarps, numStages, keepIR, libdevice};
+        lower::LoweredKernel k = lower::compileKernel(m, kernel, o);
+        return Lowered{std::move(k.llir), std::move(k.ptx), std::move(k.hints), launchSpec(m, o, k)};
       },
       py::arg("module"), py::arg("kernel"), py::arg("arch"), py::arg("num_warps"), py::arg("num_stages"),
       py::arg("keep_ir") = true, py::arg("libdevice") = "");

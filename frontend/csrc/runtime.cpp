@@ -1,9 +1,8 @@
-// tilefuse._C.runtime: driver presence and device queries (no LLVM here).
-#include <cstring>
-#include <optional>
-
+// tilefuse._C.runtime: the driver, devices, launch specs, the disk cache and launches (no LLVM here).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+
+#include <optional>
 
 #include "tilefuse/runtime/DiskCache.h"
 #include "tilefuse/runtime/Driver.h"
@@ -37,69 +36,103 @@ void init_runtime(py::module_& m) {
   r.def("pointer_device", &pointerDevice);
   r.def("synchronize", &synchronize);
 
-  py::enum_<KernelArg::Kind>(r, "ArgKind")
-      .value("ptr", KernelArg::Kind::Ptr)
-      .value("i1", KernelArg::Kind::I1)
-      .value("i32", KernelArg::Kind::I32)
-      .value("i64", KernelArg::Kind::I64)
-      .value("f32", KernelArg::Kind::F32);
-  py::class_<KernelArg>(r, "KernelArg").def(py::init([](KernelArg::Kind k, uint64_t bits) {
-    return KernelArg{k, bits};
-  }));
-  py::class_<LoadedKernel, std::shared_ptr<LoadedKernel>>(r, "LoadedKernel")
-      .def(py::init([](int device, py::bytes image, const std::string& name, int threads, int shared) {
-             return std::make_shared<LoadedKernel>(device, std::string(image), name, threads, shared);
+  py::enum_<ParamKind>(r, "ParamKind")
+      .value("ptr", ParamKind::Ptr)
+      .value("i1", ParamKind::I1)
+      .value("i32", ParamKind::I32)
+      .value("i64", ParamKind::I64)
+      .value("f32", ParamKind::F32);
+  using Map = LaunchSpec::TensorMap;
+  py::class_<Map::Dim>(r, "TensorMapDim")
+      .def_readonly("param", &Map::Dim::param)
+      .def_readonly("value", &Map::Dim::value)
+      .def("__eq__", &Map::Dim::operator==);
+  py::class_<Map>(r, "TensorMap")
+      .def_readonly("base", &Map::base)
+      .def_readonly("elem_bytes", &Map::elemBytes)
+      .def_readonly("sizes", &Map::sizes)
+      .def_readonly("strides", &Map::strides)
+      .def_readonly("box", &Map::box)
+      .def_readonly("swizzle_bytes", &Map::swizzleBytes)
+      .def_readonly("where", &Map::where);
+  py::class_<LaunchSpec::Param>(r, "Param")
+      .def_readonly("name", &LaunchSpec::Param::name)
+      .def_readonly("kind", &LaunchSpec::Param::kind);
+  py::class_<LaunchSpec>(r, "LaunchSpec")
+      .def_static("from_json", &launchSpecFromJson)
+      .def("to_json", &toJson)
+      .def_readonly("kernel", &LaunchSpec::kernel)
+      .def_readonly("arch", &LaunchSpec::arch)
+      .def_readonly("num_warps", &LaunchSpec::numWarps)
+      .def_readonly("num_stages", &LaunchSpec::numStages)
+      .def_readonly("num_threads", &LaunchSpec::numThreads)
+      .def_readonly("shared_bytes", &LaunchSpec::sharedBytes)
+      .def_readonly("params", &LaunchSpec::params)
+      .def_readonly("tensor_maps", &LaunchSpec::tensorMaps)
+      .def("__eq__", &LaunchSpec::operator==);
+  py::class_<CachedKernel>(r, "CachedKernel")
+      .def(py::init([](LaunchSpec spec, std::string ptx, py::bytes image) {
+             return CachedKernel{std::move(spec), std::move(ptx), std::string(image)};
            }),
-           py::arg("device"), py::arg("image"), py::arg("name"), py::arg("num_threads"), py::arg("shared_bytes"))
+           py::arg("spec"), py::arg("ptx"), py::arg("image"))
+      .def_readonly("spec", &CachedKernel::spec)
+      .def_readonly("ptx", &CachedKernel::ptx)
+      .def_property_readonly("image", [](const CachedKernel& k) { return py::bytes(k.image); });
+  py::class_<LoadedKernel, std::shared_ptr<LoadedKernel>>(r, "LoadedKernel")
+      .def(py::init([](int device, py::bytes image, LaunchSpec spec) {
+             return std::make_shared<LoadedKernel>(device, std::string(image), std::move(spec));
+           }),
+           py::arg("device"), py::arg("image"), py::arg("spec"))
       .def(
           "launch",
-          [](const LoadedKernel& k, std::array<uint32_t, 3> grid, uint64_t stream, const std::vector<KernelArg>& args,
-             const std::vector<py::bytes>& maps) {
-            std::vector<CUtensorMap> m(maps.size());
-            for (size_t i = 0; i < maps.size(); ++i) {
-              std::string b = maps[i];
-              if (b.size() != sizeof(CUtensorMap)) throw std::invalid_argument("a tensor map has 128 bytes");
-              std::memcpy(&m[i], b.data(), sizeof(CUtensorMap));
+          [](const LoadedKernel& k, std::array<uint32_t, 3> grid, uint64_t stream, const py::list& values) {
+            // One value per parameter: a pointer's address, an int, a float or a bool.
+            const auto& params = k.spec().params;
+            if (values.size() != params.size())
+              throw std::invalid_argument(k.spec().kernel + " takes " + std::to_string(params.size()) + " arguments");
+            std::vector<int64_t> args;
+            for (size_t i = 0; i < params.size(); ++i) {
+              py::handle v = values[i];
+              switch (params[i].kind) {
+                case ParamKind::Ptr:
+                  args.push_back(static_cast<int64_t>(v.cast<uint64_t>()));
+                  break;
+                case ParamKind::F32:
+                  args.push_back(f32Arg(v.cast<double>()));
+                  break;
+                case ParamKind::I1:
+                  args.push_back(v.cast<bool>());
+                  break;
+                default:
+                  args.push_back(v.cast<int64_t>());
+              }
             }
-            k.launch(grid, stream, args, m);
+            k.launch(grid, stream, args.data());
           },
-          py::arg("grid"), py::arg("stream"), py::arg("args"), py::arg("maps") = std::vector<py::bytes>{})
-      .def_property_readonly("device", &LoadedKernel::device)
-      .def_property_readonly("num_threads", &LoadedKernel::numThreads)
-      .def_property_readonly("shared_bytes", &LoadedKernel::sharedBytes);
+          py::arg("grid"), py::arg("stream"), py::arg("values"))
+      .def_property_readonly("spec", &LoadedKernel::spec)
+      .def_property_readonly("device", &LoadedKernel::device);
 
-  // A tensor map from the values of a lower.TensorMapSpec: its 128 bytes (encode), or
-  // only the checks (check, without a GPU). Raises TensorMapError naming the problem.
-  auto desc = [](int elemBytes, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
-                 const std::vector<int64_t>& box, int swizzle, const std::string* where) {
-    TensorMapDesc d;
-    if (sizes.size() < 1 || sizes.size() > 5 || strides.size() != sizes.size() || box.size() != sizes.size())
-      throw std::invalid_argument("a tensor map has 1 to 5 dims with one size, stride and box extent each");
-    d.rank = static_cast<int>(sizes.size());
-    d.elemBytes = elemBytes;
-    for (int a = 0; a < d.rank; ++a) {
-      d.sizes[a] = sizes[a];
-      d.strides[a] = strides[a];
-      d.box[a] = box[a];
-    }
-    d.swizzleBytes = swizzle;
-    d.where = where;
-    return d;
-  };
-  r.def(
-      "encode_tensor_map",
-      [desc](int elemBytes, uint64_t base, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
-             const std::vector<int64_t>& box, int swizzle, const std::string& where) {
-        CUtensorMap m = encodeTensorMap(desc(elemBytes, sizes, strides, box, swizzle, &where), base);
-        return py::bytes(reinterpret_cast<const char*>(&m), sizeof m);
-      },
-      py::arg("elem_bytes"), py::arg("base"), py::arg("sizes"), py::arg("strides"), py::arg("box"), py::arg("swizzle"),
-      py::arg("where"));
+  // The checks of a tensor map with these values (no GPU needed): raises TensorMapError
+  // naming the problem.
   r.def(
       "check_tensor_map",
-      [desc](int elemBytes, uint64_t base, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
-             const std::vector<int64_t>& box, int swizzle,
-             const std::string& where) { checkTensorMap(desc(elemBytes, sizes, strides, box, swizzle, &where), base); },
+      [](int elemBytes, uint64_t base, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+         const std::vector<int64_t>& box, int swizzle, const std::string& where) {
+        if (sizes.size() < 1 || sizes.size() > 5 || strides.size() != sizes.size() || box.size() != sizes.size())
+          throw std::invalid_argument("a tensor map has 1 to 5 dims with one size, stride and box extent each");
+        TensorMapDesc d;
+        d.rank = static_cast<int>(sizes.size());
+        d.elemBytes = elemBytes;
+        for (int a = 0; a < d.rank; ++a) {
+          d.sizes[a] = sizes[a];
+          d.strides[a] = strides[a];
+          d.box[a] = box[a];
+        }
+        d.swizzleBytes = swizzle;
+        d.where = &where;
+        checkTensorMap(d, base);
+      },
       py::arg("elem_bytes"), py::arg("base"), py::arg("sizes"), py::arg("strides"), py::arg("box"), py::arg("swizzle"),
       py::arg("where"));
 
@@ -112,5 +145,7 @@ void init_runtime(py::module_& m) {
              auto v = c.get(k);
              return v ? py::object(py::bytes(*v)) : py::object(py::none());
            })
-      .def("put", [](const DiskCache& c, const std::string& k, py::bytes data) { c.put(k, std::string(data)); });
+      .def("put", [](const DiskCache& c, const std::string& k, py::bytes data) { c.put(k, std::string(data)); })
+      .def("get_kernel", &DiskCache::getKernel)
+      .def("put_kernel", &DiskCache::putKernel);
 }

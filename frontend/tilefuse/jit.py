@@ -114,7 +114,6 @@ class JITFunction:
         self.cache: dict = {}
         self._source = None
         self._names = [p.name for p in self.params]
-        self._is_const = [p.name in self.constexprs for p in self.params]
         # The C++ launch fast path (tilefuse._C.launcher), made at the first GPU launch,
         # and its callables by grid.
         self._cfast = None
@@ -278,37 +277,29 @@ class JITFunction:
             raise LaunchError(f"{self.__name__}: grid must be 1 to 3 non-negative integers, got {g}")
         g = g + (1,) * (3 - len(g))
         if select_backend(bound.values()) == "cuda":
-            loaded, maps = gpu.launch(kernel, spec, bound, g, num_warps, num_stages)
-            plan = gpu.pack_plan(spec, self._names)
-            if plan is not None and not callable(grid):
-                if self._cfast is None:
-                    defaults = {p.name: p.default for p in self.params if p.default is not inspect.Parameter.empty}
-                    self._cfast = _C.launcher.FastPath(
-                        self._names,
-                        self._is_const,
-                        defaults,
-                        gpu.stream_function(),
-                        self.__name__,
-                        LaunchError,
-                        NUM_WARPS,
-                        NUM_STAGES,
-                    )
-                tensor_types = list({type(v) for v in bound.values() if is_torch_tensor(v)})
-                self._cfast.remember(
-                    grid,
-                    num_warps,
-                    num_stages,
-                    args,
-                    kwargs,
-                    loaded,
-                    plan,
-                    gpu.map_plan(maps, plan),
-                    tensor_types,
-                    kernel,
-                )
+            loaded = gpu.launch(kernel, bound, g, num_warps, num_stages)
+            if not callable(grid):
+                fast = self._fast_path()
+                fast.add_tensor_types(list({type(v) for v in bound.values() if is_torch_tensor(v)}))
+                fast.remember(grid, args, dict(kwargs, num_warps=num_warps, num_stages=num_stages), loaded, kernel)
         else:
             _launch_interp(kernel, spec, bound, g)
         return kernel
+
+    def _fast_path(self):
+        if self._cfast is None:
+            defaults = {p.name: p.default for p in self.params if p.default is not inspect.Parameter.empty}
+            self._cfast = _C.launcher.FastPath(
+                self._names,
+                [n in self.constexprs for n in self._names],
+                defaults,
+                gpu.stream_function(),
+                self.__name__,
+                LaunchError,
+                NUM_WARPS,
+                NUM_STAGES,
+            )
+        return self._cfast
 
     def warmup(
         self, *args, grid=None, target=None, num_warps=NUM_WARPS, num_stages=NUM_STAGES, **kwargs

@@ -15,6 +15,9 @@ namespace tilefuse::runtime {
 namespace {
 
 constexpr char kMagic[] = "TFC1";
+// A kernel entry: this tag, the byte lengths of the spec and the PTX (8 bytes each),
+// then the spec's JSON, the PTX and the image.
+constexpr char kKernelMagic[] = "TFK1";
 
 // FNV-1a 64: detects truncation and bit rot; keys come from the caller's hash.
 uint64_t checksum(const std::string& s) {
@@ -74,6 +77,34 @@ void DiskCache::put(const std::string& key, const std::string& data) const {
     if (!out.flush()) throw std::runtime_error("cannot write the kernel cache at " + tmp);
   }
   std::filesystem::rename(tmp, final);  // atomic on POSIX within one filesystem
+}
+
+std::optional<CachedKernel> DiskCache::getKernel(const std::string& key) const {
+  std::optional<std::string> data = get(key);
+  const size_t header = 4 + 8 + 8;
+  if (!data || data->size() < header || data->compare(0, 4, kKernelMagic) != 0) return std::nullopt;
+  uint64_t specBytes, ptxBytes;
+  std::memcpy(&specBytes, data->data() + 4, 8);
+  std::memcpy(&ptxBytes, data->data() + 12, 8);
+  if (specBytes > data->size() - header || ptxBytes > data->size() - header - specBytes) return std::nullopt;
+  CachedKernel k;
+  try {
+    k.spec = launchSpecFromJson(std::string_view(*data).substr(header, specBytes));
+  } catch (const std::invalid_argument&) {
+    return std::nullopt;
+  }
+  k.ptx = data->substr(header + specBytes, ptxBytes);
+  k.image = data->substr(header + specBytes + ptxBytes);
+  return k;
+}
+
+void DiskCache::putKernel(const std::string& key, const CachedKernel& k) const {
+  std::string spec = toJson(k.spec);
+  uint64_t specBytes = spec.size(), ptxBytes = k.ptx.size();
+  std::string data(kKernelMagic, 4);
+  data.append(reinterpret_cast<const char*>(&specBytes), 8);
+  data.append(reinterpret_cast<const char*>(&ptxBytes), 8);
+  put(key, data + spec + k.ptx + k.image);
 }
 
 }  // namespace tilefuse::runtime

@@ -1,6 +1,8 @@
 #include "tilefuse/runtime/Launch.h"
 
-#include <cstring>
+#include <stdexcept>
+
+#include "tilefuse/runtime/TensorMap.h"
 
 namespace tilefuse::runtime {
 
@@ -28,9 +30,31 @@ int pointerDevice(uint64_t ptr) {
 
 void synchronize() { TF_CU_CHECK(driver().cuCtxSynchronize()); }
 
-LoadedKernel::LoadedKernel(int device, const std::string& image, const std::string& name, int numThreads,
-                           int sharedBytes)
-    : device_(device), threads_(numThreads), shared_(sharedBytes) {
+namespace {
+
+// The spec's parameter and tensor-map references are in range, so that a launch can index without checks.
+void checkSpec(const LaunchSpec& s) {
+  auto fail = [&](const std::string& what) {
+    throw std::invalid_argument("launch spec of '" + s.kernel + "': " + what);
+  };
+  size_t n = s.params.size();
+  if (n > LoadedKernel::kMaxParams || s.tensorMaps.size() > LoadedKernel::kMaxTensorMaps)
+    fail(std::to_string(n) + " parameters and " + std::to_string(s.tensorMaps.size()) + " tensor maps are too many");
+  auto param = [&](int p) { return p >= -1 && p < static_cast<int>(n); };
+  for (const LaunchSpec::TensorMap& m : s.tensorMaps) {
+    size_t rank = m.sizes.size();
+    bool ok =
+        rank >= 1 && rank <= 5 && m.strides.size() == rank && m.box.size() == rank && m.base >= 0 && param(m.base);
+    for (size_t a = 0; ok && a < rank; ++a) ok = param(m.sizes[a].param) && param(m.strides[a].param);
+    if (!ok) fail("a tensor map has 1 to 5 dims and refers to parameters of the kernel");
+  }
+}
+
+}  // namespace
+
+LoadedKernel::LoadedKernel(int device, const std::string& image, LaunchSpec spec)
+    : device_(device), spec_(std::move(spec)) {
+  checkSpec(spec_);
   useDevice(device);
   const DriverApi& d = driver();
   TF_CU_CHECK(d.cuCtxGetCurrent(&ctx_));
@@ -41,49 +65,36 @@ LoadedKernel::LoadedKernel(int device, const std::string& image, const std::stri
   if (r != CUDA_SUCCESS) {
     const char* s = nullptr;
     d.cuGetErrorString(r, &s);
-    throw DriverError(std::string("loading kernel '") + name + "' failed: " + (s ? s : "unknown error") + "\n" + log);
+    throw DriverError("loading kernel '" + spec_.kernel + "' failed: " + (s ? s : "unknown error") + "\n" + log);
   }
-  TF_CU_CHECK(d.cuModuleGetFunction(&fn_, module_, name.c_str()));
-  if (sharedBytes > 48 * 1024)
-    TF_CU_CHECK(d.cuFuncSetAttribute(fn_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, sharedBytes));
+  TF_CU_CHECK(d.cuModuleGetFunction(&fn_, module_, spec_.kernel.c_str()));
+  if (spec_.sharedBytes > 48 * 1024)
+    TF_CU_CHECK(d.cuFuncSetAttribute(fn_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, spec_.sharedBytes));
 }
 
 LoadedKernel::~LoadedKernel() {
   if (module_ && driverAvailable()) driver().cuModuleUnload(module_);
 }
 
-void LoadedKernel::launch(std::array<uint32_t, 3> grid, uint64_t stream, const std::vector<KernelArg>& args,
-                          const std::vector<CUtensorMap>& maps) const {
-  // Parameter storage: each argument in its declared width.
-  std::vector<uint64_t> storage(args.size());
-  std::vector<void*> params(args.size());
-  for (size_t i = 0; i < args.size(); ++i) {
-    storage[i] = args[i].bits;
-    params[i] = &storage[i];  // little endian: the low bytes hold narrower values
+void LoadedKernel::launch(std::array<uint32_t, 3> grid, uint64_t stream, const int64_t* args) const {
+  // Parameters by pointer, as the driver takes tensor maps (__grid_constant__); the
+  // little-endian int64 slots hold narrower values in their low bytes.
+  size_t n = spec_.params.size();
+  void* params[kMaxParams + kMaxTensorMaps];
+  for (size_t i = 0; i < n; ++i) params[i] = const_cast<int64_t*>(args + i);
+  CUtensorMap maps[kMaxTensorMaps];
+  for (size_t j = 0; j < spec_.tensorMaps.size(); ++j) {
+    maps[j] = encodeTensorMap(spec_.tensorMaps[j], args);
+    params[n + j] = &maps[j];
   }
-  for (const CUtensorMap& m : maps) params.push_back(const_cast<CUtensorMap*>(&m));
-  launchWith(grid, stream, params.data(), nullptr);
-}
-
-void LoadedKernel::launchPacked(std::array<uint32_t, 3> grid, uint64_t stream, std::string_view params) const {
-  size_t size = params.size();
-  void* config[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<char*>(params.data()), CU_LAUNCH_PARAM_BUFFER_SIZE,
-                    &size, CU_LAUNCH_PARAM_END};
-  launchWith(grid, stream, nullptr, config);
-}
-
-void LoadedKernel::launchParams(std::array<uint32_t, 3> grid, uint64_t stream, void** params) const {
-  launchWith(grid, stream, params, nullptr);
-}
-
-void LoadedKernel::launchWith(std::array<uint32_t, 3> grid, uint64_t stream, void** params, void** extra) const {
-  if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return;  // an empty grid launches nothing
+  if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return;  // an empty grid launches nothing (its maps are checked)
   const DriverApi& d = driver();
   CUcontext cur = nullptr;
   TF_CU_CHECK(d.cuCtxGetCurrent(&cur));
   if (cur != ctx_) TF_CU_CHECK(d.cuCtxSetCurrent(ctx_));
-  TF_CU_CHECK(d.cuLaunchKernel(fn_, grid[0], grid[1], grid[2], static_cast<unsigned>(threads_), 1, 1,
-                               static_cast<unsigned>(shared_), reinterpret_cast<CUstream>(stream), params, extra));
+  TF_CU_CHECK(d.cuLaunchKernel(fn_, grid[0], grid[1], grid[2], static_cast<unsigned>(spec_.numThreads), 1, 1,
+                               static_cast<unsigned>(spec_.sharedBytes), reinterpret_cast<CUstream>(stream), params,
+                               nullptr));
 }
 
 }  // namespace tilefuse::runtime

@@ -21,19 +21,23 @@ def lowered(kernel, args, kwargs, target="sm_90a", warps=4, stages=3):
     return gpu.lower(k, target, warps, stages)
 
 
+def dims(ds):
+    return [(d.param, d.value) for d in ds]
+
+
 def test_matmul_descriptors_become_tensor_maps(tmp_path):
     low = lowered(matmul_desc_kernel, (bf, bf, bf, 4096, 4096, 4096, 4096, 4096, 4096), MM, warps=8, stages=4)
-    maps = low["tensor_maps"]
+    maps = low["spec"].tensor_maps
     assert len(maps) == 3
     a, b, c = maps
     # Parameters: a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm.
-    assert (a["base"], b["base"], c["base"]) == (0, 1, 2)
-    assert a["sizes"] == [(3, 0), (5, 0)] and a["strides"] == [(6, 0), (-1, 1)]
-    assert b["sizes"] == [(5, 0), (4, 0)] and b["strides"] == [(7, 0), (-1, 1)]
+    assert (a.base, b.base, c.base) == (0, 1, 2)
+    assert dims(a.sizes) == [(3, 0), (5, 0)] and dims(a.strides) == [(6, 0), (-1, 1)]
+    assert dims(b.sizes) == [(5, 0), (4, 0)] and dims(b.strides) == [(7, 0), (-1, 1)]
     # Boxes of 128-byte swizzled column blocks: 64 bf16 wide.
-    assert a["box"] == [128, 64] and b["box"] == [64, 64] and c["box"] == [128, 64]
-    assert {m["swizzle"] for m in maps} == {128} and {m["elem_bytes"] for m in maps} == {2}
-    assert a["where"].endswith("matmul_desc.py:32")
+    assert a.box == [128, 64] and b.box == [64, 64] and c.box == [128, 64]
+    assert {m.swizzle_bytes for m in maps} == {128} and {m.elem_bytes for m in maps} == {2}
+    assert a.where.endswith("matmul_desc.py:32")
     ptx = low["ptx"]
     assert ".param .align 64 .b8 matmul_desc_kernel_param_9[128]" in ptx
     assert "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
@@ -46,10 +50,10 @@ def test_matmul_descriptors_become_tensor_maps(tmp_path):
 def test_unaligned_strides_and_older_gpus_keep_bounds_checked_accesses(tmp_path):
     # 100 is not a multiple of 16: the copy engine cannot take the row stride.
     low = lowered(matmul_desc_kernel, (bf, bf, bf, 100, 100, 100, 100, 100, 100), MM, warps=8)
-    assert low["tensor_maps"] == [] and "cp.async.bulk" not in low["ptx"]
+    assert low["spec"].tensor_maps == [] and "cp.async.bulk" not in low["ptx"]
     assert_assembles(low["ptx"], "sm_90a", tmp_path)
     low = lowered(matmul_desc_kernel, (bf, bf, bf, 4096, 4096, 4096, 4096, 4096, 4096), MM, target="sm_80")
-    assert low["tensor_maps"] == [] and "cp.async.bulk" not in low["ptx"]
+    assert low["spec"].tensor_maps == [] and "cp.async.bulk" not in low["ptx"]
     assert_assembles(low["ptx"], "sm_80", tmp_path)
 
 
@@ -66,8 +70,8 @@ def test_unaligned_strides_and_older_gpus_keep_bounds_checked_accesses(tmp_path)
 )
 def test_descriptor_copies_take_the_copy_engine(kernel, args, kwargs, box, swizzle, tmp_path):
     low = lowered(kernel, args, kwargs)
-    assert [m["box"] for m in low["tensor_maps"]] == [box, box]
-    assert {m["swizzle"] for m in low["tensor_maps"]} == {swizzle}
+    assert [m.box for m in low["spec"].tensor_maps] == [box, box]
+    assert {m.swizzle_bytes for m in low["spec"].tensor_maps} == {swizzle}
     rank = len(box)
     assert f"cp.async.bulk.tensor.{rank}d.shared::cluster.global" in low["ptx"]
     assert f"cp.async.bulk.tensor.{rank}d.global.shared::cta" in low["ptx"]
@@ -79,14 +83,14 @@ def test_blocks_the_copy_engine_cannot_move_stay_bounds_checked(tmp_path):
     # narrow to swizzle: both keep bounds-checked accesses.
     for bm, bn in [(4, 64), (16, 8)]:
         low = lowered(desc_copy2, (bf, bf, 100, 70, 80), dict(BM=bm, BN=bn))
-        assert low["tensor_maps"] == [] and "cp.async.bulk" not in low["ptx"]
+        assert low["spec"].tensor_maps == [] and "cp.async.bulk" not in low["ptx"]
         assert_assembles(low["ptx"], "sm_90a", tmp_path)
 
 
 def test_mixed_pipeline_copies_a_with_tma_and_b_with_cp_async(tmp_path):
     low = lowered(matmul_desc_a, (bf, bf, bf, 100, 100, 100, 64, 128, 128), dict(BM=64, BN=64, BK=64), stages=3)
     ptx = low["ptx"]
-    assert len(low["tensor_maps"]) == 1
+    assert len(low["spec"].tensor_maps) == 1
     assert "cp.async.bulk.tensor.2d.shared::cluster" in ptx and "cp.async.cg.shared.global" in ptx
     assert_assembles(ptx, "sm_90a", tmp_path)
 
@@ -115,9 +119,9 @@ def test_split_n_tilings_box_b_in_the_wgmma_swizzle(tmp_path):
     # pipeline still copies B with TMA straight into the ring.
     mm = dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, BLOCK_SIZE_K=64, GROUP_SIZE_M=8)
     low = lowered(matmul_desc_kernel, (bf, bf, bf, 4096, 4096, 4096, 4096, 4096, 4096), mm, warps=8, stages=3)
-    a, b, c = low["tensor_maps"]
-    assert (a["box"], a["swizzle"]) == ([64, 64], 128)
-    assert (b["box"], b["swizzle"]) == ([64, 32], 64)
-    assert (c["box"], c["swizzle"]) == ([64, 64], 128)
+    a, b, c = low["spec"].tensor_maps
+    assert (a.box, a.swizzle_bytes) == ([64, 64], 128)
+    assert (b.box, b.swizzle_bytes) == ([64, 32], 64)
+    assert (c.box, c.swizzle_bytes) == ([64, 64], 128)
     assert "cp.async.cg" not in low["ptx"] and "cp.async.ca" not in low["ptx"]
     assert_assembles(low["ptx"], "sm_90a", tmp_path)

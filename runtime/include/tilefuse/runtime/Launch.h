@@ -4,52 +4,47 @@
 
 #include <array>
 #include <cstdint>
-#include <memory>
+#include <cstring>
 #include <string>
-#include <string_view>
-#include <vector>
 
 #include "tilefuse/runtime/Driver.h"
+#include "tilefuse/runtime/LaunchSpec.h"
 
 namespace tilefuse::runtime {
 
-// One launch argument as the kernel's parameter list declares it.
-struct KernelArg {
-  enum class Kind : uint8_t { Ptr, I1, I32, I64, F32 } kind;
-  uint64_t bits;  // the value (pointer, integer, or the float's bits)
-};
+// The launch argument of an f32 parameter: its bits in the low four bytes.
+inline int64_t f32Arg(double v) {
+  float f = static_cast<float>(v);
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return bits;
+}
 
 class LoadedKernel {
  public:
-  // `image` is PTX text (JIT-compiled by the driver) or a cubin.
-  LoadedKernel(int device, const std::string& image, const std::string& name, int numThreads, int sharedBytes);
+  // Most parameters and tensor maps of a kernel: as many as 4 KB of parameter space holds.
+  static constexpr size_t kMaxParams = 1024, kMaxTensorMaps = 32;
+
+  // `image` is PTX text (JIT-compiled by the driver) or a cubin holding `spec.kernel`.
+  LoadedKernel(int device, const std::string& image, LaunchSpec spec);
   ~LoadedKernel();
   LoadedKernel(const LoadedKernel&) = delete;
   LoadedKernel& operator=(const LoadedKernel&) = delete;
 
-  // `maps`: the kernel's tensor maps, passed after `args`.
-  void launch(std::array<uint32_t, 3> grid, uint64_t stream, const std::vector<KernelArg>& args,
-              const std::vector<CUtensorMap>& maps = {}) const;
-  // `params` holds every argument laid out as the kernel's parameter list (natural
-  // alignment, as a C struct): one copy instead of one object per argument. Makes the
-  // kernel's context current first when another one is.
-  void launchPacked(std::array<uint32_t, 3> grid, uint64_t stream, std::string_view params) const;
-  // `params[i]` points at the value of the kernel's parameter i.
-  void launchParams(std::array<uint32_t, 3> grid, uint64_t stream, void** params) const;
+  // `args[i]` is the value of spec().params[i]: pointers and integers as int64, f32 as
+  // f32Arg, i1 as 0 or 1. Encodes the spec's tensor maps from them (TensorMapError for
+  // values the copy engine cannot take) and makes the kernel's context current when
+  // another one is.
+  void launch(std::array<uint32_t, 3> grid, uint64_t stream, const int64_t* args) const;
+  const LaunchSpec& spec() const { return spec_; }
   int device() const { return device_; }
-  int numThreads() const { return threads_; }
-  int sharedBytes() const { return shared_; }
 
  private:
-  // Makes the kernel's context current when another one is, then launches with
-  // cuLaunchKernel's `kernelParams` or `extra`.
-  void launchWith(std::array<uint32_t, 3> grid, uint64_t stream, void** params, void** extra) const;
   int device_;
+  LaunchSpec spec_;
   CUcontext ctx_ = nullptr;  // the device's primary context
   CUmodule module_ = nullptr;
   CUfunction fn_ = nullptr;
-  int threads_;
-  int shared_;
 };
 
 // Makes the device's primary context current on this thread (as torch does).

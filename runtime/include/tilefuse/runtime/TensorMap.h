@@ -1,5 +1,5 @@
 // CUDA tensor maps (TMA descriptors) of the tensor descriptors that the compiler
-// turned into copy-engine transfers (lower::TensorMapSpec): encoded at each launch
+// turned into copy-engine transfers (LaunchSpec::TensorMap): encoded at each launch
 // from the kernel's arguments and passed by value after its own parameters.
 #pragma once
 
@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+
+#include "tilefuse/runtime/LaunchSpec.h"
 
 namespace tilefuse::runtime {
 
@@ -32,5 +34,7 @@ struct TensorMapDesc {
 void checkTensorMap(const TensorMapDesc& d, uint64_t base);
 // The tensor map (after checkTensorMap).
 CUtensorMap encodeTensorMap(const TensorMapDesc& d, uint64_t base);
+// The tensor map `m` of a launch with arguments `args` (LoadedKernel::launch's).
+CUtensorMap encodeTensorMap(const LaunchSpec::TensorMap& m, const int64_t* args);
 
 }  // namespace tilefuse::runtime
