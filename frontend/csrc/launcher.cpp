@@ -3,11 +3,11 @@
 // not run Python code. `kernel[grid]` returns a BoundLaunch, a callable for one grid
 // that CPython calls directly (vectorcall). A FastPath belongs to one @jit function. It
 // binds the call's arguments to the parameters, keys them (constexpr values; dtype,
-// alignment and device of tensors; the specialization class of ints; float, bool;
-// grid, num_warps, num_stages), and launches the kernel remembered under that key
-// through the runtime, which packs the arguments and encodes the tensor maps as the
-// kernel's LaunchSpec says. Anything it does not know returns None and the caller
-// takes the full path (jit.run), which checks, compiles and remembers.
+// alignment and device of tensors; the specialization of scalars by the rules of
+// Specialize.h; grid, num_warps, num_stages), and launches the kernel remembered under
+// that key through the runtime, which packs the arguments and encodes the tensor maps
+// as the kernel's LaunchSpec says. Anything it does not know returns None and the
+// caller takes the full path (jit.run), which checks, compiles and remembers.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -18,16 +18,20 @@
 #include <string>
 #include <vector>
 
+#include "Specialize.h"
 #include "tilefuse/runtime/Launch.h"
 #include "tilefuse/runtime/TensorMap.h"
 
 namespace py = pybind11;
 using tilefuse::runtime::LoadedKernel;
+namespace specialize = tilefuse::specialize;
 
 namespace {
 
-enum class Kind : uint8_t { Const, Tensor, Int, Float, Bool, Grid };
+enum class Kind : uint8_t { Const, Tensor, Scalar, Grid };
 
+// One parameter's part of a key. Tensor: a = the address modulo 16, b = the device;
+// Scalar: a = its ArgSpec code; Grid: the grid, num_warps and num_stages in a and b.
 struct Item {
   Kind kind;
   int64_t a = 0, b = 0;
@@ -101,11 +105,14 @@ bool parseGrid(PyObject* g, std::array<uint32_t, 3>& dims) {
 
 class FastPath {
  public:
-  // `numWarps`, `numStages`: the launch defaults (tilefuse.defaults).
-  FastPath(std::vector<std::string> names, std::vector<bool> isConst, std::vector<py::object> defaults,
-           py::object stream, std::string name, py::object launchError, int numWarps, int numStages)
+  // `specialize[i]`: false for do_not_specialize parameters; `numWarps`, `numStages`:
+  // the launch defaults (tilefuse.defaults).
+  FastPath(std::vector<std::string> names, std::vector<bool> isConst, std::vector<bool> specialize,
+           std::vector<py::object> defaults, py::object stream, std::string name, py::object launchError, int numWarps,
+           int numStages)
       : names_(std::move(names)),
         isConst_(std::move(isConst)),
+        specialize_(std::move(specialize)),
         defaults_(std::move(defaults)),
         stream_(std::move(stream)),
         name_(std::move(name)),
@@ -168,6 +175,17 @@ class FastPath {
     e.result = std::move(result);
     entries_.push_back(std::move(e));
     return true;
+  }
+
+  // The key of kernel[grid](*args, **kwargs), one (kind, a, b, object) per item (the grid
+  // and options first); None when the fast path would not take the call. For tests.
+  py::object key(py::handle grid, py::tuple args, py::dict kwargs) {
+    Bound b;
+    if (!bindCall(grid, args, kwargs, b)) return py::none();
+    py::list out;
+    for (const Item& it : b.key)
+      out.append(py::make_tuple(static_cast<int>(it.kind), it.a, it.b, it.obj ? it.obj : py::none()));
+    return out;
   }
 
   size_t size() const { return entries_.size(); }
@@ -273,23 +291,17 @@ class FastPath {
           PyErr_Clear();
           return false;
         }
-        it = {Kind::Tensor, ptr & 15, dev, py::reinterpret_steal<py::object>(dt)};
+        // The address modulo the alignment decides the specialization (aligned16) and the
+        // full path's check of element alignment.
+        it = {Kind::Tensor, static_cast<int64_t>(static_cast<uint64_t>(ptr) % specialize::kAlignment), dev,
+              py::reinterpret_steal<py::object>(dt)};
         b.ints[i] = ptr;
         mix(h, reinterpret_cast<size_t>(dt));
-      } else if (PyLong_CheckExact(v)) {
-        int overflow = 0;
-        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-        if (overflow) return false;
-        it = {Kind::Int, x == 1 ? 2 : int64_t(x % 16 == 0), int64_t(x >= INT32_MIN && x <= INT32_MAX)};
-        b.ints[i] = x;
-      } else if (PyFloat_CheckExact(v)) {
-        it = {Kind::Float};
-        b.floats[i] = PyFloat_AS_DOUBLE(v);
-      } else if (PyBool_Check(v)) {
-        it = {Kind::Bool};
-        b.ints[i] = v == Py_True;
       } else {
-        return false;
+        specialize::ArgSpec spec;
+        if (specialize::scalarSpec(v, specialize_[i], spec, b.ints[i], b.floats[i]) != specialize::Scalar::Ok)
+          return false;
+        it = {Kind::Scalar, spec.code()};
       }
       mix(h, static_cast<size_t>(it.kind) * 31 + it.a * 7 + it.b);
       b.key.push_back(std::move(it));
@@ -301,6 +313,7 @@ class FastPath {
   std::vector<std::string> names_;
   std::vector<py::object> nameObjs_;  // the same, interned
   std::vector<bool> isConst_;
+  std::vector<bool> specialize_;
   std::vector<py::object> defaults_;
   py::object stream_;
   std::string name_;
@@ -391,19 +404,22 @@ py::object makeBound(py::object owner, py::object grid, py::object fallback) {
 void init_launcher(py::module_& m) {
   auto l = m.def_submodule("launcher", "the launch fast path");
   py::class_<FastPath>(l, "FastPath")
-      .def(py::init([](std::vector<std::string> names, std::vector<bool> isConst, py::dict defaults, py::object stream,
-                       std::string name, py::object launchError, int numWarps, int numStages) {
+      .def(py::init([](std::vector<std::string> names, std::vector<bool> isConst, std::vector<bool> specialize,
+                       py::dict defaults, py::object stream, std::string name, py::object launchError, int numWarps,
+                       int numStages) {
              std::vector<py::object> d(names.size());  // null: no default
              for (size_t i = 0; i < names.size(); ++i)
                if (defaults.contains(names[i])) d[i] = defaults[py::str(names[i])];
-             return std::make_unique<FastPath>(names, isConst, d, stream, name, launchError, numWarps, numStages);
+             return std::make_unique<FastPath>(names, isConst, specialize, d, stream, name, launchError, numWarps,
+                                               numStages);
            }),
-           py::arg("names"), py::arg("is_const"), py::arg("defaults"), py::arg("stream"), py::arg("name"),
-           py::arg("launch_error"), py::arg("num_warps"), py::arg("num_stages"))
+           py::arg("names"), py::arg("is_const"), py::arg("specialize"), py::arg("defaults"), py::arg("stream"),
+           py::arg("name"), py::arg("launch_error"), py::arg("num_warps"), py::arg("num_stages"))
       .def("bound", &makeBound, py::arg("grid"), py::arg("fallback"),
            "kernel[grid]: a callable launching through this fast path, else fallback(grid, *args, **kwargs)")
       .def("add_tensor_types", &FastPath::addTensorTypes, py::arg("types"))
       .def("remember", &FastPath::remember, py::arg("grid"), py::arg("args"), py::arg("kwargs"), py::arg("kernel"),
            py::arg("result"))
+      .def("key", &FastPath::key, py::arg("grid"), py::arg("args"), py::arg("kwargs"))
       .def("__len__", &FastPath::size);
 }

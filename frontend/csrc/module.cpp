@@ -11,6 +11,7 @@ void init_runtime(py::module_& m);
 void init_interp(py::module_& m);
 void init_lower(py::module_& m);
 void init_dlpack(py::module_& m);
+void init_specialize(py::module_& m);
 void init_launcher(py::module_& m);
 
 PYBIND11_MODULE(_C, m) {
@@ -23,5 +24,6 @@ PYBIND11_MODULE(_C, m) {
   init_interp(m);
   init_lower(m);
   init_dlpack(m);
+  init_specialize(m);
   init_launcher(m);
 }

@@ -8,6 +8,7 @@ import hashlib
 import inspect
 import os
 import textwrap
+from typing import NamedTuple
 
 import numpy as np
 
@@ -20,11 +21,21 @@ from .language import core as tl
 
 _ir = _C.ir
 _D = _ir.DType
+_S = _C.specialize
 
 try:
     from numpy.lib.array_utils import byte_bounds as _byte_bounds
 except ImportError:  # numpy < 2
     _byte_bounds = np.byte_bounds
+
+
+class Param(NamedTuple):
+    """One parameter of a specialization: a constant `value`, or a runtime argument with
+    its specialization `spec` (a _C.specialize.ArgSpec)."""
+
+    name: str
+    value: object = None
+    spec: object = None
 
 
 def _is_constexpr_param(p: inspect.Parameter) -> bool:
@@ -183,60 +194,44 @@ class JITFunction:
         return dict(bound.arguments)
 
     def _specialize(self, bound: dict):
-        """The cache key and, per parameter, ('const', value) or ('arg', ir type, flags)."""
-        spec, key = [], []
+        """The cache key and a Param per parameter. Runtime arguments are specialized by the
+        rules of tilefuse._C.specialize, which the C++ fast path keys launches by."""
+        params, key = [], []
         for name, v in bound.items():
-            if name in self.constexprs:
+            if name in self.constexprs or v is None or isinstance(v, (tl.dtype, str)):
                 v = tl._unwrap(v)
-                spec.append((name, "const", v))
-                key.append((name, "c", repr(v)))
-            elif (array := array_arg(name, v)) is not None:
-                d, address = array
-                aligned = address % 16 == 0
-                spec.append((name, "arg", _ir.Type.ptr(d), aligned))
-                key.append((name, "p", int(d), aligned))
-            elif isinstance(v, bool):
-                spec.append((name, "arg", _ir.Type.scalar(_D.i1), False))
-                key.append((name, "b"))
-            elif isinstance(v, int):
-                if v == 1 and name not in self.do_not_specialize:
-                    spec.append((name, "const", 1))
-                    key.append((name, "one"))
-                    continue
-                d = _D.i32 if -(2**31) <= v < 2**31 else _D.i64
-                if not -(2**63) <= v < 2**63:
-                    raise LaunchError(f"argument '{name}': integer {v} does not fit in 64 bits")
-                div16 = v % 16 == 0 and name not in self.do_not_specialize
-                spec.append((name, "arg", _ir.Type.scalar(d), div16))
-                key.append((name, "i", int(d), div16))
-            elif isinstance(v, float):
-                spec.append((name, "arg", _ir.Type.scalar(_D.f32), False))
-                key.append((name, "f"))
-            elif v is None or isinstance(v, (tl.dtype, str)):
-                spec.append((name, "const", v))
-                key.append((name, "c", repr(v)))
+                params.append(Param(name, value=v))
+                key.append((name, repr(v)))
+                continue
+            array = array_arg(name, v)
+            if array is not None:
+                spec = _S.pointer(*array)
             else:
-                raise LaunchError(f"argument '{name}': cannot pass a {type(v).__name__} to a kernel")
-        return tuple(key), spec
+                try:
+                    spec = _S.scalar(v, name not in self.do_not_specialize)
+                except OverflowError:
+                    raise LaunchError(f"argument '{name}': integer {v} does not fit in 64 bits") from None
+                if spec is None:
+                    raise LaunchError(f"argument '{name}': cannot pass a {type(v).__name__} to a kernel")
+            params.append(Param(name, value=1) if spec.kind == _S.ArgSpec.Kind.one else Param(name, spec=spec))
+            key.append((name, spec.code))
+        return tuple(key), params
 
-    def _compile(self, spec) -> CompiledKernel:
+    def _compile(self, params) -> CompiledKernel:
         module = _ir.Module()
         b = _ir.Builder(module)
         src = self.source
         line, col = src.pos(src.tree)
         b.set_loc(src.file, line, col)
-        args = [s for s in spec if s[1] == "arg"]
-        func = b.create_func(self.__name__, [s[2] for s in args], [], True)
-        hinted = [i for i, s in enumerate(args) if s[3]]
+        args = [p for p in params if p.spec is not None]
+        func = b.create_func(self.__name__, [p.spec.type for p in args], [], True)
+        hinted = [i for i, p in enumerate(args) if p.spec.divisible]
         if hinted:
             func.set_int_list_attr("aligned16", hinted)
-        scope = {}
-        for s in spec:
-            if s[1] == "const":
-                scope[s[0]] = tl.constexpr(s[2])
-        for s, a in zip(args, func.region(0).args):
-            a.name = s[0]
-            scope[s[0]] = tl.tensor(a)
+        scope = {p.name: tl.constexpr(p.value) for p in params if p.spec is None}
+        for p, a in zip(args, func.region(0).args):
+            a.name = p.name
+            scope[p.name] = tl.tensor(a)
         gen = CodeGenerator(self, src, module, b, scope, self.fn.__globals__, _Compiler(module, b))
         gen.is_kernel = True
         gen.visit_body(src.tree.body)
@@ -249,28 +244,27 @@ class JITFunction:
             _C.passes.run_pipeline(module)
         except _C.UserError as e:
             raise CompilationError(e.message, e.file, e.line, e.col) from None
-        return CompiledKernel(
-            self.__name__, module, {"tile_raw": tile_raw, "tile": module.to_text()}, [(s[0], str(s[2])) for s in args]
-        )
+        asm = {"tile_raw": tile_raw, "tile": module.to_text()}
+        return CompiledKernel(self.__name__, module, asm, [(p.name, str(p.spec.type)) for p in args])
 
     def compile(self, *args, **kwargs) -> CompiledKernel:
         """Compiles (or fetches from the cache) the specialization for these arguments."""
         kwargs.pop("num_warps", None)
         kwargs.pop("num_stages", None)
-        key, spec = self._specialize(self._bind(args, kwargs))
+        key, params = self._specialize(self._bind(args, kwargs))
         kernel = self.cache.get(key)
         if kernel is None:
-            kernel = self.cache[key] = self._compile(spec)
+            kernel = self.cache[key] = self._compile(params)
         return kernel
 
     # --- launch ---
 
     def run(self, *args, grid, num_warps=NUM_WARPS, num_stages=NUM_STAGES, **kwargs):
         bound = self._bind(args, kwargs)
-        key, spec = self._specialize(bound)
+        key, params = self._specialize(bound)
         kernel = self.cache.get(key)
         if kernel is None:
-            kernel = self.cache[key] = self._compile(spec)
+            kernel = self.cache[key] = self._compile(params)
         g = grid(dict(bound, num_warps=num_warps, num_stages=num_stages)) if callable(grid) else grid
         g = tuple(int(tl._unwrap(x)) for x in (g if isinstance(g, (tuple, list)) else (g,)))
         if not 1 <= len(g) <= 3 or any(x < 0 for x in g):
@@ -283,7 +277,7 @@ class JITFunction:
                 fast.add_tensor_types(list({type(v) for v in bound.values() if is_torch_tensor(v)}))
                 fast.remember(grid, args, dict(kwargs, num_warps=num_warps, num_stages=num_stages), loaded, kernel)
         else:
-            _launch_interp(kernel, spec, bound, g)
+            _launch_interp(kernel, params, bound, g)
         return kernel
 
     def _fast_path(self):
@@ -292,6 +286,7 @@ class JITFunction:
             self._cfast = _C.launcher.FastPath(
                 self._names,
                 [n in self.constexprs for n in self._names],
+                [n not in self.do_not_specialize for n in self._names],
                 defaults,
                 gpu.stream_function(),
                 self.__name__,
@@ -339,13 +334,13 @@ def _device_count() -> int:
     return _C.runtime.device_count()
 
 
-def _launch_interp(kernel: CompiledKernel, spec, bound, grid):
+def _launch_interp(kernel: CompiledKernel, params, bound, grid):
     I = _C.interp  # noqa: E741
     args, buffers = [], []
-    for s in spec:
-        if s[1] != "arg":
+    for p in params:
+        if p.spec is None:
             continue
-        name, t = s[0], s[2]
+        name, t = p.name, p.spec.type
         v = bound[name]
         if t.is_ptr:
             if isinstance(v, np.ndarray):
