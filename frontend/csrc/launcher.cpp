@@ -132,7 +132,7 @@ class FastPath {
     if (!bindVector(dims, args, nargs, kwnames, b)) return nullptr;
     for (const Entry& e : entries_) {
       if (e.key.hash != b.hash || !(e.key.key == b.key)) continue;
-      int64_t args[LoadedKernel::kMaxParams];
+      int64_t args[kMaxArgs];  // a kernel has at most the call's parameters
       for (size_t i = 0; i < e.sources.size(); ++i) {
         const Source& src = e.sources[i];
         args[i] = src.isFloat ? tilefuse::runtime::f32Arg(b.floats[src.param]) : b.ints[src.param];

@@ -1,8 +1,7 @@
 #include "tilefuse/runtime/Launch.h"
 
 #include <stdexcept>
-
-#include "tilefuse/runtime/TensorMap.h"
+#include <vector>
 
 namespace tilefuse::runtime {
 
@@ -32,21 +31,17 @@ void synchronize() { TF_CU_CHECK(driver().cuCtxSynchronize()); }
 
 namespace {
 
-// The spec's parameter and tensor-map references are in range, so that a launch can index without checks.
+// The spec's tensor maps refer to parameters it has, so that a launch can index without checks.
 void checkSpec(const LaunchSpec& s) {
-  auto fail = [&](const std::string& what) {
-    throw std::invalid_argument("launch spec of '" + s.kernel + "': " + what);
-  };
-  size_t n = s.params.size();
-  if (n > LoadedKernel::kMaxParams || s.tensorMaps.size() > LoadedKernel::kMaxTensorMaps)
-    fail(std::to_string(n) + " parameters and " + std::to_string(s.tensorMaps.size()) + " tensor maps are too many");
-  auto param = [&](int p) { return p >= -1 && p < static_cast<int>(n); };
+  auto param = [&](int p) { return p >= -1 && p < static_cast<int>(s.params.size()); };
   for (const LaunchSpec::TensorMap& m : s.tensorMaps) {
     size_t rank = m.sizes.size();
     bool ok =
         rank >= 1 && rank <= 5 && m.strides.size() == rank && m.box.size() == rank && m.base >= 0 && param(m.base);
     for (size_t a = 0; ok && a < rank; ++a) ok = param(m.sizes[a].param) && param(m.strides[a].param);
-    if (!ok) fail("a tensor map has 1 to 5 dims and refers to parameters of the kernel");
+    if (!ok)
+      throw std::invalid_argument("launch spec of '" + s.kernel +
+                                  "': a tensor map has 1 to 5 dims and refers to parameters of the kernel");
   }
 }
 
@@ -55,6 +50,7 @@ void checkSpec(const LaunchSpec& s) {
 LoadedKernel::LoadedKernel(int device, const std::string& image, LaunchSpec spec)
     : device_(device), spec_(std::move(spec)) {
   checkSpec(spec_);
+  for (const LaunchSpec::TensorMap& m : spec_.tensorMaps) maps_.push_back(describeTensorMap(m));
   useDevice(device);
   const DriverApi& d = driver();
   TF_CU_CHECK(d.cuCtxGetCurrent(&ctx_));
@@ -78,13 +74,27 @@ LoadedKernel::~LoadedKernel() {
 
 void LoadedKernel::launch(std::array<uint32_t, 3> grid, uint64_t stream, const int64_t* args) const {
   // Parameters by pointer, as the driver takes tensor maps (__grid_constant__); the
-  // little-endian int64 slots hold narrower values in their low bytes.
-  size_t n = spec_.params.size();
-  void* params[kMaxParams + kMaxTensorMaps];
+  // little-endian int64 slots hold narrower values in their low bytes. On the stack up
+  // to a size that covers common kernels (a large frame slows every launch), else on the heap.
+  constexpr size_t kStackParams = 64, kStackMaps = 4;
+  size_t n = spec_.params.size(), nmaps = maps_.size();
+  void* stackParams[kStackParams];
+  CUtensorMap stackMaps[kStackMaps];
+  std::vector<void*> heapParams;
+  std::vector<CUtensorMap> heapMaps;
+  void** params = stackParams;
+  CUtensorMap* maps = stackMaps;
+  if (n + nmaps > kStackParams) params = (heapParams.resize(n + nmaps), heapParams.data());
+  if (nmaps > kStackMaps) maps = (heapMaps.resize(nmaps), heapMaps.data());
   for (size_t i = 0; i < n; ++i) params[i] = const_cast<int64_t*>(args + i);
-  CUtensorMap maps[kMaxTensorMaps];
-  for (size_t j = 0; j < spec_.tensorMaps.size(); ++j) {
-    maps[j] = encodeTensorMap(spec_.tensorMaps[j], args);
+  for (size_t j = 0; j < nmaps; ++j) {
+    const LaunchSpec::TensorMap& m = spec_.tensorMaps[j];
+    TensorMapDesc d = maps_[j];
+    for (int a = 0; a < d.rank; ++a) {
+      if (m.sizes[a].param >= 0) d.sizes[a] = args[m.sizes[a].param];
+      if (m.strides[a].param >= 0) d.strides[a] = args[m.strides[a].param];
+    }
+    maps[j] = encodeTensorMap(d, static_cast<uint64_t>(args[m.base]));
     params[n + j] = &maps[j];
   }
   if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return;  // an empty grid launches nothing (its maps are checked)

@@ -78,19 +78,18 @@ CUtensorMap encodeTensorMap(const TensorMapDesc& d, uint64_t base) {
   return map;
 }
 
-CUtensorMap encodeTensorMap(const LaunchSpec::TensorMap& m, const int64_t* args) {
-  auto value = [&](const LaunchSpec::TensorMap::Dim& d) { return d.param < 0 ? d.value : args[d.param]; };
+TensorMapDesc describeTensorMap(const LaunchSpec::TensorMap& m) {
   TensorMapDesc d;
   d.rank = static_cast<int>(m.sizes.size());
   d.elemBytes = m.elemBytes;
   for (int a = 0; a < d.rank; ++a) {
-    d.sizes[a] = value(m.sizes[a]);
-    d.strides[a] = value(m.strides[a]);
+    d.sizes[a] = m.sizes[a].value;
+    d.strides[a] = m.strides[a].value;
     d.box[a] = m.box[a];
   }
   d.swizzleBytes = m.swizzleBytes;
   d.where = &m.where;
-  return encodeTensorMap(d, static_cast<uint64_t>(args[m.base]));
+  return d;
 }
 
 }  // namespace tilefuse::runtime

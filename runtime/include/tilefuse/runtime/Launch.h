@@ -6,9 +6,11 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "tilefuse/runtime/Driver.h"
 #include "tilefuse/runtime/LaunchSpec.h"
+#include "tilefuse/runtime/TensorMap.h"
 
 namespace tilefuse::runtime {
 
@@ -22,9 +24,6 @@ inline int64_t f32Arg(double v) {
 
 class LoadedKernel {
  public:
-  // Most parameters and tensor maps of a kernel: as many as 4 KB of parameter space holds.
-  static constexpr size_t kMaxParams = 1024, kMaxTensorMaps = 32;
-
   // `image` is PTX text (JIT-compiled by the driver) or a cubin holding `spec.kernel`.
   LoadedKernel(int device, const std::string& image, LaunchSpec spec);
   ~LoadedKernel();
@@ -42,6 +41,7 @@ class LoadedKernel {
  private:
   int device_;
   LaunchSpec spec_;
+  std::vector<TensorMapDesc> maps_;  // of spec_.tensorMaps, made once
   CUcontext ctx_ = nullptr;  // the device's primary context
   CUmodule module_ = nullptr;
   CUfunction fn_ = nullptr;

@@ -34,7 +34,8 @@ struct TensorMapDesc {
 void checkTensorMap(const TensorMapDesc& d, uint64_t base);
 // The tensor map (after checkTensorMap).
 CUtensorMap encodeTensorMap(const TensorMapDesc& d, uint64_t base);
-// The tensor map `m` of a launch with arguments `args` (LoadedKernel::launch's).
-CUtensorMap encodeTensorMap(const LaunchSpec::TensorMap& m, const int64_t* args);
+// The descriptor of `m` with its constants; a launch fills in the sizes and strides
+// that parameters hold.
+TensorMapDesc describeTensorMap(const LaunchSpec::TensorMap& m);
 
 }  // namespace tilefuse::runtime
