@@ -1,0 +1,126 @@
+// A stand-in libcuda.so.1 for test_launch_path.py: one sm_90 device, modules of PTX
+// text, and launches that append their grid, block, shared memory and parameter values
+// (sizes read from the PTX entry's .param list) to $FAKE_CUDA_LOG, one line each.
+#include <cuda.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int nparams, psize[1024];
+static int ctx;
+static CUcontext current;
+
+static CUresult ok(void) { return CUDA_SUCCESS; }
+
+CUresult cuGetErrorString(CUresult e, const char** s) {
+  *s = "fake driver error";
+  return ok();
+}
+CUresult cuInit(unsigned flags) { return ok(); }
+CUresult cuDriverGetVersion(int* v) {
+  *v = 13000;
+  return ok();
+}
+CUresult cuDeviceGetCount(int* n) {
+  *n = 1;
+  return ok();
+}
+CUresult cuDeviceGet(CUdevice* d, int ordinal) {
+  *d = ordinal;
+  return ok();
+}
+CUresult cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice d) {
+  *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR            ? 9
+       : a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR          ? 0
+       : a == CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN ? 232448
+                                                                    : 132;
+  return ok();
+}
+CUresult cuDeviceGetName(char* name, int len, CUdevice d) {
+  snprintf(name, len, "fake");
+  return ok();
+}
+CUresult cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice d) {
+  *c = (CUcontext)&ctx;
+  return ok();
+}
+CUresult cuCtxSetCurrent(CUcontext c) {
+  current = c;
+  return ok();
+}
+CUresult cuCtxGetCurrent(CUcontext* c) {
+  *c = current;
+  return ok();
+}
+CUresult cuCtxGetDevice(CUdevice* d) {
+  *d = 0;
+  return ok();
+}
+CUresult cuCtxSynchronize(void) { return ok(); }
+
+// Parameter sizes from ".param .u64 k_param_0," ... ".param .align 64 .b8 k_param_9[128]".
+CUresult cuModuleLoadDataEx(CUmodule* m, const void* image, unsigned n, CUjit_option* o, void** v) {
+  const char* p = strstr((const char*)image, ".entry");
+  const char* end = p ? strchr(p, '{') : NULL;
+  for (nparams = 0; p && (p = strstr(p, ".param ")) && p < end; p = strchr(p, '\n')) {
+    const char* bracket = memchr(p, '[', strchr(p, '\n') - p);
+    psize[nparams++] = bracket ? atoi(bracket + 1) : atoi(p + strlen(".param .u")) / 8;
+  }
+  *m = (CUmodule)1;
+  return ok();
+}
+CUresult cuModuleUnload(CUmodule m) { return ok(); }
+CUresult cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
+  *f = (CUfunction)1;
+  return ok();
+}
+CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v) { return ok(); }
+
+CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned shared, CUstream s, void** params, void** extra) {
+  FILE* log = fopen(getenv("FAKE_CUDA_LOG"), "a");
+  fprintf(log, "grid=%u,%u,%u block=%u shared=%u", gx, gy, gz, bx, shared);
+  for (int i = 0; i < nparams; ++i) {
+    int64_t v = 0;
+    if (psize[i] == 128) {  // a tensor map, as cuTensorMapEncodeTiled below wrote it
+      const int64_t* q = params[i];
+      fprintf(log, " map(%lld,%lld,%lld,%lld,%lld)", (long long)q[0], (long long)q[1], (long long)q[2], (long long)q[3],
+              (long long)q[4]);
+      continue;
+    }
+    memcpy(&v, params[i], psize[i]);
+    if (psize[i] == 4) v = (int32_t)v;
+    fprintf(log, " %d:%lld", psize[i], (long long)v);
+  }
+  fprintf(log, "\n");
+  fclose(log);
+  return ok();
+}
+
+// Records the base, the innermost size, the byte stride of dim 1 and the innermost box.
+CUresult cuTensorMapEncodeTiled(CUtensorMap* m, CUtensorMapDataType t, cuuint32_t rank, void* base,
+                                const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
+                                const cuuint32_t* elemStrides, CUtensorMapInterleave il, CUtensorMapSwizzle sw,
+                                CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob) {
+  int64_t* q = (int64_t*)m;
+  memset(m, 0, sizeof *m);
+  q[0] = (int64_t)(uintptr_t)base;
+  q[1] = rank;
+  q[2] = (int64_t)dims[0];
+  q[3] = rank > 1 ? (int64_t)strides[0] : 0;
+  q[4] = box[0];
+  return ok();
+}
+CUresult cuPointerGetAttribute(void* data, CUpointer_attribute a, CUdeviceptr p) {
+  *(int*)data = 0;
+  return ok();
+}
+CUresult cuEventCreate(CUevent* e, unsigned flags) { return ok(); }
+CUresult cuEventRecord(CUevent e, CUstream s) { return ok(); }
+CUresult cuEventSynchronize(CUevent e) { return ok(); }
+CUresult cuEventElapsedTime(float* ms, CUevent a, CUevent b) {
+  *ms = 0;
+  return ok();
+}
+CUresult cuEventDestroy(CUevent e) { return ok(); }
