@@ -195,3 +195,12 @@ def scaled_dot_loop(
         sb = tl.load(bs_ptr + rn[:, None] * (K // 32) + (k // 32 + rs)[None, :], mask=rn[:, None] < N, other=127)
         acc = tl.dot_scaled(a, sa, FA, b, sb, FB, acc)
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@tf.jit
+def desc_copy_groups(x_ptr, y_ptr, G, R, N, stride, BM: tl.constexpr, BN: tl.constexpr):
+    # G groups of R rows viewed as one [G * R, N] tensor (sizes the launch evaluates).
+    dx = tl.make_tensor_descriptor(x_ptr, [G * R, N], [stride, 1], [BM, BN])
+    dy = tl.make_tensor_descriptor(y_ptr, [G * R, N], [stride, 1], [BM, BN])
+    pm, pn = (tl.program_id(0) - 1) * BM, (tl.program_id(1) - 1) * BN
+    dy.store([pm, pn], dx.load([pm, pn]) * 3 - 1)

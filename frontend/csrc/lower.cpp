@@ -42,7 +42,7 @@ LaunchSpec launchSpec(const Module& m, const lower::LowerOptions& o, const lower
   for (const Value* a : m.lookupFunc(k.name)->region(0).args()) s.params.push_back({a->name(), paramKind(a->type())});
   auto dims = [](const std::vector<lower::TensorMapSpec::Dim>& ds) {
     std::vector<LaunchSpec::TensorMap::Dim> out;
-    for (const auto& d : ds) out.push_back({d.param, d.value});
+    for (const auto& d : ds) out.push_back({d.param, d.value, d.factor});
     return out;
   };
   for (const lower::TensorMapSpec& t : k.tensorMaps)

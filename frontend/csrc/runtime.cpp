@@ -46,6 +46,7 @@ void init_runtime(py::module_& m) {
   py::class_<Map::Dim>(r, "TensorMapDim")
       .def_readonly("param", &Map::Dim::param)
       .def_readonly("value", &Map::Dim::value)
+      .def_readonly("factor", &Map::Dim::factor)
       .def("__eq__", &Map::Dim::operator==);
   py::class_<Map>(r, "TensorMap")
       .def_readonly("base", &Map::base)

@@ -19,11 +19,11 @@ Loaded load() {
     l.error = std::string("cannot load libcuda.so.1 (no NVIDIA driver on this machine?): ") + dlerror();
     return l;
   }
-#define CU_FN(name, symbol)                                                          \
-  l.api.name = reinterpret_cast<decltype(&::name)>(dlsym(h, symbol));               \
-  if (!l.api.name) {                                                                 \
+#define CU_FN(name, symbol)                                                        \
+  l.api.name = reinterpret_cast<decltype(&::name)>(dlsym(h, symbol));              \
+  if (!l.api.name) {                                                               \
     l.error = "libcuda.so.1 lacks " symbol " (driver too old for CUDA 12 calls?)"; \
-    return l;                                                                        \
+    return l;                                                                      \
   }
 #include "tilefuse/runtime/cuda_functions.def"
   CUresult r = l.api.cuInit(0);
@@ -91,7 +91,8 @@ DeviceInfo deviceInfo(int ordinal) {
   TF_CU_CHECK(d.cuDeviceGetAttribute(&info.major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
   TF_CU_CHECK(d.cuDeviceGetAttribute(&info.minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
   TF_CU_CHECK(d.cuDeviceGetAttribute(&info.multiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
-  TF_CU_CHECK(d.cuDeviceGetAttribute(&info.maxSharedPerBlockOptin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev));
+  TF_CU_CHECK(
+      d.cuDeviceGetAttribute(&info.maxSharedPerBlockOptin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev));
   return info;
 }
 

@@ -38,7 +38,9 @@ void checkSpec(const LaunchSpec& s) {
     size_t rank = m.sizes.size();
     bool ok =
         rank >= 1 && rank <= 5 && m.strides.size() == rank && m.box.size() == rank && m.base >= 0 && param(m.base);
-    for (size_t a = 0; ok && a < rank; ++a) ok = param(m.sizes[a].param) && param(m.strides[a].param);
+    for (size_t a = 0; ok && a < rank; ++a)
+      ok = param(m.sizes[a].param) && param(m.strides[a].param) && param(m.sizes[a].factor) &&
+           param(m.strides[a].factor);
     if (!ok)
       throw std::invalid_argument("launch spec of '" + s.kernel +
                                   "': a tensor map has 1 to 5 dims and refers to parameters of the kernel");
@@ -91,8 +93,8 @@ void LoadedKernel::launch(std::array<uint32_t, 3> grid, uint64_t stream, const i
     const LaunchSpec::TensorMap& m = spec_.tensorMaps[j];
     TensorMapDesc d = maps_[j];
     for (int a = 0; a < d.rank; ++a) {
-      if (m.sizes[a].param >= 0) d.sizes[a] = args[m.sizes[a].param];
-      if (m.strides[a].param >= 0) d.strides[a] = args[m.strides[a].param];
+      if (m.sizes[a].param >= 0) d.sizes[a] = m.sizes[a].of(args);
+      if (m.strides[a].param >= 0) d.strides[a] = m.strides[a].of(args);
     }
     maps[j] = encodeTensorMap(d, static_cast<uint64_t>(args[m.base]));
     params[n + j] = &maps[j];

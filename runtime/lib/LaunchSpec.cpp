@@ -71,7 +71,7 @@ void value(std::string& o, const LaunchSpec::Param& p) {
 }
 void value(std::string& o, const LaunchSpec::TensorMap::Dim& d) {
   Fields f(o);
-  f("param", d.param)("value", d.value);
+  f("param", d.param)("value", d.value)("factor", d.factor);
 }
 void value(std::string& o, const LaunchSpec::TensorMap& m) {
   Fields f(o);
@@ -200,9 +200,10 @@ LaunchSpec launchSpecFromJson(std::string_view json) {
   auto dims = [&](std::vector<LaunchSpec::TensorMap::Dim>& out) {
     r.array([&] {
       LaunchSpec::TensorMap::Dim d;
-      r.object({"param", "value"}, [&](std::string_view k) {
+      r.object({"param", "value", "factor"}, [&](std::string_view k) {
         if (k == "param") d.param = r.int32();
         if (k == "value") d.value = r.integer();
+        if (k == "factor") d.factor = r.int32();
       });
       out.push_back(d);
     });

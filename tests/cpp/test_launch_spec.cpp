@@ -23,7 +23,8 @@ LaunchSpec sample() {
               {"K", ParamKind::I64},
               {"alpha", ParamKind::F32},
               {"flag", ParamKind::I1}};
-  s.tensorMaps = {{0, 2, {{1, 0}, {2, 0}}, {{2, 0}, {-1, 1}}, {128, 64}, 128, "dir \"q\"\\x\t/k.py:32"}};
+  // dim 0: M * K (a product the launch evaluates)
+  s.tensorMaps = {{0, 2, {{1, 0, 2}, {2, 0}}, {{2, 0}, {-1, 1}}, {128, 64}, 128, "dir \"q\"\\x\t/k.py:32"}};
   return s;
 }
 
@@ -39,10 +40,11 @@ TEST(LaunchSpec, JsonRoundTripsWithNamedKeys) {
   LaunchSpec s = sample();
   std::string j = toJson(s);
   EXPECT_EQ(launchSpecFromJson(j), s);
-  for (const char* key : {"\"kernel\":", "\"arch\":\"sm_90a\"", "\"num_warps\":8", "\"num_stages\":4",
-                          "\"num_threads\":256", "\"shared_bytes\":197632", "\"params\":[{\"name\":\"a_ptr\"",
-                          "\"kind\":\"f32\"", "\"tensor_maps\":[{\"base\":0", "\"sizes\":[{\"param\":1,\"value\":0}",
-                          "\"swizzle_bytes\":128", "\"where\":\"dir \\\"q\\\"\\\\x\\u0009/k.py:32\""})
+  for (const char* key :
+       {"\"kernel\":", "\"arch\":\"sm_90a\"", "\"num_warps\":8", "\"num_stages\":4", "\"num_threads\":256",
+        "\"shared_bytes\":197632", "\"params\":[{\"name\":\"a_ptr\"", "\"kind\":\"f32\"",
+        "\"tensor_maps\":[{\"base\":0", "\"sizes\":[{\"param\":1,\"value\":0,\"factor\":2}", "\"swizzle_bytes\":128",
+        "\"where\":\"dir \\\"q\\\"\\\\x\\u0009/k.py:32\""})
     EXPECT_NE(j.find(key), std::string::npos) << key << " in " << j;
   EXPECT_EQ(launchSpecFromJson(toJson(LaunchSpec{})), LaunchSpec{});
 }

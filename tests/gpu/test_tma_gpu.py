@@ -8,7 +8,14 @@ import tilefuse as tf
 
 from kernels_dsl.tutorials.matmul_desc import matmul_desc_kernel
 from tests.gpu.test_gpu_vs_interp import to_numpy
-from tests.shared_kernels import desc_copy1, desc_copy2, desc_copy3, matmul_desc_a, matmul_desc_persistent
+from tests.shared_kernels import (
+    desc_copy1,
+    desc_copy2,
+    desc_copy3,
+    desc_copy_groups,
+    matmul_desc_a,
+    matmul_desc_persistent,
+)
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
@@ -56,6 +63,18 @@ def test_2d_descriptor_copies_clip_at_every_edge(dtype, blocks):
     assert (gpu[:, n:].astype(np.float64) == 7).all()  # nothing written past the tensor
     if dtype == torch.float32:
         np.testing.assert_array_equal(gpu[:, :n], to_numpy(x[:, :n] * 3 - 1))
+
+
+@pytest.mark.parametrize("groups,rows", [(3, 23), (8, 16)])
+def test_descriptor_sized_by_a_product_of_arguments(groups, rows):
+    # [G * R, N]: on TMA (the launch multiplies), clipped at every edge like the others.
+    n = 45
+    x, stride = padded(groups * rows, n, torch.bfloat16)
+    y = sentinel_like(x)
+    grid = (tf.cdiv(groups * rows, 32) + 2, tf.cdiv(n, 32) + 2)
+    gpu, gpu2, host = run_both(desc_copy_groups, grid, x, y, groups, rows, n, stride, BM=32, BN=32)
+    assert gpu.tobytes() == host.tobytes() and gpu2.tobytes() == host.tobytes()
+    assert (gpu[:, n:].astype(np.float64) == 7).all()
 
 
 def test_1d_and_3d_descriptor_copies():

@@ -46,7 +46,10 @@ def test_the_disk_cache_entry_holds_the_spec_as_json_and_round_trips(cache_dir, 
     keys = {"kernel", "arch", "num_warps", "num_stages", "num_threads", "shared_bytes", "params", "tensor_maps"}
     assert set(d) == keys
     assert d["params"][3] == {"name": "M", "kind": "i32"}
-    assert d["tensor_maps"][0]["sizes"] == [{"param": 3, "value": 0}, {"param": 5, "value": 0}]
+    assert d["tensor_maps"][0]["sizes"] == [
+        {"param": 3, "value": 0, "factor": -1},
+        {"param": 5, "value": 0, "factor": -1},
+    ]
     assert set(d["tensor_maps"][0]) == {"base", "elem_bytes", "sizes", "strides", "box", "swizzle_bytes", "where"}
     assert R.LaunchSpec.from_json(text) == spec
 

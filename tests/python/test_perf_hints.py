@@ -100,15 +100,15 @@ def test_ragged_masks_along_the_contiguous_dim_are_reported():
     assert hints(ragged_rows, (f32, f32, 1024), dict(BLOCK=1024)) == []  # n % 16 == 0: 16-byte accesses
 
 
-def test_descriptors_computed_in_the_kernel_are_reported():
-    found = hints(computed_desc, (f32, f32, np.zeros(8, np.int32), 8, 64), dict(B=32))
-    computed = [h for h in found if "not on TMA" in h[3]]
-    assert [h[1] for h in computed] == [
-        line_of(computed_desc, "# desc: computed size"),
-        line_of(computed_desc, "# desc: loaded size"),
-    ]
-    assert "size of dim 0 is computed in the kernel" in computed[0][3]
-    assert "size of dim 0 is computed in the kernel" in computed[1][3]
+def test_descriptors_sized_by_products_of_arguments_reach_tma():
+    # [G * N, N]: the launch evaluates G * N; a size loaded in the kernel cannot be.
+    k = computed_desc.compile(f32, f32, np.zeros(8, np.int32), 8, 64, B=32)
+    low = gpu.lower(k, "sm_90a", 4, 3, keep_ir=False)
+    (m,) = low["spec"].tensor_maps
+    assert (m.sizes[0].param, m.sizes[0].factor, m.sizes[0].value) == (3, 4, 0)  # parameters G and N
+    (h,) = [h for h in low["hints"] if "not on TMA" in h[3]]
+    assert h[1] == line_of(computed_desc, "# desc: loaded size")
+    assert "size of dim 0 is computed in the kernel" in h[3]
 
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])

@@ -23,6 +23,31 @@ namespace {
 
 int64_t elemBytesOf(DType d) { return d == DType::I1 || bitWidth(d) % 8 ? 0 : bitWidth(d) / 8; }
 
+// x * y as one tensor-map dim (at most two parameters), or false.
+bool productDim(const TensorMapSpec::Dim& x, const TensorMapSpec::Dim& y, TensorMapSpec::Dim& d) {
+  std::vector<int> params;
+  int64_t scale = 1;
+  for (const TensorMapSpec::Dim* f : {&x, &y}) {
+    if (f->param < 0) {
+      scale *= f->value;
+      continue;
+    }
+    params.push_back(f->param);
+    if (f->factor >= 0) params.push_back(f->factor);
+    if (f->value) scale *= f->value;
+  }
+  if (params.size() > 2) return false;
+  d = {};
+  if (params.empty()) {
+    d.value = scale;
+    return true;
+  }
+  d.param = params[0];
+  d.factor = params.size() > 1 ? params[1] : -1;
+  d.value = scale == 1 ? 0 : scale;
+  return true;
+}
+
 }  // namespace
 
 // The widest swizzle the tiles loaded through descriptor `md` may take: that of the
@@ -77,21 +102,33 @@ std::string Lowering::tensorMapSpec(const Op& md, const Op& f, const std::set<in
            "256)";
   const Value* base = md.operand(0);
   if (base->definingOp() || base->ownerBlock() != &body) return "its base is computed in the kernel";
-  if (!aligned.count(base->index())) return "its base is not known to be 16-byte aligned";
-  auto dim = [&](const Value* v, TensorMapSpec::Dim& d) {
-    if (const Op* def = v->definingOp()) {
-      const Attr* a = def->kind() == OpKind::Constant ? def->attr("value") : nullptr;
-      if (!a || !std::holds_alternative<int64_t>(*a)) return false;
-      d.value = std::get<int64_t>(*a);
-      return true;
-    }
-    const Type& t = v->type();
-    if (v->ownerBlock() != &body || t.isPtr() || (t.elem != DType::I32 && t.elem != DType::I64)) return false;
-    d.param = static_cast<int>(v->index());
-    return true;
-  };
   size_t rank = dt.shape.size();
   int64_t eb = elemBytesOf(dt.elem);
+  if (!aligned.count(base->index())) return "its base is not known to be 16-byte aligned";
+  // A parameter, a constant, or a product of at most two parameters and a constant.
+  std::function<bool(const Value*, TensorMapSpec::Dim&)> dim = [&](const Value* v, TensorMapSpec::Dim& d) {
+    const Op* def = v->definingOp();
+    if (!def) {
+      const Type& t = v->type();
+      if (v->ownerBlock() != &body || t.isPtr() || (t.elem != DType::I32 && t.elem != DType::I64)) return false;
+      d.param = static_cast<int>(v->index());
+      return true;
+    }
+    if (def->kind() == OpKind::Mul) {
+      TensorMapSpec::Dim x, y;
+      if (!dim(def->operand(0), x) || !dim(def->operand(1), y)) return false;
+      return productDim(x, y, d);
+    }
+    const Attr* a = def->kind() == OpKind::Constant ? def->attr("value") : nullptr;
+    if (!a || !std::holds_alternative<int64_t>(*a)) return false;
+    d.value = std::get<int64_t>(*a);
+    return true;
+  };
+  // A row stride the copy engine takes: a multiple of 16 bytes.
+  auto aligned16 = [&](const TensorMapSpec::Dim& d) {
+    if (d.param < 0) return d.value > 0 && d.value * eb % 16 == 0;
+    return aligned.count(d.param) || (d.factor >= 0 && aligned.count(d.factor)) || (d.value && d.value * eb % 16 == 0);
+  };
   s->base = static_cast<int>(base->index());
   s->elemBytes = static_cast<int>(eb);
   s->sizes.resize(rank);
@@ -99,14 +136,16 @@ std::string Lowering::tensorMapSpec(const Op& md, const Op& f, const std::set<in
   for (size_t a = 0; a < rank; ++a) {
     std::string dimName = "dim " + std::to_string(a);
     if (!dim(md.operand(1 + a), s->sizes[a]))
-      return "the size of " + dimName + " is computed in the kernel (not a kernel argument or constant)";
+      return "the size of " + dimName +
+             " is computed in the kernel (not kernel arguments or constants, or a product of them)";
     if (!dim(md.operand(1 + rank + a), s->strides[a]))
-      return "the stride of " + dimName + " is computed in the kernel (not a kernel argument or constant)";
+      return "the stride of " + dimName +
+             " is computed in the kernel (not kernel arguments or constants, or a product of them)";
     const TensorMapSpec::Dim &size = s->sizes[a], &stride = s->strides[a];
     if (size.param < 0 && size.value < 1) return "the size of " + dimName + " is not positive";
     if (a + 1 == rank) {
       if (stride.param >= 0 || stride.value != 1) return "its last stride is not the constant 1";
-    } else if (stride.param >= 0 ? !aligned.count(stride.param) : stride.value <= 0 || stride.value * eb % 16) {
+    } else if (!aligned16(stride)) {
       return "the stride of " + dimName + " is not known to be a multiple of 16 bytes";
     }
   }

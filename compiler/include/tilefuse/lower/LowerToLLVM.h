@@ -27,11 +27,14 @@ struct LowerOptions {
 // it from the kernel's arguments and passes it by value as an extra parameter (the
 // kernel's own parameters first, then the maps in order).
 struct TensorMapSpec {
+  // A constant `value` (param -1), or the kernel parameter `param`, times the parameter
+  // `factor` (-1: none), times `value` when it is not 0 (sizes such as G * N).
   struct Dim {
-    int param = -1;      // the kernel parameter holding the value, or -1:
-    int64_t value = 0;   // a constant
+    int param = -1;
+    int64_t value = 0;
+    int factor = -1;
   };
-  int base = 0;                     // the parameter holding the global address (16-byte aligned)
+  int base = 0;  // the parameter holding the global address (16-byte aligned)
   int elemBytes = 0;
   std::vector<Dim> sizes, strides;  // outermost first; strides in elements, the last is 1
   std::vector<int64_t> box;         // the box one copy moves, outermost first

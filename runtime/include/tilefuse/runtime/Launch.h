@@ -42,7 +42,7 @@ class LoadedKernel {
   int device_;
   LaunchSpec spec_;
   std::vector<TensorMapDesc> maps_;  // of spec_.tensorMaps, made once
-  CUcontext ctx_ = nullptr;  // the device's primary context
+  CUcontext ctx_ = nullptr;          // the device's primary context
   CUmodule module_ = nullptr;
   CUfunction fn_ = nullptr;
 };

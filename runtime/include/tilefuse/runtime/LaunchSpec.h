@@ -24,10 +24,18 @@ struct LaunchSpec {
   // A CUDA tensor map (TMA descriptor) that each launch encodes from the arguments and
   // passes by value after the parameters, in order.
   struct TensorMap {
+    // A constant `value` (param -1), or parameter `param` times parameter `factor` (-1:
+    // none) times `value` when it is not 0: what the launch evaluates.
     struct Dim {
-      int param = -1;     // the parameter holding the value, or -1:
-      int64_t value = 0;  // a constant
+      int param = -1;
+      int64_t value = 0;
+      int factor = -1;
       bool operator==(const Dim&) const = default;
+      int64_t of(const int64_t* args) const {
+        if (param < 0) return value;
+        int64_t v = args[param] * (factor >= 0 ? args[factor] : 1);
+        return value ? v * value : v;
+      }
     };
     int base = 0;  // the pointer parameter holding the global address
     int elemBytes = 0;

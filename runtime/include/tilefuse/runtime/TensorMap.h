@@ -22,11 +22,11 @@ class TensorMapError : public std::invalid_argument {
 
 struct TensorMapDesc {
   int rank = 0;
-  int elemBytes = 0;                         // 1, 2, 4 or 8
+  int elemBytes = 0;                          // 1, 2, 4 or 8
   std::array<int64_t, 5> sizes{}, strides{};  // outermost first; strides in elements, the last 1
-  std::array<int64_t, 5> box{};              // the box one copy moves
-  int swizzleBytes = 0;                      // 0, 32, 64 or 128
-  const std::string* where = nullptr;        // file:line of the descriptor, for messages
+  std::array<int64_t, 5> box{};               // the box one copy moves
+  int swizzleBytes = 0;                       // 0, 32, 64 or 128
+  const std::string* where = nullptr;         // file:line of the descriptor, for messages
 };
 
 // Throws TensorMapError naming the first property of `d` and `base` the copy engine
