@@ -222,6 +222,8 @@ Fact AxisAnalysis::transfer(const Op& op) const {
     }
   }
   switch (op.kind()) {
+    case OpKind::ConvertLayout:  // the same elements, held by other threads
+      return in(0);
     case OpKind::Hint: {  // the kernel author's word (tl.multiple_of, tl.max_contiguous)
       r = in(0);
       for (const char* name : {"divisibility", "contiguity"}) {

@@ -1,8 +1,8 @@
 // Calls of noinline device functions. A callee becomes an internal LLVM function
-// whose parameters are the registers of its arguments (tiles in the blocked layout,
-// scalars once, descriptors as base, sizes and strides) and whose return value is a
-// struct of the registers of its results, in the same layouts. Every thread calls it,
-// as in Triton, so barriers inside stay uniform.
+// whose parameters are the registers of its arguments (tiles in the layouts of its
+// signature, scalars once, descriptors as base, sizes and strides) and whose return
+// value is a struct of the registers of its results, in its signature's layouts.
+// Every thread calls it, as in Triton, so barriers inside stay uniform.
 #include "Lowering.h"
 
 namespace tilefuse::lower::detail {
@@ -37,7 +37,7 @@ llvm::Function* Lowering::lowerCallee(const Op& f, int64_t floor) {
   auto* fn = llvm::Function::Create(fnTy, llvm::Function::InternalLinkage, funcName(f), mod_);
   fn->addFnAttr(llvm::Attribute::NoInline);
   floor_ = floor;
-  planFunction(f);
+  analyzeAxes(f);
   beginFunction(fn);
   unsigned p = 0;
   for (Value* a : body.args()) vals_[a] = received(a->type(), [&] { return fn->getArg(p++); });
@@ -55,10 +55,10 @@ llvm::Function* Lowering::lowerCallee(const Op& f, int64_t floor) {
 
 void Lowering::lowerCall(const Op& op) {
   const std::string& name = op.strAttr("callee");
+  const Op* callee = module_.lookupFunc(name);
+  if (!callee) throw InternalError("lowering: no function '" + name + "'");
   llvm::Function* fn = mod_.getFunction(name);
   if (!fn) {
-    const Op* callee = module_.lookupFunc(name);
-    if (!callee) throw InternalError("lowering: no function '" + name + "'");
     Lowering sub(ctx_, mod_, opts_, module_);
     sub.calleeSmem_ = calleeSmem_;
     sub.hints_ = hints_;
@@ -73,7 +73,9 @@ void Lowering::lowerCall(const Op& op) {
   }
   LVal* res = b_.CreateCall(fn, args);
   unsigned k = 0;
-  for (Value* r : op.results()) vals_[r] = received(r->type(), [&] { return b_.CreateExtractValue(res, {k++}); });
+  std::vector<Type> results = funcResultTypes(*callee);
+  for (unsigned i = 0; i < op.numResults(); ++i)
+    vals_[op.result(i)] = received(results[i], [&] { return b_.CreateExtractValue(res, {k++}); });
 }
 
 }  // namespace tilefuse::lower::detail

@@ -26,10 +26,10 @@
 namespace tilefuse::lower::detail {
 namespace {
 
-// A zero, possibly splat, broadcast or cast (zero in every format and rounding mode:
+// A zero, possibly splat, broadcast, converted or cast (zero in every format and rounding mode:
 // an fp8 load's other=0.0 is a cast of an f32 constant).
 bool isZeroConstant(const Value* v) {
-  const Op* def = v->definingOp();
+  const Op* def = convertSource(v)->definingOp();
   if (def && (def->kind() == OpKind::Splat || def->kind() == OpKind::Broadcast || def->kind() == OpKind::Cast))
     return isZeroConstant(def->operand(0));
   if (!def || def->kind() != OpKind::Constant) return false;
@@ -44,7 +44,7 @@ bool isZeroConstant(const Value* v) {
 // broadcast or expanded. Such a run copies as one cp.async of the prefix's bytes.
 bool prefixMask(const AxisAnalysis& axis, const Value* mask, size_t d, int64_t w) {
   if (axis.get(mask).constancy[d] >= w) return true;
-  const Op* def = mask->definingOp();
+  const Op* def = convertSource(mask)->definingOp();
   if (!def) return false;
   switch (def->kind()) {
     case OpKind::And:
@@ -75,6 +75,7 @@ bool indexOp(const Op& op) {
     case OpKind::Splat:
     case OpKind::Arange:
     case OpKind::Hint:
+    case OpKind::ConvertLayout:
     case OpKind::ExpandDims:
     case OpKind::Reshape:
     case OpKind::Broadcast:

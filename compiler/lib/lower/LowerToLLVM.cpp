@@ -1,5 +1,5 @@
-// Tile IR -> LLVM IR (nvptx64) with the layouts of Layout.h, then libdevice
-// linking, the O3 pipeline and PTX emission.
+// GPU-stage IR (plan-layouts) -> LLVM IR (nvptx64) in the layouts of its types, then
+// libdevice linking, the O3 pipeline and PTX emission.
 #include "tilefuse/lower/LowerToLLVM.h"
 
 #include "Lowering.h"
@@ -14,6 +14,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "tilefuse/ir/Verifier.h"
+#include "tilefuse/passes/Passes.h"
 #include "tilefuse/target/NVPTX.h"
 
 namespace tilefuse::lower {
@@ -21,7 +23,7 @@ namespace detail {
 
 void Lowering::lowerKernel(const Op& f) {
   const Block& body = f.region(0);
-  planFunction(f);
+  analyzeAxes(f);
   planTensorMaps(f);
   if (!tensorMaps_.empty()) floor_ = kBarrierBytes;
   reserveWgmmaOperands(body);
@@ -65,11 +67,8 @@ void Lowering::lowerKernel(const Op& f) {
   endFunction();
 }
 
-// The layout plan and the axis analysis of a function.
-void Lowering::planFunction(const Op& f) {
-  axis_ = std::make_unique<AxisAnalysis>(f);
-  plan_ = planLayouts(f, opts_.arch, threads_, axis_.get());
-}
+// The axis analysis of a function (its layouts are its types': nothing to plan).
+void Lowering::analyzeAxes(const Op& f) { axis_ = std::make_unique<AxisAnalysis>(f); }
 
 // An entry block for thread-invariant index math ahead of the body.
 void Lowering::beginFunction(llvm::Function* fn) {
@@ -127,6 +126,7 @@ Regs Lowering::convert(const Regs& r, const Type& t, const Layout& to) {
 }
 
 Regs Lowering::in(const Value* v, const Layout& l) {
+  v = convertSource(v);
   const Regs& r = get(v);
   if (r.L == l) return r;
   // Scalars, constants and splats hold one value everywhere: any layout is a copy.
@@ -141,6 +141,7 @@ Regs Lowering::in(const Value* v, const Layout& l) {
 }
 
 bool Lowering::rematerializable(const Value* v, int& budget) {
+  v = convertSource(v);
   if (!v->type().isTile()) return true;
   const Op* def = v->definingOp();
   if (!def || --budget < 0) return false;
@@ -166,12 +167,12 @@ bool Lowering::rematerializable(const Value* v, int& budget) {
 // Lowers v's defining op again with result layout l (its operands follow through in()).
 Regs Lowering::remat(const Value* v, const Layout& l) {
   Regs saved = get(v);
-  Layout planned = layoutOf(v);
-  plan_[v] = l;
+  Layout typed = layoutOf(v);
+  layouts_[v] = l;
   lowerOp(*v->definingOp());
   Regs out = get(v);
   vals_[v] = std::move(saved);
-  plan_[v] = std::move(planned);
+  layouts_[v] = std::move(typed);
   return out;
 }
 
@@ -329,14 +330,14 @@ void Lowering::lowerFor(const Op& op) {
   // the code after the loop, reads them.
   std::vector<Value*> yielded = yieldedValues(body);
   for (size_t i = 0; i < carried.size(); ++i) {
-    const Op* def = yielded[i]->definingOp();
+    const Op* def = convertSource(yielded[i])->definingOp();
     if (def && onWgmma(*def) && !wgmmaPromotes(*def)) wgmmaPending_.insert(carried[i]);
   }
   b_.CreateCondBr(b_.CreateICmpSLT(iv, ub), bodyBB, exit);
   b_.SetInsertPoint(bodyBB);
   lowerBlock(body);
   std::vector<bool> inFlight;
-  for (Value* y : yielded) inFlight.push_back(wgmmaPending_.count(y));
+  for (Value* y : yielded) inFlight.push_back(wgmmaPending_.count(convertSource(y)));
   auto yields = inLayouts(yielded, carried);
   iv->addIncoming(b_.CreateAdd(iv, step), b_.GetInsertBlock());
   closeLoop(phis, yields);
@@ -357,7 +358,7 @@ void Lowering::lowerFor(const Op& op) {
       r.e.assign(done.e.begin() + at, done.e.begin() + at + phis[i].e.size());
       at += phis[i].e.size();
       vals_[op.result(i)] = std::move(r);
-      wgmmaPending_.erase(yielded[i]);  // loop-internal names of the same registers
+      wgmmaPending_.erase(convertSource(yielded[i]));  // loop-internal names of the same registers
       wgmmaPending_.erase(carried[i]);
     }
   }
@@ -424,6 +425,9 @@ void Lowering::lowerWhile(const Op& op) {
 
 void Lowering::lowerOp(const Op& op) {
   if (pipelinedLoads_.count(&op) || stagedTrans_.count(&op)) return;  // staged by a wgmma dot
+  // Its readers convert its operand (in()) where they read it, as they need it: index
+  // math recomputed, anything else through shared memory.
+  if (op.kind() == OpKind::ConvertLayout) return;
   waitPending(op);
   const Type& t = op.numResults() ? op.result()->type() : Type{};
   static const Layout none;
@@ -644,15 +648,30 @@ void linkLibdevice(llvm::Module& mod, const LowerOptions& opts) {
   mod.addModuleFlag(llvm::Module::Override, "nvvm-reflect-ftz", uint32_t{0});
 }
 
+// The GPU stage of `m` for `opts`: tile IR goes through plan-layouts on a copy; IR in
+// the GPU stage already (marked for this arch and num_warps) is verified as it is.
+const Module& gpuStage(const Module& m, const Op& f, const LowerOptions& opts, std::unique_ptr<Module>& copy) {
+  if (!isGpuStage(f)) return *(copy = passes::runGpuStage(m, opts.arch, opts.numWarps));
+  if (f.strAttr("arch") != opts.arch || f.intAttr("num_warps") != opts.numWarps)
+    throw UserError(f.loc(), "'@" + funcName(f) + "' is in the GPU stage for " + f.strAttr("arch") +
+                                 " with num_warps " + std::to_string(f.intAttr("num_warps")) + ", not for " +
+                                 opts.arch + " with " + std::to_string(opts.numWarps));
+  verifyModule(m);
+  return m;
+}
+
 }  // namespace
 
-LoweredKernel compileKernel(const Module& m, const std::string& kernel, const LowerOptions& opts) {
-  Op* f = m.lookupFunc(kernel);
+LoweredKernel compileKernel(const Module& tile, const std::string& kernel, const LowerOptions& opts) {
+  Op* f = tile.lookupFunc(kernel);
   if (!f) throw InternalError("no kernel '" + kernel + "' to lower");
   if (opts.numWarps < 1 || opts.numWarps > 32 || (opts.numWarps & (opts.numWarps - 1)))
     throw UserError(f->loc(), "num_warps must be a power of two from 1 to 32, got " + std::to_string(opts.numWarps));
   if (opts.numStages < 1 || opts.numStages > 8)
     throw UserError(f->loc(), "num_stages must be from 1 to 8, got " + std::to_string(opts.numStages));
+  std::unique_ptr<Module> copy;
+  const Module& m = gpuStage(tile, *f, opts, copy);
+  f = m.lookupFunc(kernel);
   llvm::LLVMContext ctx;
   llvm::Module mod("tilefuse", ctx);
   mod.setTargetTriple("nvptx64-nvidia-cuda");

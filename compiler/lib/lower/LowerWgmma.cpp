@@ -142,7 +142,7 @@ void Lowering::waitPending(const Op& user) {
   if (wgmmaPending_.empty()) return;
   bool chained = onWgmma(user);
   for (unsigned i = 0; i < user.numOperands(); ++i) {
-    const Value* v = user.operand(i);
+    const Value* v = convertSource(user.operand(i));
     if (!wgmmaPending_.count(v) || (chained && i == accOperand(user))) continue;
     vals_[v] = waitWgmma(get(v), 0);
     wgmmaPending_.erase(v);

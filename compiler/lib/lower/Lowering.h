@@ -3,7 +3,8 @@
 // elementwise dispatch), LowerArith.cpp (arithmetic, math, casts and rounding),
 // LowerMemory.cpp, LowerReduce.cpp, LowerDot.cpp (mma.sync and FMA dots),
 // LowerWgmma.cpp (Hopper dots), LowerPipeline.cpp (cp.async K loops) and
-// LowerCall.cpp (noinline functions). Layout.cpp plans the layouts.
+// LowerCall.cpp (noinline functions). It lowers GPU-stage IR: every layout is a
+// type's, written by plan-layouts from Layout.cpp's plan.
 #pragma once
 
 #include <llvm/IR/IRBuilder.h>
@@ -29,6 +30,13 @@ namespace tilefuse::lower::detail {
 
 using llvm::IRBuilder;
 using LVal = llvm::Value;
+
+// The value a chain of convert_layout ops starts from. Its readers convert it (in()),
+// each where it reads it, so a convert_layout result has its operand's registers.
+inline const Value* convertSource(const Value* v) {
+  for (const Op* d = v->definingOp(); d && d->kind() == OpKind::ConvertLayout; d = v->definingOp()) v = d->operand(0);
+  return v;
+}
 
 // The per-thread registers of one tile-IR value: one LLVM value per slot of its
 // layout. A tensor descriptor keeps [base, sizes..., strides...] (uniform scalars).
@@ -163,8 +171,8 @@ class Lowering {
   const std::vector<TensorMapSpec>& tensorMaps() const { return tensorMaps_; }
   void lowerKernel(const Op& f);
   // A noinline device function as an LLVM function taking and returning the
-  // registers of its arguments and results in blocked layouts; its shared memory
-  // starts at byte `floor`, above the caller's operand buffers.
+  // registers of its arguments and results in its signature's layouts; its shared
+  // memory starts at byte `floor`, above the caller's operand buffers.
   llvm::Function* lowerCallee(const Op& f, int64_t floor);
 
  private:
@@ -204,14 +212,19 @@ class Lowering {
   static int64_t numel(const Type& t) { return t.isTile() ? t.numel() : 1; }
   static int slots(const Layout& l) { return l.slots(); }
   LVal* idx(int64_t v) { return b_.getInt32(static_cast<int32_t>(v)); }
-  // The planned layout; values the plan never reached (unused block arguments) are blocked.
+  // The layout of v's type (plan-layouts wrote it; remat() relabels for a moment).
   const Layout& layoutOf(const Value* v) {
-    auto it = plan_.find(v);
-    if (it == plan_.end()) {
-      const Type& t = v->type();
-      it = plan_.emplace(v, defaultLayout(t, threads_)).first;
-    }
+    auto it = layouts_.find(v);
+    if (it == layouts_.end()) it = layouts_.emplace(v, typeLayout(v->type())).first;
     return it->second;
+  }
+  // A tile type's layout; values without one (scalars, descriptors) are one per thread.
+  Layout typeLayout(const Type& t) const {
+    const DistLayout* d = t.dist();
+    if (!d) return scalarLayout(threads_);
+    Layout l{d->reg, d->lane};
+    l.thr.insert(l.thr.end(), d->warp.begin(), d->warp.end());
+    return l;
   }
   // Flat element index of slot s in this thread.
   LVal* flatIndex(const Layout& l, int s) {
@@ -248,7 +261,7 @@ class Lowering {
   }
 
   const Regs& get(const Value* v) {
-    auto it = vals_.find(v);
+    auto it = vals_.find(convertSource(v));
     if (it == vals_.end()) throw InternalError("lowering: value used before definition");
     return it->second;
   }
@@ -418,13 +431,13 @@ class Lowering {
   void lowerIf(const Op& op);
   void lowerWhile(const Op& op);
   void lowerCall(const Op& op);
-  void planFunction(const Op& f);
+  void analyzeAxes(const Op& f);
   void beginFunction(llvm::Function* fn);
   void endFunction();
   std::vector<llvm::Type*> regTypes(const Type& t);
-  // The layout in which a call passes a value of type t (blocked tiles; descriptors
-  // have none).
-  Layout callLayout(const Type& t) const { return t.isDesc() ? Layout{} : defaultLayout(t, threads_); }
+  // The layout in which a call passes a value of type t (the callee's signature's;
+  // descriptors have none).
+  Layout callLayout(const Type& t) const { return t.isDesc() ? Layout{} : typeLayout(t); }
   Regs passed(const Value* v);
   Regs received(const Type& t, const std::function<LVal*()>& next);
 
@@ -485,7 +498,7 @@ class Lowering {
   llvm::GlobalVariable* smem_ = nullptr;
   uint64_t smemBytes_ = 0;
   std::unordered_map<const Value*, Regs> vals_;
-  LayoutPlan plan_;
+  std::unordered_map<const Value*, Layout> layouts_;  // of the types, and remat()'s
   std::unique_ptr<AxisAnalysis> axis_;
   llvm::BasicBlock* entry_ = nullptr;  // thread-invariant index math goes here, ahead of the body
   llvm::BasicBlock* start_ = nullptr;

@@ -1,10 +1,11 @@
 // Lowering of an optimized tile-IR kernel to LLVM IR for nvptx64, then PTX.
 //
-// Tile values live in registers in distributed layouts (lib/lower/Layout.h) chosen by
-// a layout plan; an axis analysis (AxisInfo.h) vectorizes memory accesses; dots run
-// on wgmma (sm_90a) or mma.sync, and K loops feeding a wgmma dot are software
-// pipelined with cp.async (lib/lower/LowerPipeline.cpp). The implementation is split
-// by area under lib/lower (Lowering.h lists the files).
+// Tile values live in registers in the distributed layouts of their types (the GPU
+// stage: plan-layouts writes lib/lower/Layout.h's plan into them); an axis analysis
+// (AxisInfo.h) vectorizes memory accesses; dots run on wgmma (sm_90a) or mma.sync,
+// and K loops feeding a wgmma dot are software pipelined with cp.async
+// (lib/lower/LowerPipeline.cpp). The implementation is split by area under lib/lower
+// (Lowering.h lists the files).
 #pragma once
 
 #include <cstdint>
@@ -59,7 +60,9 @@ struct LoweredKernel {
   std::vector<PerfHint> hints;  // in program order, one per op and message
 };
 
-// Throws UserError at the op's location for ops the GPU backend does not lower yet.
+// `m` is tile IR (plan-layouts runs on a copy) or GPU-stage IR for opts' arch and
+// num_warps (verified). Throws UserError at the op's location for ops the GPU backend
+// does not lower yet.
 LoweredKernel compileKernel(const Module& m, const std::string& kernel, const LowerOptions& opts = {});
 
 }  // namespace tilefuse::lower
