@@ -1,7 +1,7 @@
 // The LLVM lowering takes its layouts from GPU-stage IR (compileKernel): a copy of 512
 // f32 runs 4 (16-byte) or 2 (8-byte) consecutive elements per thread as its types say,
-// a convert_layout recomputes index math or moves a loaded value through shared
-// memory, and IR whose layouts disagree without a convert_layout is rejected by the
+// a convert_layout recomputes index math, relabels registers or moves a loaded value
+// through shared memory, and IR whose layouts disagree without a convert_layout is rejected by the
 // verifier before anything is lowered.
 #include <gtest/gtest.h>
 
@@ -86,6 +86,15 @@ TEST(LowerGpuStage, ConvertLayoutRecomputesIndexMathAndMovesOtherValuesThroughSh
   EXPECT_TRUE(has(remat, "st.global.v4.f32")) << remat;
   EXPECT_FALSE(has(remat, "bar.sync")) << remat;
   EXPECT_FALSE(has(remat, ".shared")) << remat;
+}
+
+TEST(LowerGpuStage, ConvertLayoutRelabelsRegistersWhereEachThreadHoldsItsElements) {
+  // Each thread's two elements in the other slot order: no data moves.
+  std::string swapped = "#blocked<reg=[256, 1], lane=[2, 4, 8, 16, 32], warp=[64, 128]>";
+  std::string ptx = ptxOf(copyKernel(kRun2, swapped, kConverted));
+  EXPECT_TRUE(has(ptx, "ld.global.v2.f32")) << ptx;
+  EXPECT_FALSE(has(ptx, "bar.sync")) << ptx;
+  EXPECT_FALSE(has(ptx, ".shared")) << ptx;
 }
 
 TEST(LowerGpuStage, LayoutsThatDisagreeWithoutAConvertAreRejectedBeforeLowering) {

@@ -120,9 +120,39 @@ LVal* Lowering::owner(const Layout& l) {
   return it->second;
 }
 
+namespace {
+
+// For each slot of `to`, the slot of `from` holding the same element, when both spread
+// the same bases over the same threads (the slots' bases permuted); else empty.
+std::vector<int> relabeling(const Layout& from, const Layout& to) {
+  if (from.thr != to.thr || from.reg.size() != to.reg.size()) return {};
+  std::vector<int> bit;  // slot bit i of `to` is slot bit bit[i] of `from`
+  std::vector<bool> taken(from.reg.size());
+  for (int64_t b : to.reg) {
+    size_t j = 0;
+    while (j < from.reg.size() && (taken[j] || from.reg[j] != b)) ++j;
+    if (j == from.reg.size()) return {};
+    taken[j] = true;
+    bit.push_back(static_cast<int>(j));
+  }
+  std::vector<int> src(to.slots());
+  for (int s = 0; s < to.slots(); ++s)
+    for (size_t i = 0; i < bit.size(); ++i)
+      if (s >> i & 1) src[s] |= 1 << bit[i];
+  return src;
+}
+
+}  // namespace
+
+// Registers relabeled where each thread holds the same elements already, else a
+// round trip through shared memory.
 Regs Lowering::convert(const Regs& r, const Type& t, const Layout& to) {
   if (r.L == to) return r;
-  return gather(r, t, to, [](LVal* e) { return e; });
+  std::vector<int> src = relabeling(r.L, to);
+  if (src.empty()) return gather(r, t, to, [](LVal* e) { return e; });
+  Regs out{{}, to};
+  for (int s : src) out.e.push_back(r.e[s]);
+  return out;
 }
 
 Regs Lowering::in(const Value* v, const Layout& l) {

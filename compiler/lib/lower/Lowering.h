@@ -242,7 +242,8 @@ class Lowering {
   }
   LVal* owner(const Layout& l);
   LVal* threadPart(const Layout& l);
-  // Registers of `v` in layout `l` (a copy through shared memory when they differ).
+  // Registers of `v` in layout `l`: copied (scalars, constants, splats), relabeled,
+  // recomputed (index math) or moved through shared memory (convert).
   Regs in(const Value* v, const Layout& l);
   Regs convert(const Regs& r, const Type& t, const Layout& to);
   bool rematerializable(const Value* v, int& budget);
