@@ -1,13 +1,13 @@
-// plan-layouts: enters the GPU stage. Every tile value's type takes the distributed
-// layout of the layout plan (lib/lower/Layout.h, made with the axis analysis, as the
-// LLVM lowering makes it), named by who made it: #wgmma / #mma for dot accumulators
+// plan-layouts: enters the GPU stage, which the LLVM lowering reads (compileKernel runs
+// this pass). Every tile value's type takes the distributed layout of the layout plan
+// (lib/lower/Layout.h, made with the axis analysis), named by who made it: #wgmma / #mma for dot accumulators
 // and what follows them, #blocked otherwise. Where a user needs an operand in another
 // layout (elementwise ops and memory ops compute in one layout, loop-carried and
 // returned values keep theirs) a convert_layout follows the operand's definition; a
 // constant or a splat (one value in every thread, a copy in any layout, as the lowering
-// treats them) is made again in that layout instead. The lowering recomputes other
-// index math (aranges and what follows) in the layout it needs; the IR states the
-// need. Functions are marked {gpu = true, arch, num_warps}.
+// treats them) is made again in that layout instead. The lowering converts where the
+// user reads: it recomputes index math (aranges and what follows) in the layout
+// needed, other values move through shared memory. Functions are marked {gpu = true, arch, num_warps}.
 //
 // before:
 //   %zero = constant {value = 0.0} : tile<128x128xf32>
