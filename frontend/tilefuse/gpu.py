@@ -62,10 +62,8 @@ def default_target() -> str:
 def lower(kernel, arch: str, num_warps: int, num_stages: int, keep_ir: bool = True) -> dict:
     """For a compiled kernel (no GPU needed): "ptx", "llir" (the optimized LLVM IR, with
     keep_ir), "hints" (the fast paths missed) and "spec" (its runtime.LaunchSpec). Under
-    TILEFUSE_DUMP (gpu, plan_layouts or all) the GPU stage of a copy prints first."""
+    TILEFUSE_DUMP (gpu, plan_layouts or all) the GPU stage the lowering reads prints first."""
     try:
-        if os.environ.get("TILEFUSE_DUMP"):
-            _C.passes.gpu_stage(kernel.module, arch, num_warps)
         low = _C.lower.compile(kernel.module, kernel.name, arch, num_warps, num_stages, keep_ir)
     except _C.UserError as e:
         raise CompilationError(e.message, e.file, e.line, e.col) from None
