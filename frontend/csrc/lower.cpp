@@ -13,7 +13,8 @@ using runtime::LaunchSpec;
 namespace {
 
 struct Lowered {
-  std::string llir;  // optimized LLVM IR text (empty without keep_ir)
+  std::string gpuIR;  // the GPU-stage IR the lowering read (empty without keep_ir)
+  std::string llir;   // optimized LLVM IR text (empty without keep_ir)
   std::string ptx;
   std::vector<lower::PerfHint> hints;
   LaunchSpec spec;
@@ -55,6 +56,7 @@ LaunchSpec launchSpec(const Module& m, const lower::LowerOptions& o, const lower
 void init_lower(py::module_& m) {
   auto l = m.def_submodule("lower", "GPU lowering");
   py::class_<Lowered>(l, "Lowered")
+      .def_readonly("gpu_ir", &Lowered::gpuIR)
       .def_readonly("llir", &Lowered::llir)
       .def_readonly("ptx", &Lowered::ptx)
       .def_readonly("spec", &Lowered::spec)
@@ -74,7 +76,8 @@ void init_lower(py::module_& m) {
         py::gil_scoped_release release;
         lower::LowerOptions o{arch, numWarps, numStages, keepIR, libdevice};
         lower::LoweredKernel k = lower::compileKernel(m, kernel, o);
-        return Lowered{std::move(k.llir), std::move(k.ptx), std::move(k.hints), launchSpec(m, o, k)};
+        return Lowered{std::move(k.gpuIR), std::move(k.llir), std::move(k.ptx), std::move(k.hints),
+                       launchSpec(m, o, k)};
       },
       py::arg("module"), py::arg("kernel"), py::arg("arch"), py::arg("num_warps"), py::arg("num_stages"),
       py::arg("keep_ir") = true, py::arg("libdevice") = "");

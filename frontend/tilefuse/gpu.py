@@ -60,9 +60,10 @@ def default_target() -> str:
 
 
 def lower(kernel, arch: str, num_warps: int, num_stages: int, keep_ir: bool = True) -> dict:
-    """For a compiled kernel (no GPU needed): "ptx", "llir" (the optimized LLVM IR, with
-    keep_ir), "hints" (the fast paths missed) and "spec" (its runtime.LaunchSpec). Under
-    TILEFUSE_DUMP (gpu, plan_layouts or all) the GPU stage the lowering reads prints first."""
+    """For a compiled kernel (no GPU needed): "ptx", "gpu" and "llir" (the GPU-stage IR the
+    lowering read and the optimized LLVM IR, with keep_ir), "hints" (the fast paths missed)
+    and "spec" (its runtime.LaunchSpec). Under TILEFUSE_DUMP (gpu, plan_layouts or all) the
+    GPU stage the lowering reads prints first."""
     try:
         low = _C.lower.compile(kernel.module, kernel.name, arch, num_warps, num_stages, keep_ir)
     except _C.UserError as e:
@@ -71,7 +72,7 @@ def lower(kernel, arch: str, num_warps: int, num_stages: int, keep_ir: bool = Tr
     if perf_hints():
         for file, line, col, message in hints:
             print(render(f"{message} [{kernel.name}, {arch}]", file, line, col, kind="perf"), file=sys.stderr)
-    return {"llir": low.llir, "ptx": low.ptx, "hints": hints, "spec": low.spec}
+    return {"gpu": low.gpu_ir, "llir": low.llir, "ptx": low.ptx, "hints": hints, "spec": low.spec}
 
 
 def perf_hints() -> bool:

@@ -300,12 +300,13 @@ class JITFunction:
         self, *args, grid=None, target=None, num_warps=NUM_WARPS, num_stages=NUM_STAGES, **kwargs
     ) -> CompiledKernel:
         """Compiles for `target` (e.g. "sm_90a"; default: $TILEFUSE_TARGET, else GPU 0, else sm_90a) without
-        launching; works without a GPU. The result exposes asm["tile"], ["llir"], ["ptx"]."""
+        launching; works without a GPU. The result exposes asm["tile"], ["gpu"] (the GPU stage the
+        lowering reads: layouts in the types), ["llir"], ["ptx"]."""
         kernel = self.compile(*args, **kwargs)
         if target is None:
             target = gpu.default_target()
         low = gpu.lower(kernel, target, num_warps, num_stages)
-        kernel.asm["llir"], kernel.asm["ptx"] = low["llir"], low["ptx"]
+        kernel.asm["gpu"], kernel.asm["llir"], kernel.asm["ptx"] = low["gpu"], low["llir"], low["ptx"]
         return kernel
 
 

@@ -40,6 +40,14 @@ def test_dump_gpu_prints_the_gpu_stage(monkeypatch, capfd):
     assert "#" not in k.asm["tile"]  # the kernel's own IR stays tile-level
 
 
+def test_warmup_exposes_the_gpu_stage():
+    a = np.zeros((64, 64), np.float16)
+    k = dot_kernel.warmup(a, a, np.zeros((64, 64), np.float32), grid=(1,), target="sm_90a", num_warps=8, N=64)
+    text = k.asm["gpu"]
+    assert 'arch = "sm_90a", gpu = true, kernel = true, num_warps = 8' in text
+    assert "#wgmma<" in text and "#blocked<" in text and "#" not in k.asm["tile"]
+
+
 def test_no_gpu_dump_without_tilefuse_dump(monkeypatch, capfd):
     capfd.readouterr()
     monkeypatch.delenv("TILEFUSE_DUMP", raising=False)

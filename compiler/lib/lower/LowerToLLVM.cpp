@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "tilefuse/ir/Text.h"
 #include "tilefuse/ir/Verifier.h"
 #include "tilefuse/passes/Passes.h"
 #include "tilefuse/target/NVPTX.h"
@@ -723,6 +724,7 @@ LoweredKernel compileKernel(const Module& tile, const std::string& kernel, const
   out.sharedBytes = low.sharedBytes();
   out.tensorMaps = low.tensorMaps();
   out.hints = low.hints();
+  if (opts.keepIR) out.gpuIR = printModule(m);
   auto emitted = target::optimizeAndEmitPTX(mod, {opts.arch, 3, opts.keepIR});
   out.llir = std::move(emitted.optimizedIR);
   out.ptx = std::move(emitted.ptx);

@@ -52,7 +52,8 @@ struct PerfHint {
 
 struct LoweredKernel {
   std::string name;
-  std::string llir;  // optimized LLVM IR text
+  std::string gpuIR;  // the GPU-stage IR text the lowering read (with keepIR)
+  std::string llir;   // optimized LLVM IR text
   std::string ptx;
   int numThreads = 0;
   int sharedBytes = 0;  // dynamic shared memory the launch must provide
