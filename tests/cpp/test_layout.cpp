@@ -176,45 +176,19 @@ func @mm(%a_ptr: ptr<bf16>, %b_ptr: ptr<bf16>, %c_ptr: ptr<bf16>, %K: i32) {alig
 }
 )";
 
-// B [K, N] with K contiguous: b_ptr + k + 64 n, advanced by 64 (rows) per iteration.
-const char* kLoopKContiguous = R"(
-func @mm(%a_ptr: ptr<bf16>, %b_ptr: ptr<bf16>, %c_ptr: ptr<f32>, %K: i32) {aligned16 = [0, 1, 2, 3], kernel = true} {
-  %r = arange {end = 64, start = 0} : tile<64xi32>
-  %0 = expand_dims %r {axis = 1} : tile<64x1xi32>
-  %1 = constant {value = 64} : tile<64x1xi32>
-  %2 = mul %0, %1 : tile<64x1xi32>
-  %3 = expand_dims %r {axis = 0} : tile<1x64xi32>
-  %4 = broadcast %2 : tile<64x64xi32>
-  %5 = broadcast %3 : tile<64x64xi32>
-  %offs = add %4, %5 : tile<64x64xi32>
-  %t = constant {value = 64} : tile<1x64xi32>
-  %6 = mul %3, %t : tile<1x64xi32>
-  %7 = broadcast %0 : tile<64x64xi32>
-  %8 = broadcast %6 : tile<64x64xi32>
-  %offs_b = add %7, %8 : tile<64x64xi32>
-  %9 = splat %a_ptr : tile<64x64xptr<bf16>>
-  %pa = ptr_add %9, %offs : tile<64x64xptr<bf16>>
-  %10 = splat %b_ptr : tile<64x64xptr<bf16>>
-  %pb = ptr_add %10, %offs_b : tile<64x64xptr<bf16>>
-  %acc0 = constant {value = 0.0} : tile<64x64xf32>
-  %lo = constant {value = 0} : i32
-  %step = constant {value = 64} : i32
-  %pa_1, %acc, %pb_1 = for %lo, %K, %step, %pa, %acc0, %pb : tile<64x64xptr<bf16>>, tile<64x64xf32>, tile<64x64xptr<bf16>> {
-  ^(%k: i32, %pa_2: tile<64x64xptr<bf16>>, %acc_2: tile<64x64xf32>, %pb_2: tile<64x64xptr<bf16>>):
-    %a = load %pa_2 : tile<64x64xbf16>
-    %b = load %pb_2 : tile<64x64xbf16>
-    %acc_3 = dot %a, %b, %acc_2 : tile<64x64xf32>
-    %11 = constant {value = 64} : tile<64x64xi32>
-    %pa_3 = ptr_add %pa_2, %11 : tile<64x64xptr<bf16>>
-    %pb_3 = ptr_add %pb_2, %11 : tile<64x64xptr<bf16>>
-    yield %pa_3, %acc_3, %pb_3
-  }
-  %12 = splat %c_ptr : tile<64x64xptr<f32>>
-  %pc = ptr_add %12, %offs : tile<64x64xptr<f32>>
-  store %pc, %acc
-  return
+// kLoop with B [K, N] K contiguous: b_ptr + k + 64 n, still advanced by 64 per iteration.
+std::string kLoopKContiguous() {
+  std::string t = kLoop;
+  const std::string pb = "  %pb = ptr_add %7, %offs : tile<64x64xptr<bf16>>\n";
+  t.replace(t.find(pb), pb.size(),
+            "  %t = constant {value = 64} : tile<1x64xi32>\n"
+            "  %kn = mul %3, %t : tile<1x64xi32>\n"
+            "  %bk = broadcast %0 : tile<64x64xi32>\n"
+            "  %bn = broadcast %kn : tile<64x64xi32>\n"
+            "  %offs_b = add %bk, %bn : tile<64x64xi32>\n"
+            "  %pb = ptr_add %7, %offs_b : tile<64x64xptr<bf16>>\n");
+  return t;
 }
-)";
 
 // The kernel's layout plan, by value name (coalesced by its axis analysis).
 struct Planned {
@@ -238,7 +212,8 @@ TEST(LayoutPlan, AccumulatorsStayInTheWgmmaLayoutThroughTheLoopAndTheEpilogue) {
 }
 
 TEST(LayoutPlan, LoadsContiguousAlongAnotherDimAreCoalescedAlongIt) {
-  Planned p(kLoopKContiguous, "sm_90a", 128);
+  std::string text = kLoopKContiguous();
+  Planned p(text.c_str(), "sm_90a", 128);
   // B's pointers, through the loop's carried value and its update, and the loaded tile.
   Layout alongK = blockedLayout({64, 64}, 128, 8, 0);
   for (const char* v : {"pb", "pb_2", "pb_3", "b"}) EXPECT_EQ(p[v], alongK) << v;
