@@ -189,8 +189,8 @@ class Planner {
       for (size_t d = 0; d < last; ++d)
         if (c[d] > std::max<int64_t>(1, along < 0 ? c[last] : c[along])) along = static_cast<int>(d);
       if (along < 0 || c[last] > 1) continue;
-      const Layout dflt = blocked(ptr);
-      want(ptr, blockedLayout(ptr->type().shape, threads_, dflt.slots() > 1 ? vectorRun(dflt) : 1, along));
+      int64_t run = vectorRun(defaultLayout(ptr->type(), threads_));  // as long as the default layout's
+      want(ptr, blockedLayout(ptr->type().shape, threads_, run, along));
     }
   }
   LayoutPlan plan;

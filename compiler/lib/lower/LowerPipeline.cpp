@@ -181,8 +181,10 @@ bool Lowering::planPipeline(const Op& loop, Pipeline* p, std::string* why) {
       std::string name = i ? "B" : "A";
       const Value* v = i ? bs.value : dot->operand(0);
       // A may feed several of the loop's dots as their A; B feeds one.
-      bool onlyDots = !v->uses().empty() && (i ? v->uses().size() == 1 : true);
-      for (const Use& u : v->uses()) onlyDots = onlyDots && (i || (dots.count(u.user) && u.index == 0));
+      bool onlyDots = i ? v->uses().size() == 1
+                        : !v->uses().empty() && std::all_of(v->uses().begin(), v->uses().end(), [&](const Use& u) {
+                            return dots.count(u.user) && u.index == 0;
+                          });
       const Op* ld = v->definingOp();
       // dot_scaled's operands are fp8 bitcasts of loaded bytes: the copy moves the bytes.
       const Op* cast = ld && ld->kind() == OpKind::Bitcast ? ld : nullptr;
@@ -200,10 +202,10 @@ bool Lowering::planPipeline(const Op& loop, Pipeline* p, std::string* why) {
         slot[i] = static_cast<int>(seen - p->loads.begin());
         continue;
       }
-      StagedLoad l{ld, -1, 1, tile, stageBytes, i == 1 && bs.transposeOnStage, false, cast};
+      StagedLoad l{
+          .load = ld, .tile = tile, .offset = stageBytes, .transposed = i == 1 && bs.transposeOnStage, .bitcast = cast};
       if (std::string bad = planCopy(l, body, bs.elemBytes); !bad.empty()) return no(name + bad);
-      // Whole 1024-byte swizzle atoms per tile.
-      stageBytes += (v->type().numel() * bs.elemBytes + 1023) / 1024 * 1024;
+      stageBytes += swizzleAtoms(v->type().numel() * bs.elemBytes);
       slot[i] = static_cast<int>(p->loads.size());
       p->loads.push_back(l);
     }

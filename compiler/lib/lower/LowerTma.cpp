@@ -48,6 +48,36 @@ bool productDim(const TensorMapSpec::Dim& x, const TensorMapSpec::Dim& y, Tensor
   return true;
 }
 
+// How tiles of a descriptor's block type move as TMA boxes: whether they can, the
+// swizzle span in bytes (0: none; at most `maxSwizzle`) and the box's last dim.
+struct TmaView {
+  bool ok = false;
+  int64_t swizzle = 0, innerBox = 0;
+};
+
+TmaView tmaView(const Type& t, int64_t maxSwizzle) {
+  TmaView v;
+  int64_t eb = elemBytesOf(t.elem);
+  size_t rank = t.shape.size();
+  if (!eb || rank < 1 || rank > 5) return v;
+  int64_t cols = t.shape.back(), rowBytes = cols * eb;
+  if (rank == 1) {
+    v.ok = rowBytes % 16 == 0 && cols <= 256;
+    v.innerBox = cols;
+    return v;
+  }
+  int64_t outer = 1;  // rows: the outer dims flattened
+  for (size_t d = 0; d + 1 < rank; ++d) {
+    if (t.shape[d] > 256) return v;
+    outer *= t.shape[d];
+  }
+  // Column blocks must start on whole swizzle patterns (8 rows of R bytes).
+  v.ok = rowBytes >= 32 && outer % 8 == 0;
+  v.swizzle = std::min<int64_t>(maxSwizzle, rowBytes);
+  v.innerBox = v.swizzle / eb;
+  return v;
+}
+
 }  // namespace
 
 // The widest swizzle the tiles loaded through descriptor `md` may take: that of the
@@ -63,29 +93,6 @@ int64_t Lowering::descSwizzleCap(const Op& md) {
     }
   }
   return cap;
-}
-
-// Whether tiles of `t` (a descriptor's block) can move as TMA boxes, and how.
-TmaView tmaView(const Type& t, int64_t maxSwizzle) {
-  TmaView v;
-  int64_t eb = elemBytesOf(t.elem);
-  size_t rank = t.shape.size();
-  if (!eb || rank < 1 || rank > 5) return v;
-  int64_t cols = t.shape.back(), rowBytes = cols * eb;
-  if (rank == 1) {
-    v.ok = rowBytes % 16 == 0 && cols <= 256;
-    v.innerBox = cols;
-    return v;
-  }
-  for (size_t d = 0; d + 1 < rank; ++d) {
-    if (t.shape[d] > 256) return v;
-    v.outer *= t.shape[d];
-  }
-  // Column blocks must start on whole swizzle patterns (8 rows of R bytes).
-  v.ok = rowBytes >= 32 && v.outer % 8 == 0;
-  v.swizzle = std::min<int64_t>(maxSwizzle, rowBytes);
-  v.innerBox = v.swizzle / eb;
-  return v;
 }
 
 // The tensor map of make_desc `md` in `f`, or why it cannot have one. Base, sizes and

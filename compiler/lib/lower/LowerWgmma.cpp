@@ -41,9 +41,9 @@ SharedTile Lowering::wgmmaOperandTile(const Op& dot, unsigned which, const Wgmma
 
 // Each operand tile in whole 1024-byte swizzle atoms.
 WgmmaOperandBytes Lowering::wgmmaOperandBytes(const Op& dot) {
-  auto atoms = [](int64_t bytes) { return (bytes + 1023) / 1024 * 1024; };
   WgmmaB bs = wgmmaB(dot);
-  return {atoms(dot.operand(0)->type().numel() * bs.elemBytes), atoms(bs.value->type().numel() * bs.elemBytes)};
+  return {swizzleAtoms(dot.operand(0)->type().numel() * bs.elemBytes),
+          swizzleAtoms(bs.value->type().numel() * bs.elemBytes)};
 }
 
 // Shared memory for wgmma operands: rings of num_stages stages for the pipelined
@@ -171,9 +171,9 @@ WgmmaB Lowering::wgmmaB(const Op& dot) {
   return {b, eb == 1 || alongK, eb == 1 || alongK, eb};
 }
 
-// Writes `r` (a tile of t) at smem byte `base` as `tile`; runs of consecutive
-// elements go as one vector store. `transpose` writes element (i, j) at (j, i) of the
-// transposed tile, one element at a time.
+// Writes `r` (a tile of t) at smem byte `base` as `tile`; runs of elements consecutive
+// in the tile's rows go as one vector store. `transpose` writes element (i, j) at
+// (j, i) of the transposed tile (runs of dim 0 of t, when its layout has them).
 void Lowering::stageOperand(const Regs& r, const Type& t, LVal* base, bool transpose, const SharedTile& tile) {
   int64_t eb = wgmmaElemBytes(t.elem);
   // Consecutive slots along the dim that is contiguous in the tile's rows go as one store.
@@ -240,16 +240,9 @@ void Lowering::lowerWgmma(const Op& op, const WgmmaShape& w) {
 // their shared byte offset.
 int64_t Lowering::stageScales(const Op& op) {
   // Above the operand stages and rings, which a wgmma in flight may still read.
-  int64_t base = scratch_;
   barrier();
-  for (unsigned i : {1u, 3u}) {
-    const Regs& r = get(op.operand(i));
-    for (int s = 0; s < slots(r.L); ++s)
-      if (slotOwned(r.L, s))
-        b_.CreateStore(r.e[s], b_.CreateGEP(b_.getInt8Ty(), smem(), b_.CreateAdd(idx(base), flatIndex(r.L, s))));
-    base += op.operand(i)->type().numel();
-  }
-  smemBytes_ = std::max<uint64_t>(smemBytes_, base);
+  toSmemAt(get(op.operand(1)), op.operand(1)->type(), scratch_);
+  toSmemAt(get(op.operand(3)), op.operand(3)->type(), scratch_ + op.operand(1)->type().numel());
   barrier();
   return scratch_;
 }
@@ -263,9 +256,9 @@ LVal* Lowering::scaleOf(int64_t table, const Type& t, LVal* row, int64_t block) 
 // Issues the wgmma group of `op` (operands staged at smem bytes aBase and bBase,
 // visible to the async proxy) accumulating into `acc`; returns the new accumulator.
 Regs Lowering::issueWgmma(const Op& op, const WgmmaShape& w, Regs acc, LVal* aBase, LVal* bBase, int64_t scales) {
-  bool scaled = op.kind() == OpKind::DotScaled && scales < 0;  // on bf16 operands
+  bool dequantized = op.kind() == OpKind::DotScaled && scales < 0;  // fp4 on bf16 operands
   Type at = op.operand(0)->type(), bt = op.operand(op.kind() == OpKind::DotScaled ? 2 : 1)->type();
-  if (scaled) {
+  if (dequantized) {
     at = at.withElem(DType::BF16);
     bt = bt.withElem(DType::BF16);
   }

@@ -84,6 +84,8 @@ struct SharedTile {
 inline SharedTile descTile(const Type& t, int64_t eb, int64_t swizzle) {
   return {t.numel() / t.shape.back(), t.shape.back(), eb, swizzle};
 }
+// `bytes` of a wgmma operand tile rounded up to whole 1024-byte swizzle atoms.
+inline int64_t swizzleAtoms(int64_t bytes) { return (bytes + 1023) / 1024 * 1024; }
 // Shared-memory bytes of a wgmma dot's staged A and B.
 struct WgmmaOperandBytes {
   int64_t a, b;
@@ -102,14 +104,6 @@ inline bool wgmmaPromotes(const Op& dot) {
 // The accumulator operand of dot (2) and dot_scaled (4).
 inline unsigned accOperand(const Op& dot) { return dot.kind() == OpKind::Dot ? 2 : 4; }
 
-// How tiles of a descriptor's block type move as TMA boxes (LowerTma.cpp): whether
-// they can, the swizzle span in bytes (0: none; at most `maxSwizzle`), the box's last
-// dim, and the number of rows (the outer dims flattened).
-struct TmaView {
-  bool ok = false;
-  int64_t swizzle = 0, innerBox = 0, outer = 1;
-};
-TmaView tmaView(const Type& t, int64_t maxSwizzle = 128);
 // Shared bytes [0, kBarrierBytes) hold the mbarriers of kernels with tensor maps.
 constexpr int64_t kBarrierBytes = 1024;
 
@@ -299,13 +293,16 @@ class Lowering {
   }
   void barrier() { b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {}); }
   bool isBool(const Type& t) { return !t.isPtr() && t.elem == DType::I1; }
-  // Writes every element of `r` (type t) at smem[base + flat * size]; copies write equal values.
-  void toSmem(const Regs& r, const Type& t, int64_t base) {
-    smemBytes_ = std::max<uint64_t>(smemBytes_, scratchBase() + base + numel(t) * storeBytes(t));
+  // Writes every element of `r` (type t) at scratch[base + flat * size]; copies write equal values.
+  void toSmem(const Regs& r, const Type& t, int64_t base) { toSmemAt(r, t, scratchBase() + base); }
+  // The same at shared byte `at` (not relative to the scratch space).
+  void toSmemAt(const Regs& r, const Type& t, int64_t at) {
+    smemBytes_ = std::max<uint64_t>(smemBytes_, at + numel(t) * storeBytes(t));
     for (int s = 0; s < slots(r.L); ++s) {
       if (!slotOwned(r.L, s)) continue;
       LVal* v = isBool(t) ? b_.CreateZExt(r.e[s], b_.getInt8Ty()) : r.e[s];
-      b_.CreateStore(v, smemAddr(base, flatIndex(r.L, s), t));
+      LVal* off = b_.CreateAdd(idx(at), b_.CreateMul(flatIndex(r.L, s), idx(storeBytes(t))));
+      b_.CreateStore(v, b_.CreateGEP(b_.getInt8Ty(), smem(), off));
     }
   }
   LVal* fromSmem(int64_t base, LVal* index, const Type& t) {
