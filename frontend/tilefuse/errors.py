@@ -44,12 +44,7 @@ class KernelRuntimeError(TilefuseError):
 
     def __init__(self, message: str, file: str | None = None, line: int = 0, col: int = 0):
         self.message, self.file, self.line, self.col = message, file, line, col
-        where = f"{file}:{line}:{col}: " if file else ""
-        src = linecache.getline(file, line).rstrip("\n") if file else ""
-        text = f"{where}error: {message}"
-        if src:
-            text += f"\n{src}\n{' ' * max(col - 1, 0)}^"
-        super().__init__(text)
+        super().__init__(render(message, file, line, col))
 
 
 class LaunchError(TilefuseError):
