@@ -8,6 +8,8 @@ PY := $(VENV)/bin/python
 BUILD := build
 APT_PKGS := llvm-19-dev llvm-19-tools libeigen3-dev libzstd-dev libgtest-dev cmake ninja-build g++
 NPROC := $(shell nproc)
+# ccache, where installed, for rebuilds in several checkouts (not needed by CI).
+LAUNCHER := $(if $(shell command -v ccache),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 
 .PHONY: all setup deps venv build run test test-cpp test-lit test-python lint format clean golden-ptx
 
@@ -31,7 +33,7 @@ venv: $(VENV)/.stamp
 setup: deps venv
 
 $(BUILD)/build.ninja: | setup
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE=$(abspath $(PY))
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE=$(abspath $(PY)) $(LAUNCHER)
 
 build: setup $(BUILD)/build.ninja
 	ninja -C $(BUILD) -j$(NPROC)
