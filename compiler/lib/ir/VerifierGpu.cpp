@@ -174,6 +174,32 @@ void verifyWgmma(const Op& op) {
   resultToken(op, 1);
 }
 
+// plan-tma's decision on a make_desc: a box of the block's rank (each dim at most 256,
+// the last dividing the block's) with its swizzle, or the reason there is none.
+void checkTmaAttrs(const Op& op, bool gpu) {
+  bool box = op.hasAttr("tma_box"), none = op.hasAttr("no_tma");
+  if (!box && !none && !op.hasAttr("tma_swizzle")) return;
+  if (!gpu) fail(op, "has plan-tma's attributes in a function not marked {gpu = true}");
+  if (none) {
+    requireAttr(op, "no_tma", 3);
+    if (box) fail(op, "has both 'tma_box' and 'no_tma'");
+    return;
+  }
+  requireAttr(op, "tma_box", 4);
+  requireAttr(op, "tma_swizzle", 1);
+  const std::vector<int64_t>& b = op.intsAttr("tma_box");
+  const std::vector<int64_t>& shape = op.result()->type().shape;
+  if (b.size() != shape.size())
+    fail(op, "tma_box must have the block's rank " + std::to_string(shape.size()) + ", got " + std::to_string(b.size()));
+  for (size_t d = 0; d < b.size(); ++d)
+    if (b[d] < 1 || b[d] > 256 || (d + 1 < b.size() ? b[d] != shape[d] : shape[d] % b[d] != 0))
+      fail(op, "tma_box dim " + std::to_string(d) + " (" + std::to_string(b[d]) +
+                   ") must be at most 256 and the block's (the last may divide it)");
+  int64_t sw = op.intAttr("tma_swizzle");
+  if (sw != 0 && sw != 32 && sw != 64 && sw != 128)
+    fail(op, "tma_swizzle must be 0, 32, 64 or 128 bytes, got " + std::to_string(sw));
+}
+
 }  // namespace
 
 void verifyGpuFunc(const Op& func) {
@@ -204,6 +230,7 @@ void checkStage(const Op& op, const Op* func) {
     for (Value* a : op.region(r).args()) check(a->type());
   if (op.kind() == OpKind::Func)
     for (const Type& t : funcResultTypes(op)) check(t);
+  if (op.kind() == OpKind::MakeDesc) checkTmaAttrs(op, gpu);
 }
 
 void verifyGpuOp(const Op& op) {

@@ -1,11 +1,12 @@
-// dot and dot_scaled: tensor cores (mma.sync) for bf16/f16, int8 and fp8, FMAs otherwise.
+// dot and dot_scaled on the instruction plan-layouts chose (the result's layout):
+// #wgmma (LowerWgmma.cpp), #mma (mma.sync: bf16/f16, int8 and fp8), FMAs otherwise.
 #include "Lowering.h"
 
 namespace tilefuse::lower::detail {
 
 // A hint for a dot that misses the tensor-core path of its arch.
-void Lowering::hintDot(const Op& op, const std::string& whyNotWgmma, const Type& at, const Type& bt) {
-  bool mma = mmaApplies(at, bt, op.result()->type(), opts_.arch);
+void Lowering::hintDot(const Op& op, const std::string& whyNotWgmma) {
+  bool mma = onMma(op);
   std::string where = mma ? "runs on mma.sync, operands staged through shared memory each step"
                           : "runs on FMAs (no tensor-core form for these types and shapes on " + opts_.arch + ")";
   if (!whyNotWgmma.empty())
@@ -18,7 +19,7 @@ void Lowering::lowerDot(const Op& op) {
   WgmmaShape w;
   std::string why;
   if (onWgmma(op, &w, &why)) return lowerWgmma(op, w);
-  hintDot(op, why, op.operand(0)->type(), op.operand(1)->type());
+  hintDot(op, why);
   vals_[op.result()] = dotRegs(op, op.operand(0)->type(), get(op.operand(0)), op.operand(1)->type(), get(op.operand(1)),
                                in(op.operand(2), layoutOf(op.result())), op.result()->type());
 }
@@ -32,7 +33,7 @@ Regs Lowering::dotRegs(const Op& op, const Type& at, const Regs& aRegs, const Ty
   llvm::Type* accTy = intDot ? b_.getInt32Ty() : b_.getFloatTy();
   // Operands go to shared memory in their own types; products accumulate in fp32 (i32).
   int64_t aBytes = m * k * storeBytes(at);
-  if (mmaApplies(at, bt, ct, opts_.arch)) {
+  if (onMma(op)) {
     // The accumulator in the mma layout (as planned; other layouts convert around it).
     Regs accM = convert(acc, ct, mmaAccLayout(m, n, threads_));
     barrier();
@@ -76,7 +77,7 @@ void Lowering::lowerDotScaled(const Op& op) {
   if (onWgmma(op, &w, &why)) return lowerWgmma(op, w);
   const Type& at = op.operand(0)->type();
   const Type& bt = op.operand(2)->type();
-  hintDot(op, why, at.withElem(DType::F32), bt.withElem(DType::F32));
+  hintDot(op, why);
   Regs a = dequantize(op, at, get(op.operand(0)), op.operand(1)->type(), get(op.operand(1)), true);
   Regs b = dequantize(op, bt, get(op.operand(2)), op.operand(3)->type(), get(op.operand(3)), false);
   vals_[op.result()] = dotRegs(op, at.withElem(DType::F32), a, bt.withElem(DType::F32), b,

@@ -12,172 +12,28 @@
 // into column blocks of R bytes, R-byte swizzled (one box per block); a rank-1 tile is
 // stored plainly. R = min(128, row bytes), or less when a wgmma dot reads the loaded
 // tiles as an N-major B with a narrower swizzle (split-N tilings), so that a pipelined
-// dot reads what the copies wrote (descSwizzleCap).
+// dot reads what the copies wrote (plan-tma decides the box and swizzle).
 //
 // mbarriers live in shared bytes [0, kBarrierBytes) of kernels with tensor maps:
 // slot 0 serves the loads outside pipelines, each pipeline takes num_stages slots.
 #include "Lowering.h"
+#include "TensorMaps.h"
 
 namespace tilefuse::lower::detail {
-namespace {
-
-int64_t elemBytesOf(DType d) { return d == DType::I1 || bitWidth(d) % 8 ? 0 : bitWidth(d) / 8; }
-
-// x * y as one tensor-map dim (at most two parameters), or false.
-bool productDim(const TensorMapSpec::Dim& x, const TensorMapSpec::Dim& y, TensorMapSpec::Dim& d) {
-  std::vector<int> params;
-  int64_t scale = 1;
-  for (const TensorMapSpec::Dim* f : {&x, &y}) {
-    if (f->param < 0) {
-      scale *= f->value;
-      continue;
-    }
-    params.push_back(f->param);
-    if (f->factor >= 0) params.push_back(f->factor);
-    if (f->value) scale *= f->value;
-  }
-  if (params.size() > 2) return false;
-  d = {};
-  if (params.empty()) {
-    d.value = scale;
-    return true;
-  }
-  d.param = params[0];
-  d.factor = params.size() > 1 ? params[1] : -1;
-  d.value = scale == 1 ? 0 : scale;
-  return true;
-}
-
-// How tiles of a descriptor's block type move as TMA boxes: whether they can, the
-// swizzle span in bytes (0: none; at most `maxSwizzle`) and the box's last dim.
-struct TmaView {
-  bool ok = false;
-  int64_t swizzle = 0, innerBox = 0;
-};
-
-TmaView tmaView(const Type& t, int64_t maxSwizzle) {
-  TmaView v;
-  int64_t eb = elemBytesOf(t.elem);
-  size_t rank = t.shape.size();
-  if (!eb || rank < 1 || rank > 5) return v;
-  int64_t cols = t.shape.back(), rowBytes = cols * eb;
-  if (rank == 1) {
-    v.ok = rowBytes % 16 == 0 && cols <= 256;
-    v.innerBox = cols;
-    return v;
-  }
-  int64_t outer = 1;  // rows: the outer dims flattened
-  for (size_t d = 0; d + 1 < rank; ++d) {
-    if (t.shape[d] > 256) return v;
-    outer *= t.shape[d];
-  }
-  // Column blocks must start on whole swizzle patterns (8 rows of R bytes).
-  v.ok = rowBytes >= 32 && outer % 8 == 0;
-  v.swizzle = std::min<int64_t>(maxSwizzle, rowBytes);
-  v.innerBox = v.swizzle / eb;
-  return v;
-}
-
-}  // namespace
-
-// The widest swizzle the tiles loaded through descriptor `md` may take: that of the
-// wgmma B operands they become (128 when none).
-int64_t Lowering::descSwizzleCap(const Op& md) {
-  int64_t cap = 128;
-  for (const Use& u : md.result()->uses()) {
-    if (u.user->kind() != OpKind::DescLoad || u.index != 0) continue;
-    for (const Use& d : u.user->result()->uses()) {
-      WgmmaShape w;
-      if (!onWgmma(*d.user, &w) || wgmmaB(*d.user).value != u.user->result()) continue;
-      cap = std::min(cap, wgmmaOperandTile(*d.user, 1, w).swizzle);
-    }
-  }
-  return cap;
-}
-
-// The tensor map of make_desc `md` in `f`, or why it cannot have one. Base, sizes and
-// strides must be kernel parameters (of integer type for sizes and strides) or
-// constants, the base and the row strides provably 16-byte multiples, the last
-// stride 1 (the copy engine walks the last dim contiguously).
-std::string Lowering::tensorMapSpec(const Op& md, const Op& f, const std::set<int64_t>& aligned, TensorMapSpec* s) {
-  const Block& body = f.region(0);
-  const Type& dt = md.result()->type();
-  TmaView view = tmaView(dt, descSwizzleCap(md));
-  if (!view.ok)
-    return "its block " + dt.str() +
-           " cannot be TMA boxes (rows of at least 32 bytes, the outer dims a multiple of 8 rows, each dim at most "
-           "256)";
-  const Value* base = md.operand(0);
-  if (base->definingOp() || base->ownerBlock() != &body) return "its base is computed in the kernel";
-  size_t rank = dt.shape.size();
-  int64_t eb = elemBytesOf(dt.elem);
-  if (!aligned.count(base->index())) return "its base is not known to be 16-byte aligned";
-  // A parameter, a constant, or a product of at most two parameters and a constant.
-  std::function<bool(const Value*, TensorMapSpec::Dim&)> dim = [&](const Value* v, TensorMapSpec::Dim& d) {
-    const Op* def = v->definingOp();
-    if (!def) {
-      const Type& t = v->type();
-      if (v->ownerBlock() != &body || t.isPtr() || (t.elem != DType::I32 && t.elem != DType::I64)) return false;
-      d.param = static_cast<int>(v->index());
-      return true;
-    }
-    if (def->kind() == OpKind::Mul) {
-      TensorMapSpec::Dim x, y;
-      if (!dim(def->operand(0), x) || !dim(def->operand(1), y)) return false;
-      return productDim(x, y, d);
-    }
-    const Attr* a = def->kind() == OpKind::Constant ? def->attr("value") : nullptr;
-    if (!a || !std::holds_alternative<int64_t>(*a)) return false;
-    d.value = std::get<int64_t>(*a);
-    return true;
-  };
-  // A row stride the copy engine takes: a multiple of 16 bytes.
-  auto aligned16 = [&](const TensorMapSpec::Dim& d) {
-    if (d.param < 0) return d.value > 0 && d.value * eb % 16 == 0;
-    return aligned.count(d.param) || (d.factor >= 0 && aligned.count(d.factor)) || (d.value && d.value * eb % 16 == 0);
-  };
-  s->base = static_cast<int>(base->index());
-  s->elemBytes = static_cast<int>(eb);
-  s->sizes.resize(rank);
-  s->strides.resize(rank);
-  for (size_t a = 0; a < rank; ++a) {
-    std::string dimName = "dim " + std::to_string(a);
-    if (!dim(md.operand(1 + a), s->sizes[a]))
-      return "the size of " + dimName +
-             " is computed in the kernel (not kernel arguments or constants, or a product of them)";
-    if (!dim(md.operand(1 + rank + a), s->strides[a]))
-      return "the stride of " + dimName +
-             " is computed in the kernel (not kernel arguments or constants, or a product of them)";
-    const TensorMapSpec::Dim &size = s->sizes[a], &stride = s->strides[a];
-    if (size.param < 0 && size.value < 1) return "the size of " + dimName + " is not positive";
-    if (a + 1 == rank) {
-      if (stride.param >= 0 || stride.value != 1) return "its last stride is not the constant 1";
-    } else if (!aligned16(stride)) {
-      return "the stride of " + dimName + " is not known to be a multiple of 16 bytes";
-    }
-  }
-  s->box = dt.shape;
-  s->box.back() = view.innerBox;
-  s->swizzleBytes = static_cast<int>(view.swizzle);
-  const Location& loc = md.loc();
-  s->where = loc.known() ? *loc.file + ":" + std::to_string(loc.line) : funcName(f);
-  return "";
-}
-
+// The tensor maps plan-tma gave the kernel's descriptors, in program order (the order
+// of the kernel's extra parameters); the others' reasons become hints.
 void Lowering::planTensorMaps(const Op& f) {
-  if (opts_.arch != "sm_90a" && opts_.arch != "sm_90") return;
-  std::set<int64_t> aligned;
-  if (const Attr* al = f.attr("aligned16"); al && std::holds_alternative<std::vector<int64_t>>(*al))
-    for (int64_t i : std::get<std::vector<int64_t>>(*al)) aligned.insert(i);
   std::function<void(const Block&)> walk = [&](const Block& b) {
     for (const auto& o : b.ops()) {
       for (unsigned r = 0; r < o->numRegions(); ++r) walk(o->region(r));
       if (o->kind() != OpKind::MakeDesc) continue;
+      if (o->hasAttr("no_tma")) hint(*o, "descriptor not on TMA (bounds-checked accesses instead): " + o->strAttr("no_tma"));
+      if (!o->hasAttr("tma_box")) continue;
       TensorMapSpec s;
-      if (std::string why = tensorMapSpec(*o, f, aligned, &s); !why.empty()) {
-        hint(*o, "descriptor not on TMA (bounds-checked accesses instead): " + why);
-        continue;
-      }
+      if (std::string why = tensorMapOperands(*o, f, &s); !why.empty())
+        throw InternalError("lowering: plan-tma put a descriptor on TMA that cannot be: " + why);
+      s.box = o->intsAttr("tma_box");
+      s.swizzleBytes = static_cast<int>(o->intAttr("tma_swizzle"));
       tmaMaps_[o.get()] = static_cast<int>(tensorMaps_.size());
       tensorMaps_.push_back(std::move(s));
     }
@@ -276,7 +132,7 @@ void Lowering::tmaCopy(int map, const Type& t, LVal* smemAddr, const std::vector
 
 // Byte offset of flat element e of tile t in the box layout of tensor map `map`.
 LVal* Lowering::tileOffset(LVal* e, const Type& t, int map) {
-  int64_t eb = elemBytesOf(t.elem);
+  int64_t eb = tmaElemBytes(t.elem);
   if (t.shape.size() == 1) return b_.CreateMul(e, idx(eb));
   int64_t cols = t.shape.back();
   LVal* row = b_.CreateLShr(e, idx(__builtin_ctzll(cols)));
@@ -286,7 +142,7 @@ LVal* Lowering::tileOffset(LVal* e, const Type& t, int map) {
 
 // Registers in layout L of the tile t at shared byte `base` (box layout of `map`).
 Regs Lowering::readTile(int64_t base, const Type& t, const Layout& L, int map) {
-  int64_t eb = elemBytesOf(t.elem);
+  int64_t eb = tmaElemBytes(t.elem);
   llvm::Type* et = elemType(t.elem);
   int run = static_cast<int>(std::min<int64_t>(16 / eb, vectorRun(L)));
   Regs out{{}, L};
@@ -299,7 +155,7 @@ Regs Lowering::readTile(int64_t base, const Type& t, const Layout& L, int map) {
 }
 
 void Lowering::writeTile(int64_t base, const Type& t, const Regs& r, int map) {
-  int64_t eb = elemBytesOf(t.elem);
+  int64_t eb = tmaElemBytes(t.elem);
   int run = static_cast<int>(std::min<int64_t>(16 / eb, vectorRun(r.L)));
   for (int s = 0; s < slots(r.L); s += run) {
     if (!slotOwned(r.L, s)) continue;
@@ -318,7 +174,7 @@ std::vector<LVal*> Lowering::descCoords(const Op& op, unsigned first) {
 // desc_load outside a pipeline: copy into scratch, wait, read in the planned layout.
 void Lowering::lowerTmaLoad(const Op& op, int map) {
   const Type& t = op.result()->type();
-  int64_t base = scratchBase(), bytes = t.numel() * elemBytesOf(t.elem);
+  int64_t base = scratchBase(), bytes = t.numel() * tmaElemBytes(t.elem);
   smemBytes_ = std::max<uint64_t>(smemBytes_, base + bytes);
   if (!tmaPhase_) {
     IRBuilder<> eb(entry_);
@@ -347,7 +203,7 @@ void Lowering::lowerTmaLoad(const Op& op, int map) {
 void Lowering::lowerTmaStore(const Op& op, int map) {
   const Type& t = op.operand(1)->type();
   size_t rank = t.shape.size();
-  int64_t eb = elemBytesOf(t.elem), base = scratchBase();
+  int64_t eb = tmaElemBytes(t.elem), base = scratchBase();
   smemBytes_ = std::max<uint64_t>(smemBytes_, base + t.numel() * eb);
   std::vector<LVal*> coords = descCoords(op, 2);
   const Regs& desc = get(op.operand(0));  // [base, sizes..., strides...] as i64

@@ -22,22 +22,9 @@
 namespace tilefuse::lower::detail {
 namespace {
 
-// Swizzle width for rows of `rowBytes` bytes.
-int64_t swizzleBytes(int64_t rowBytes) { return std::min<int64_t>(128, rowBytes); }
 int swizzleMode(int64_t r) { return r == 128 ? 1 : r == 64 ? 2 : 3; }
 
 }  // namespace
-
-SharedTile Lowering::wgmmaOperandTile(const Op& dot, unsigned which, const WgmmaShape& w) {
-  WgmmaB bs = wgmmaB(dot);
-  int64_t eb = bs.elemBytes;
-  const Type& a = dot.operand(0)->type();
-  int64_t m = a.shape[0], k = a.shape[1];
-  if (which == 0) return {m, k, eb, swizzleBytes(k * eb)};
-  int64_t n = dot.operand(dot.kind() == OpKind::DotScaled ? 2 : 1)->type().shape[1];
-  if (bs.kMajor) return {n, k, eb, swizzleBytes(k * eb)};
-  return {k, n, eb, swizzleBytes(w.instrN * eb)};
-}
 
 // Each operand tile in whole 1024-byte swizzle atoms.
 WgmmaOperandBytes Lowering::wgmmaOperandBytes(const Op& dot) {
@@ -160,17 +147,6 @@ LVal* Lowering::swizzledOffset(LVal* row, LVal* col, const SharedTile& tile) {
 }
 
 // Which tile stages as B, and how: the [N, K] operand of a trans, or B itself.
-WgmmaB Lowering::wgmmaB(const Op& dot) {
-  bool scaled = dot.kind() == OpKind::DotScaled;
-  if (scaled && !scaledOnFp8(dot)) return {dot.operand(2), false, false, 2};  // dequantized to bf16
-  const Value* b = dot.operand(scaled ? 2 : 1);
-  int64_t eb = wgmmaElemBytes(b->type().elem);
-  const Op* def = b->definingOp();
-  if (def && def->kind() == OpKind::Trans && b->uses().size() == 1) return {def->operand(0), true, false, eb};
-  bool alongK = runDim(layoutOf(b), b->type().shape) == 0;
-  return {b, eb == 1 || alongK, eb == 1 || alongK, eb};
-}
-
 // Writes `r` (a tile of t) at smem byte `base` as `tile`; runs of elements consecutive
 // in the tile's rows go as one vector store. `transpose` writes element (i, j) at
 // (j, i) of the transposed tile (runs of dim 0 of t, when its layout has them).

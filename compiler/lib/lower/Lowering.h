@@ -22,6 +22,7 @@
 #include <unordered_map>
 
 #include "Layout.h"
+#include "Staging.h"
 #include "tilefuse/interp/Formats.h"
 #include "tilefuse/lower/AxisInfo.h"
 #include "tilefuse/lower/LowerToLLVM.h"
@@ -45,15 +46,6 @@ struct Regs {
   Layout L;
 };
 
-// How a wgmma dot stages operand B: `value` ([K, N], or the [N, K] operand of a trans)
-// goes to shared memory K-major or N-major; `transposeOnStage` when the registers
-// hold [K, N] but the staging is K-major (8-bit types).
-struct WgmmaB {
-  const Value* value;
-  bool kMajor, transposeOnStage;
-  int64_t elemBytes;
-};
-inline int64_t wgmmaElemBytes(DType d) { return d == DType::BF16 || d == DType::F16 ? 2 : 1; }
 // The PTX name of a tensor-core operand type (bf16, f16, e4m3, e5m2 or s8).
 inline std::string mmaTypeName(DType d) {
   switch (d) {
@@ -69,40 +61,10 @@ inline std::string mmaTypeName(DType d) {
       return "s8";
   }
 }
-// The one description of a tile in shared memory (DESIGN.md's #shared attribute):
-// rows x cols elements of `eb` bytes stored as column blocks of `swizzle` bytes (32, 64
-// or 128), each block rows x swizzle bytes, row-major, with the 16-byte chunks of a row
-// XOR-swizzled by the row within its 8-row group. Every writer (st.shared staging,
-// cp.async, TMA boxes) and every reader (wgmma descriptors, ld.shared) of a tile takes
-// its addressing from this one value.
-struct SharedTile {
-  int64_t rows = 0, cols = 0, eb = 0, swizzle = 0;
-  int64_t blockBytes() const { return rows * swizzle; }
-  bool operator==(const SharedTile&) const = default;
-};
-// A descriptor's block type t (rank >= 2) as a tile of its flattened outer dims.
-inline SharedTile descTile(const Type& t, int64_t eb, int64_t swizzle) {
-  return {t.numel() / t.shape.back(), t.shape.back(), eb, swizzle};
-}
-// `bytes` of a wgmma operand tile rounded up to whole 1024-byte swizzle atoms.
-inline int64_t swizzleAtoms(int64_t bytes) { return (bytes + 1023) / 1024 * 1024; }
 // Shared-memory bytes of a wgmma dot's staged A and B.
 struct WgmmaOperandBytes {
   int64_t a, b;
 };
-inline bool isFp8(DType d) { return d == DType::F8E4M3 || d == DType::F8E5M2; }
-// dot_scaled of fp8 operands runs on fp8 wgmma, scaling each 32-wide K block's partial
-// sum (LowerWgmma.cpp); fp4 operands are dequantized to bf16.
-inline bool scaledOnFp8(const Op& dot) {
-  return dot.kind() == OpKind::DotScaled && isFp8(dot.operand(0)->type().elem) && isFp8(dot.operand(2)->type().elem);
-}
-// fp8 dots add their products in fp32 outside the tensor cores (LowerWgmma.cpp): every
-// 128 of K, or every scale block of a dot_scaled; they wait for their own groups.
-inline bool wgmmaPromotes(const Op& dot) {
-  return (dot.kind() == OpKind::Dot && isFp8(dot.operand(0)->type().elem)) || scaledOnFp8(dot);
-}
-// The accumulator operand of dot (2) and dot_scaled (4).
-inline unsigned accOperand(const Op& dot) { return dot.kind() == OpKind::Dot ? 2 : 4; }
 
 // Shared bytes [0, kBarrierBytes) hold the mbarriers of kernels with tensor maps.
 constexpr int64_t kBarrierBytes = 1024;
@@ -212,14 +174,7 @@ class Lowering {
     if (it == layouts_.end()) it = layouts_.emplace(v, typeLayout(v->type())).first;
     return it->second;
   }
-  // A tile type's layout; values without one (scalars, descriptors) are one per thread.
-  Layout typeLayout(const Type& t) const {
-    const DistLayout* d = t.dist();
-    if (!d) return scalarLayout(threads_);
-    Layout l{d->reg, d->lane};
-    l.thr.insert(l.thr.end(), d->warp.begin(), d->warp.end());
-    return l;
-  }
+  Layout typeLayout(const Type& t) const { return detail::typeLayout(t, threads_); }
   // Flat element index of slot s in this thread.
   LVal* flatIndex(const Layout& l, int s) {
     int64_t c = 0;
@@ -366,8 +321,6 @@ class Lowering {
   void lowerCheckedDesc(const Op& op);
   // --- TMA (LowerTma.cpp) ---
   void planTensorMaps(const Op& f);
-  std::string tensorMapSpec(const Op& md, const Op& f, const std::set<int64_t>& aligned, TensorMapSpec* s);
-  int64_t descSwizzleCap(const Op& makeDesc);
   int tensorMapOf(const Value* desc) const;  // -1: bounds-checked accesses
   LVal* tensorMapAddr(int map);
   LVal* barrierAddr(LVal* slot);
@@ -384,22 +337,30 @@ class Lowering {
   void lowerReduce(const Op& op);
   bool lowerReduceByShuffles(const Op& op);
   void lowerDot(const Op& op);
-  void hintDot(const Op& op, const std::string& whyNotWgmma, const Type& at, const Type& bt);
+  void hintDot(const Op& op, const std::string& whyNotWgmma);
   Regs dotRegs(const Op& op, const Type& at, const Regs& aRegs, const Type& bt, const Regs& bRegs, const Regs& acc,
                const Type& ct);
   Regs dotByMma(const Type& at, const Type& bt, const Type& ct, const Regs& acc, int64_t aBytes);
-  // Whether `op` is a dot that runs on wgmma here (its tiling in `w`).
+  // Whether `op` is a dot on wgmma: plan-layouts gave its result the #wgmma layout
+  // (its tiling in `w`; else `why` says why wgmma does not apply, for a hint).
   bool onWgmma(const Op& op, WgmmaShape* w = nullptr, std::string* why = nullptr) {
+    if (op.kind() != OpKind::Dot && op.kind() != OpKind::DotScaled) return false;
+    const DistLayout* d = op.result()->type().dist();
+    bool planned = d && d->kind == DistKind::Wgmma;
     WgmmaShape unused;
-    return wgmmaApplies(op, opts_.arch, threads_, w ? w : &unused, why);
+    bool applies = wgmmaApplies(op, opts_.arch, threads_, w ? w : &unused, planned ? nullptr : why);
+    if (planned && !applies) throw InternalError("lowering: a dot in a #wgmma layout that wgmma cannot run");
+    return planned;
   }
-  // How `dot` stages B: K-major for 8-bit types, for trans(x) of an [N, K] tile, and
-  // for a [K, N] tile the layout plan coalesced along K (K contiguous in memory).
-  WgmmaB wgmmaB(const Op& dot);
-  // wgmma dot operand `which` (0: A, [M, K]; 1: B, [N, K] if K-major else [K, N]) on
-  // tiling w. B N-major takes the swizzle of one warpgroup's instruction N, so that
-  // each warpgroup's columns are whole column blocks (split-N tilings).
-  SharedTile wgmmaOperandTile(const Op& dot, unsigned which, const WgmmaShape& w);
+  // Whether dot `op` runs on mma.sync: its result is in the #mma layout.
+  static bool onMma(const Op& op) {
+    const DistLayout* d = op.result()->type().dist();
+    return op.kind() == OpKind::Dot && d && d->kind == DistKind::Mma;
+  }
+  WgmmaB wgmmaB(const Op& dot) const { return detail::wgmmaB(dot, threads_); }
+  SharedTile wgmmaOperandTile(const Op& dot, unsigned which, const WgmmaShape& w) const {
+    return detail::wgmmaOperandTile(dot, which, w, threads_);
+  }
   WgmmaOperandBytes wgmmaOperandBytes(const Op& dot);
   void reserveWgmmaOperands(const Block& body);
   void lowerWgmma(const Op& op, const WgmmaShape& w);

@@ -102,6 +102,7 @@ std::unique_ptr<Module> runGpuStage(const Module& m, const std::string& arch, in
   auto gpu = cloneModule(m);
   PassOptions target = {{"arch", arch}, {"num_warps", std::to_string(numWarps)}};
   runPass(*lookup("plan_layouts"), *gpu, "gpu", verifyEach(), target);
+  runPass(*lookup("plan_tma"), *gpu, "gpu", verifyEach());
   verifyModule(*gpu);
   return gpu;
 }

@@ -1,0 +1,94 @@
+// How tiles are staged in shared memory for the tensor cores and the copy engine: the
+// SharedTile every writer and reader of a tile derives its addressing from, and how a
+// wgmma dot stages its operands. No LLVM here: the GPU-stage passes (plan-tma) and
+// the lowering read the same rules.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "Layout.h"
+
+namespace tilefuse::lower::detail {
+
+// The one description of a tile in shared memory (DESIGN.md's #shared attribute):
+// rows x cols elements of `eb` bytes stored as column blocks of `swizzle` bytes (32, 64
+// or 128), each block rows x swizzle bytes, row-major, with the 16-byte chunks of a row
+// XOR-swizzled by the row within its 8-row group. Every writer (st.shared staging,
+// cp.async, TMA boxes) and every reader (wgmma descriptors, ld.shared) of a tile takes
+// its addressing from this one value.
+struct SharedTile {
+  int64_t rows = 0, cols = 0, eb = 0, swizzle = 0;
+  int64_t blockBytes() const { return rows * swizzle; }
+  bool operator==(const SharedTile&) const = default;
+};
+// A descriptor's block type t (rank >= 2) as a tile of its flattened outer dims.
+inline SharedTile descTile(const Type& t, int64_t eb, int64_t swizzle) {
+  return {t.numel() / t.shape.back(), t.shape.back(), eb, swizzle};
+}
+// `bytes` of a wgmma operand tile rounded up to whole 1024-byte swizzle atoms.
+inline int64_t swizzleAtoms(int64_t bytes) { return (bytes + 1023) / 1024 * 1024; }
+// Swizzle width for rows of `rowBytes` bytes.
+inline int64_t swizzleBytes(int64_t rowBytes) { return std::min<int64_t>(128, rowBytes); }
+
+inline int64_t wgmmaElemBytes(DType d) { return d == DType::BF16 || d == DType::F16 ? 2 : 1; }
+inline bool isFp8(DType d) { return d == DType::F8E4M3 || d == DType::F8E5M2; }
+// dot_scaled of fp8 operands runs on fp8 wgmma, scaling each 32-wide K block's partial
+// sum (LowerWgmma.cpp); fp4 operands are dequantized to bf16.
+inline bool scaledOnFp8(const Op& dot) {
+  return dot.kind() == OpKind::DotScaled && isFp8(dot.operand(0)->type().elem) && isFp8(dot.operand(2)->type().elem);
+}
+// fp8 dots add their products in fp32 outside the tensor cores (LowerWgmma.cpp): every
+// 128 of K, or every scale block of a dot_scaled; they wait for their own groups.
+inline bool wgmmaPromotes(const Op& dot) {
+  return (dot.kind() == OpKind::Dot && isFp8(dot.operand(0)->type().elem)) || scaledOnFp8(dot);
+}
+// The accumulator operand of dot (2) and dot_scaled (4).
+inline unsigned accOperand(const Op& dot) { return dot.kind() == OpKind::Dot ? 2 : 4; }
+
+// A tile type's distributed layout; values without one (scalars, descriptors) are one per thread.
+inline Layout typeLayout(const Type& t, int threads) {
+  const DistLayout* d = t.dist();
+  if (!d) return scalarLayout(threads);
+  Layout l{d->reg, d->lane};
+  l.thr.insert(l.thr.end(), d->warp.begin(), d->warp.end());
+  return l;
+}
+
+// How a wgmma dot stages operand B: `value` ([K, N], or the [N, K] operand of a trans)
+// goes to shared memory K-major or N-major; `transposeOnStage` when the registers
+// hold [K, N] but the staging is K-major (8-bit types).
+struct WgmmaB {
+  const Value* value;
+  bool kMajor, transposeOnStage;
+  int64_t elemBytes;
+};
+// K-major for 8-bit types, for trans(x) of an [N, K] tile, and for a [K, N] tile the
+// layout plan coalesced along K (K contiguous in memory); fp4 dot_scaled operands are
+// dequantized to bf16 and staged N-major.
+inline WgmmaB wgmmaB(const Op& dot, int threads) {
+  bool scaled = dot.kind() == OpKind::DotScaled;
+  if (scaled && !scaledOnFp8(dot)) return {dot.operand(2), false, false, 2};
+  const Value* b = dot.operand(scaled ? 2 : 1);
+  int64_t eb = wgmmaElemBytes(b->type().elem);
+  const Op* def = b->definingOp();
+  if (def && def->kind() == OpKind::Trans && b->uses().size() == 1) return {def->operand(0), true, false, eb};
+  bool alongK = runDim(typeLayout(b->type(), threads), b->type().shape) == 0;
+  return {b, eb == 1 || alongK, eb == 1 || alongK, eb};
+}
+
+// wgmma dot operand `which` (0: A, [M, K]; 1: B, [N, K] if K-major else [K, N]) on
+// tiling w. B N-major takes the swizzle of one warpgroup's instruction N, so that
+// each warpgroup's columns are whole column blocks (split-N tilings).
+inline SharedTile wgmmaOperandTile(const Op& dot, unsigned which, const WgmmaShape& w, int threads) {
+  WgmmaB bs = wgmmaB(dot, threads);
+  int64_t eb = bs.elemBytes;
+  const Type& a = dot.operand(0)->type();
+  int64_t m = a.shape[0], k = a.shape[1];
+  if (which == 0) return {m, k, eb, swizzleBytes(k * eb)};
+  int64_t n = dot.operand(dot.kind() == OpKind::DotScaled ? 2 : 1)->type().shape[1];
+  if (bs.kMajor) return {n, k, eb, swizzleBytes(k * eb)};
+  return {k, n, eb, swizzleBytes(w.instrN * eb)};
+}
+
+}  // namespace tilefuse::lower::detail
