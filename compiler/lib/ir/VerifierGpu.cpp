@@ -190,7 +190,8 @@ void checkTmaAttrs(const Op& op, bool gpu) {
   const std::vector<int64_t>& b = op.intsAttr("tma_box");
   const std::vector<int64_t>& shape = op.result()->type().shape;
   if (b.size() != shape.size())
-    fail(op, "tma_box must have the block's rank " + std::to_string(shape.size()) + ", got " + std::to_string(b.size()));
+    fail(op,
+         "tma_box must have the block's rank " + std::to_string(shape.size()) + ", got " + std::to_string(b.size()));
   for (size_t d = 0; d < b.size(); ++d)
     if (b[d] < 1 || b[d] > 256 || (d + 1 < b.size() ? b[d] != shape[d] : shape[d] % b[d] != 0))
       fail(op, "tma_box dim " + std::to_string(d) + " (" + std::to_string(b[d]) +

@@ -27,7 +27,8 @@ void Lowering::planTensorMaps(const Op& f) {
     for (const auto& o : b.ops()) {
       for (unsigned r = 0; r < o->numRegions(); ++r) walk(o->region(r));
       if (o->kind() != OpKind::MakeDesc) continue;
-      if (o->hasAttr("no_tma")) hint(*o, "descriptor not on TMA (bounds-checked accesses instead): " + o->strAttr("no_tma"));
+      if (o->hasAttr("no_tma"))
+        hint(*o, "descriptor not on TMA (bounds-checked accesses instead): " + o->strAttr("no_tma"));
       if (!o->hasAttr("tma_box")) continue;
       TensorMapSpec s;
       if (std::string why = tensorMapOperands(*o, f, &s); !why.empty())

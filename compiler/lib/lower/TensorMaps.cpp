@@ -56,7 +56,6 @@ TmaView tmaView(const Type& t, int64_t maxSwizzle) {
   return v;
 }
 
-
 std::string tensorMapOperands(const Op& md, const Op& f, TensorMapSpec* s) {
   const Block& body = f.region(0);
   const Type& dt = md.result()->type();
@@ -116,6 +115,5 @@ std::string tensorMapOperands(const Op& md, const Op& f, TensorMapSpec* s) {
   s->where = loc.known() ? *loc.file + ":" + std::to_string(loc.line) : funcName(f);
   return "";
 }
-
 
 }  // namespace tilefuse::lower::detail
