@@ -1,0 +1,12 @@
+"""tilefuse.moe: the MoE grouped MLP library's host API (../shared/SPEC-moe.md §7).
+The kernels are @jit kernels under kernels_dsl/moe/; these modules check arguments,
+allocate outputs, pick configs and launch."""
+
+from .activations import (  # noqa: F401
+    ACTIVATIONS,
+    ActConfig,
+    Activation,
+    register,
+    scaled_act,
+    scaled_act_backward,
+)

@@ -1,0 +1,1 @@
+"""The MoE grouped MLP library (../shared/SPEC-moe.md), written in the tilefuse DSL."""

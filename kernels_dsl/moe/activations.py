@@ -1,0 +1,293 @@
+"""Scaled activations of the MoE MLP (SPEC-moe.md §2) and their registry.
+
+An activation is two device functions written once, its forward f and its derivative,
+on fp32 tiles of any shape, so that the standalone kernels below and a GEMM's epilogue
+(FC1: f on the accumulator; FC2 dgrad: the derivative) call the same code:
+
+    unary: fwd(x, p0, p1, p2) -> f(x)        bwd(x, p0, p1, p2) -> f'(x)
+    GLU:   fwd(a, b, p0, p1, p2) -> f(a, b)  bwd(a, b, p0, p1, p2) -> (df/da, df/db)
+
+p0..p2 are the activation's parameters (fp32 scalars, runtime or constant) in the
+order `Activation.params` names them; an activation with fewer ignores the rest.
+`register` adds one to ACTIVATIONS, and the kernels, the host API (tilefuse.moe) and
+the tests take it from there. The scaled kernels compute, per row r with weight s_r,
+y = s·f, dh = g·s·f' and ds_r = Σ_j g·f, all in fp32 with one rounding at the store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tilefuse as tf
+import tilefuse.language as tl
+
+# --- the activations: forward and derivative, fp32 in, fp32 out ---
+
+
+@tf.jit
+def swiglu_fwd(a, b, p0, p1, p2):
+    return a * tl.sigmoid(a) * b
+
+
+@tf.jit
+def swiglu_bwd(a, b, p0, p1, p2):
+    sg = tl.sigmoid(a)
+    return b * (sg + a * sg * (1.0 - sg)), a * sg
+
+
+@tf.jit
+def clamped_swiglu_fwd(a, b, limit, alpha, offset):
+    # GPT-OSS: the gate is clamped from above, the linear branch on both sides.
+    a_c = tl.minimum(a, limit)
+    b_c = tl.clamp(b, -limit, limit) + offset
+    return a_c * tl.sigmoid(alpha * a_c) * b_c
+
+
+@tf.jit
+def clamped_swiglu_bwd(a, b, limit, alpha, offset):
+    # The masks pass at equality (a = limit, b = ±limit): the derivative of the side inside.
+    a_c = tl.minimum(a, limit)
+    b_c = tl.clamp(b, -limit, limit) + offset
+    sg = tl.sigmoid(alpha * a_c)
+    da = tl.where(a <= limit, b_c * (sg + alpha * a_c * sg * (1.0 - sg)), 0.0)
+    db = tl.where((b >= -limit) & (b <= limit), a_c * sg, 0.0)
+    return da, db
+
+
+@tf.jit
+def srelu_fwd(x, p0, p1, p2):
+    r = tl.maximum(x, 0.0)
+    return r * r
+
+
+@tf.jit
+def srelu_bwd(x, p0, p1, p2):
+    return 2.0 * tl.maximum(x, 0.0)
+
+
+@tf.jit
+def _tanh_clamp(x, c_s):
+    # (t, c): t = tanh(relu(x)/c_s), c = c_s·t. c_s = inf is the limit c = relu(x), t = 0
+    # (inf·tanh(0) would be NaN), so that tanh_srelu with c_s = inf is srelu bit for bit.
+    r = tl.maximum(x, 0.0)
+    unbounded = c_s == float("inf")
+    t = tl.where(unbounded, 0.0, tl.tanh(r / c_s))
+    return t, tl.where(unbounded, r, c_s * t)
+
+
+@tf.jit
+def tanh_srelu_fwd(x, c_s, p1, p2):
+    t, c = _tanh_clamp(x, c_s)
+    return c * c
+
+
+@tf.jit
+def tanh_srelu_bwd(x, c_s, p1, p2):
+    t, c = _tanh_clamp(x, c_s)
+    return 2.0 * c * ((1.0 - t) * (1.0 + t))
+
+
+# gelu_tanh: 0.5·x·(1 + tanh(k·(x + 0.044715·x³))), k = sqrt(2/pi). The polynomial is taken
+# of x clamped to ±10, where tanh is already ±1 in fp32 (its argument is past 43), so that
+# the cube cannot overflow and the derivative's x·(1 - t²)·(1 + 3·0.044715·x²) is x·0, not 0·inf.
+@tf.jit
+def _gelu_tanh_t(x):
+    xc = tl.clamp(x, -10.0, 10.0)
+    return xc, tl.tanh(0.7978845608028654 * xc * (1.0 + 0.044715 * xc * xc))
+
+
+@tf.jit
+def gelu_tanh_fwd(x, p0, p1, p2):
+    xc, t = _gelu_tanh_t(x)
+    return 0.5 * x * (1.0 + t)
+
+
+@tf.jit
+def gelu_tanh_bwd(x, p0, p1, p2):
+    xc, t = _gelu_tanh_t(x)
+    du = 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * xc * xc)
+    return 0.5 * (1.0 + t) + 0.5 * x * ((1.0 - t) * (1.0 + t)) * du
+
+
+@tf.jit
+def gelu_erf_fwd(x, p0, p1, p2):
+    return 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
+
+
+@tf.jit
+def gelu_erf_bwd(x, p0, p1, p2):
+    # Phi(x) + x·phi(x); exp(-x²/2) underflows to 0 for large |x|, x·0 stays finite.
+    return 0.5 * (1.0 + tl.erf(x * 0.7071067811865476)) + x * tl.exp(-0.5 * x * x) * 0.3989422804014327
+
+
+# --- the registry ---
+
+REQUIRED = object()  # a parameter without a default
+
+
+@dataclass(frozen=True)
+class Activation:
+    """An activation of the registry. `params`: (name, default or REQUIRED) in the order
+    of the device functions' p0..p2; `check(params)` returns what is wrong with a dict of
+    parameter values, or None."""
+
+    name: str
+    glu: bool
+    fwd: object
+    bwd: object
+    params: tuple = ()
+    check: object = None
+
+    def __repr__(self):  # the kernels' cache key
+        return f"Activation({self.name}: {self.fwd!r}, {self.bwd!r})"
+
+
+MAX_PARAMS = 3
+ACTIVATIONS: dict[str, Activation] = {}
+
+
+def register(act: Activation) -> Activation:
+    if len(act.params) > MAX_PARAMS:
+        raise ValueError(f"activation {act.name!r}: at most {MAX_PARAMS} parameters, got {len(act.params)}")
+    ACTIVATIONS[act.name] = act
+    return act
+
+
+def _check_clamped(p):
+    if not p["limit"] > 0:
+        return f"limit must be > 0, got {p['limit']}"
+    return None
+
+
+def _check_tanh_srelu(p):
+    if not p["c_s"] > 0:
+        return f"c_s (the clamp scale) must be > 0, got {p['c_s']}"
+    return None
+
+
+register(Activation("swiglu", True, swiglu_fwd, swiglu_bwd))
+register(
+    Activation(
+        "clamped_swiglu",
+        True,
+        clamped_swiglu_fwd,
+        clamped_swiglu_bwd,
+        (("limit", 7.0), ("alpha", 1.702), ("offset", 1.0)),
+        _check_clamped,
+    )
+)
+register(Activation("srelu", False, srelu_fwd, srelu_bwd))
+register(Activation("tanh_srelu", False, tanh_srelu_fwd, tanh_srelu_bwd, (("c_s", REQUIRED),), _check_tanh_srelu))
+register(Activation("gelu_tanh", False, gelu_tanh_fwd, gelu_tanh_bwd))
+register(Activation("gelu_erf", False, gelu_erf_fwd, gelu_erf_bwd))
+
+
+# --- the scaled kernels ---
+
+# dprobs sums each row in a fixed order that no tiling or layout changes: a pairwise tree
+# over each run of DS_CHUNK columns (elementwise adds of halves, not tl.sum, whose order
+# follows the GPU layout), then the runs from left to right. Zero padding adds exactly 0.
+DS_CHUNK = 32
+_DS_LEVELS = DS_CHUNK.bit_length() - 1  # halvings of a run down to one column
+
+
+@tf.jit
+def glu_columns(cols, K):
+    # Storage columns of a and b for output columns `cols`: [a(K) | b(K) | a(K) | ...];
+    # K = 1 is GPT-OSS's even/odd interleave, K = n the two halves.
+    a_col = (cols // K) * (2 * K) + cols % K
+    return a_col, a_col + K
+
+
+@tf.jit
+def fixed_order_row_sum(acc, t, BR: tl.constexpr, BC: tl.constexpr):
+    """acc [BR] + the row sums of t [BR, BC] in the canonical order (BC a multiple of DS_CHUNK)."""
+    runs: tl.constexpr = BC // DS_CHUNK
+    p = tl.reshape(t, [BR, runs, DS_CHUNK])
+    w: tl.constexpr = DS_CHUNK
+    for _ in tl.static_range(_DS_LEVELS):
+        w = w // 2
+        lo, hi = tl.split(tl.reshape(p, [BR, runs, w, 2]))
+        p = lo + hi
+    p = tl.reshape(p, [BR, runs])
+    run = tl.arange(0, runs)
+    for i in tl.static_range(runs):
+        # One non-zero term per row: the sum is that term exactly, in any order.
+        acc = acc + tl.sum(tl.where(run[None, :] == i, p, 0.0), axis=1)
+    return acc
+
+
+@tf.jit
+def scaled_act_fwd_kernel(
+    h_ptr,
+    s_ptr,
+    y_ptr,
+    R,
+    N,
+    K,
+    P0,
+    P1,
+    P2,
+    ACT: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    """y [R, N] = s[:, None]·f(h): h is [R, N] (unary) or [R, 2N] (GLU, K its interleave)."""
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    m = (rows[:, None] < R) & (cols[None, :] < N)
+    s = tl.load(s_ptr + rows, mask=rows < R, other=0.0)
+    r64 = rows.to(tl.int64)[:, None]
+    if ACT.glu:
+        a_col, b_col = glu_columns(cols, K)
+        a = tl.load(h_ptr + r64 * (2 * N) + a_col[None, :], mask=m, other=0.0).to(tl.float32)
+        b = tl.load(h_ptr + r64 * (2 * N) + b_col[None, :], mask=m, other=0.0).to(tl.float32)
+        f = ACT.fwd(a, b, P0, P1, P2)
+    else:
+        x = tl.load(h_ptr + r64 * N + cols[None, :], mask=m, other=0.0).to(tl.float32)
+        f = ACT.fwd(x, P0, P1, P2)
+    tl.store(y_ptr + r64 * N + cols[None, :], s[:, None] * f, mask=m)
+
+
+@tf.jit
+def scaled_act_bwd_kernel(
+    h_ptr,
+    s_ptr,
+    dy_ptr,
+    dh_ptr,
+    ds_ptr,
+    R,
+    N,
+    K,
+    P0,
+    P1,
+    P2,
+    ACT: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    """dh = g·s·f'(h) (h's layout), ds [R] = Σ_j g·f(h) for g = dy [R, N]. One program
+    walks whole rows, so each row's ds is summed by one program in the canonical order."""
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    s = tl.load(s_ptr + rows, mask=rows < R, other=0.0)
+    r64 = rows.to(tl.int64)[:, None]
+    ds = tl.zeros([BLOCK_R], tl.float32)
+    for c0 in range(0, N, BLOCK_C):
+        cols = c0 + tl.arange(0, BLOCK_C)
+        m = (rows[:, None] < R) & (cols[None, :] < N)
+        g = tl.load(dy_ptr + r64 * N + cols[None, :], mask=m, other=0.0).to(tl.float32)
+        gs = g * s[:, None]
+        if ACT.glu:
+            a_col, b_col = glu_columns(cols, K)
+            a = tl.load(h_ptr + r64 * (2 * N) + a_col[None, :], mask=m, other=0.0).to(tl.float32)
+            b = tl.load(h_ptr + r64 * (2 * N) + b_col[None, :], mask=m, other=0.0).to(tl.float32)
+            f = ACT.fwd(a, b, P0, P1, P2)
+            da, db = ACT.bwd(a, b, P0, P1, P2)
+            tl.store(dh_ptr + r64 * (2 * N) + a_col[None, :], gs * da, mask=m)
+            tl.store(dh_ptr + r64 * (2 * N) + b_col[None, :], gs * db, mask=m)
+        else:
+            x = tl.load(h_ptr + r64 * N + cols[None, :], mask=m, other=0.0).to(tl.float32)
+            f = ACT.fwd(x, P0, P1, P2)
+            tl.store(dh_ptr + r64 * N + cols[None, :], gs * ACT.bwd(x, P0, P1, P2), mask=m)
+        ds = fixed_order_row_sum(ds, tl.where(m, g * f, 0.0), BLOCK_R, BLOCK_C)
+    tl.store(ds_ptr + rows, ds, mask=rows < R)
