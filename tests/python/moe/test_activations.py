@@ -1,0 +1,487 @@
+"""Scaled activations (kernels_dsl/moe/activations.py through tilefuse.moe) on the
+interpreter, against float64 references written here from SPEC-moe.md §2.
+
+Every test is parametrized over moe.ACTIVATIONS: a registered activation is tested by
+adding its float64 forward and derivative to REFERENCE below (the missing entry fails).
+Inputs are fresh random data every run (the seed is printed and shown on failure).
+
+Error bounds. The kernels compute in fp32 from inputs exact in fp32 and round once at
+the store. An output element may differ from float64 by one ulp of its stored dtype (the
+rounding, plus fp32 error that can move a value across a rounding boundary) plus
+C_OPS · 2^-24 · M, where M is the element's magnitude: the reference formula with every
+difference taken as a sum of absolute values (the scale of the fp32 rounding errors, which
+exceeds |result| where terms cancel: 1 + erf(x) at negative x, σ + a·σ·(1-σ), ...), and
+C_OPS = 32 bounds the fp32 operations along the longest path (gelu_tanh's backward, times
+g and s: about 20). dprobs sums N terms along a tree of depth log2(32) + N/32 (the kernels'
+fixed order): (log2(32) + ceil(N/32) + C_OPS) · 2^-24 · Σ_j |g_j| · M(f_j).
+Results below fp32's normal range carry an absolute C_OPS · 2^-126 · (1 + |a|)² (1 + |b|)
+more: σ(a) is 0 in fp32 for a < -88 (exp(-a) overflows) where it is 1e-39 in float64.
+"""
+
+import math
+import os
+import shutil
+
+import ml_dtypes
+import numpy as np
+import pytest
+import tilefuse as tf
+import tilefuse.language as tl
+from tilefuse import moe
+
+from kernels_dsl.moe import activations as kernels
+from tests.ptxas import PTXAS, assert_assembles
+from tests.python.moe.errors import U32, assert_within
+
+BF16 = ml_dtypes.bfloat16
+C_OPS = 32
+TINY = 2.0**-126
+SQRT1_2 = 1.0 / math.sqrt(2.0)
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+_erfc = np.vectorize(math.erfc, otypes=[np.float64])
+
+
+def sigmoid(z):
+    e = np.exp(-np.abs(z))  # no overflow, and no cancellation in either tail
+    return np.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def relu(x):
+    return np.maximum(x, 0.0)
+
+
+# --- float64 references: (f, M(f), derivative, M(derivative)); a GLU's derivative and its
+# magnitude are (d/da, d/db) pairs ---
+
+
+def ref_swiglu(a, b):
+    sg = sigmoid(a)
+    f = a * sg * b
+    da, db = b * sg * (1.0 + a * (1.0 - sg)), a * sg
+    return f, np.abs(f), (da, db), (np.abs(b) * (sg + np.abs(a) * sg * (1.0 + sg)), np.abs(db))
+
+
+def ref_clamped_swiglu(a, b, limit, alpha, offset):
+    a_c, b_cl = np.minimum(a, limit), np.clip(b, -limit, limit)
+    b_c = b_cl + offset
+    sg = sigmoid(alpha * a_c)
+    f = a_c * sg * b_c
+    in_a, in_b = a <= limit, (b >= -limit) & (b <= limit)
+    da = np.where(in_a, b_c * sg * (1.0 + alpha * a_c * (1.0 - sg)), 0.0)
+    db = np.where(in_b, a_c * sg, 0.0)
+    mb = np.abs(b_cl) + abs(offset)
+    mda = np.where(in_a, mb * (sg + alpha * np.abs(a_c) * sg * (1.0 + sg)), 0.0)
+    return f, np.abs(a_c) * sg * mb, (da, db), (mda, np.abs(db))
+
+
+def ref_srelu(x):
+    r = relu(x)
+    return r * r, r * r, 2.0 * r, 2.0 * r
+
+
+def ref_tanh_srelu(x, c_s):
+    t = np.tanh(relu(x) / c_s)
+    c = c_s * t
+    return c * c, c * c, 2.0 * c * (1.0 - t * t), 2.0 * c * (1.0 + t) ** 2
+
+
+def ref_gelu_tanh(x):
+    k = math.sqrt(2.0 / math.pi)
+    t = np.tanh(k * (x + 0.044715 * x**3))
+    du = k * (1.0 + 3.0 * 0.044715 * x * x)
+    f = 0.5 * x * (1.0 + t)
+    with np.errstate(over="ignore"):  # cosh = inf: sech² = 0
+        d = 0.5 * (1.0 + t) + 0.5 * x * du / np.cosh(k * (x + 0.044715 * x**3)) ** 2
+    return (
+        f,
+        0.5 * np.abs(x) * (1.0 + np.abs(t)),
+        d,
+        0.5 * (1 + np.abs(t)) + 0.5 * np.abs(x) * du * (1 + np.abs(t)) ** 2,
+    )
+
+
+def ref_gelu_erf(x):
+    cdf = 0.5 * _erfc(-x * SQRT1_2)  # x·Φ(x), Φ through erfc: accurate in the left tail
+    pdf = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+    m_cdf = 0.5 * (1.0 + np.abs(_erf(x * SQRT1_2)))  # the kernels form 1 + erf
+    return x * cdf, np.abs(x) * m_cdf, cdf + x * pdf, m_cdf + np.abs(x) * pdf
+
+
+# name -> (reference, the parameter sets tested: defaults ({}) and overrides)
+REFERENCE = {
+    "swiglu": (ref_swiglu, [{}]),
+    "clamped_swiglu": (ref_clamped_swiglu, [{}, {"limit": 3.0, "alpha": 1.0, "offset": 0.5}]),
+    "srelu": (ref_srelu, [{}]),
+    "tanh_srelu": (ref_tanh_srelu, [{"c_s": 2.5}]),
+    "gelu_tanh": (ref_gelu_tanh, [{}]),
+    "gelu_erf": (ref_gelu_erf, [{}]),
+}
+CASES = [
+    pytest.param(name, params, id=f"{name}{''.join(f'-{k}={v}' for k, v in params.items())}")
+    for name in moe.ACTIVATIONS
+    for params in (REFERENCE[name][1] if name in REFERENCE else [{}])
+]
+NAMES = list(moe.ACTIVATIONS)
+
+
+def reference(name):
+    assert name in REFERENCE, f"activation {name!r} is registered but has no float64 reference in REFERENCE"
+    return REFERENCE[name][0]
+
+
+def full_params(name, given):
+    """All parameters as float64 values of the fp32 scalars the kernels receive."""
+    return {p: float(np.float32(given.get(p, d))) for p, d in moe.ACTIVATIONS[name].params}
+
+
+@pytest.fixture
+def rng():
+    seed = np.random.SeedSequence().entropy
+    print(f"seed = {seed}")
+    return np.random.default_rng(seed)
+
+
+# --- inputs: float64 values exact in the input dtype ---
+
+
+def glu_merge(a, b, interleave):
+    """h from its a and b halves in the storage layout, written with numpy (independent of
+    the kernels' index arithmetic): halves, blocks of K, or K = 1 (even/odd)."""
+    rows, n = a.shape
+    k = interleave or n
+    return np.stack([a.reshape(rows, n // k, k), b.reshape(rows, n // k, k)], axis=2).reshape(rows, 2 * n)
+
+
+def glu_split(h, interleave):
+    rows, n = h.shape[0], h.shape[1] // 2
+    k = interleave or n
+    blocks = h.reshape(rows, n // k, 2, k)
+    return blocks[:, :, 0, :].reshape(rows, n), blocks[:, :, 1, :].reshape(rows, n)
+
+
+def edge_values(name, params, large):
+    """Points §2 requires: x = 0, a = limit and b = ±limit exactly (and one bf16 step to
+    either side), and large |x| (σ and tanh saturated) in the first rows only, so that the
+    other rows' dprobs bounds stay tight."""
+    v = [0.0, -0.0, 1.0, -1.0]
+    if "limit" in params:
+        lim = params["limit"]
+        step = 2.0 ** (math.floor(math.log2(lim)) - 7)
+        v += [lim, -lim, lim + step, -lim - step, lim - step, -lim + step]
+    if large:
+        v += [30.0, -30.0, 100.0, -100.0, 1e4, -1e4]
+    return np.array(v)
+
+
+def random_operand(rng, shape, dtype, edges_small, edges_large, large_rows=6):
+    x = rng.standard_normal(shape) * 3.0
+    for rows, edges in ((slice(0, large_rows), edges_large), (slice(large_rows, None), edges_small)):
+        part = x[rows]
+        hit = rng.random(part.shape) < (0.2 if len(edges) else 0.0)
+        part[hit] = rng.choice(edges, hit.sum())
+    return x.astype(dtype).astype(np.float64)
+
+
+def make_inputs(rng, name, params, rows, n, dtype, dy_dtype=None, edges=True):
+    p = full_params(name, params)
+    small, large = (edge_values(name, p, False), edge_values(name, p, True)) if edges else ([], [])
+    glu = moe.ACTIVATIONS[name].glu
+    a = random_operand(rng, (rows, n), dtype, small, large)
+    b = random_operand(rng, (rows, n), dtype, small, large) if glu else None
+    s = rng.random(rows).astype(np.float32) * 1.5 + 0.25
+    g = (rng.standard_normal((rows, n)) * 2.0).astype(dy_dtype or dtype)
+    return p, a, b, s, g
+
+
+def as_h(a, b, interleave, dtype):
+    return (a if b is None else glu_merge(a, b, interleave)).astype(dtype)
+
+
+def evaluate(name, a, b, p):
+    args = (a,) if b is None else (a, b)
+    return reference(name)(*args, **p)
+
+
+# --- checks ---
+
+
+def sum_roundings(n):
+    # The kernels' order: a pairwise tree over each run of DS_CHUNK columns, then the runs in order.
+    return math.log2(kernels.DS_CHUNK) + math.ceil(n / kernels.DS_CHUNK) + C_OPS
+
+
+def underflow(a, b):
+    return C_OPS * TINY * (1.0 + np.abs(a)) ** 2 * (1.0 + (0.0 if b is None else np.abs(b)))
+
+
+def check_forward(y, name, a, b, s, p):
+    f, mf, _, _ = evaluate(name, a, b, p)
+    s64 = s.astype(np.float64)[:, None]
+    assert_within(y, s64 * f, floor=s64 * (C_OPS * U32 * mf + underflow(a, b)), what=f"{name} y")
+
+
+def check_backward(dh, ds, name, a, b, s, g, p, interleave):
+    f, mf, d, md = evaluate(name, a, b, p)
+    gs = g.astype(np.float64) * s.astype(np.float64)[:, None]
+    tiny = np.abs(gs) * underflow(a, b)
+    if b is None:
+        assert_within(dh, gs * d, floor=C_OPS * U32 * np.abs(gs) * md + tiny, what=f"{name} dh")
+    else:
+        da, db = glu_split(dh, interleave)
+        assert_within(da, gs * d[0], floor=C_OPS * U32 * np.abs(gs) * md[0] + tiny, what=f"{name} da")
+        assert_within(db, gs * d[1], floor=C_OPS * U32 * np.abs(gs) * md[1] + tiny, what=f"{name} db")
+    g64 = g.astype(np.float64)
+    n = g.shape[1]
+    floor = np.sum(np.abs(g64) * (sum_roundings(n) * U32 * mf + underflow(a, b)), axis=1)
+    assert_within(ds, np.sum(g64 * f, axis=1), ulps=0.0, floor=floor, what=f"{name} dprobs")
+
+
+LAYOUTS = [(0, 70), (32, 96), (1, 70)]  # (interleave, n): halves, blocks of 32, stride 1
+ROWS = 37  # 3 row tiles of 16, the last partial
+
+
+def layouts(name):
+    return LAYOUTS if moe.ACTIVATIONS[name].glu else [(0, 100)]
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.float32], ids=["bf16", "f32"])
+@pytest.mark.parametrize("name,params", CASES)
+def test_forward(rng, name, params, dtype):
+    for interleave, n in layouts(name):
+        p, a, b, s, _ = make_inputs(rng, name, params, ROWS, n, dtype)
+        y = moe.scaled_act(name, as_h(a, b, interleave, dtype), s, interleave=interleave, **params)
+        assert y.dtype == dtype and y.shape == (ROWS, n)
+        check_forward(y, name, a, b, s, p)
+
+
+@pytest.mark.parametrize(
+    "dtypes", [(BF16, BF16), (np.float32, np.float32), (BF16, np.float32)], ids=["bf16", "f32", "bf16-dy_f32"]
+)
+@pytest.mark.parametrize("name,params", CASES)
+def test_backward(rng, name, params, dtypes):
+    dtype, dy_dtype = dtypes
+    for interleave, n in layouts(name):
+        p, a, b, s, g = make_inputs(rng, name, params, ROWS, n, dtype, dy_dtype)
+        h = as_h(a, b, interleave, dtype)
+        dh, ds = moe.scaled_act_backward(name, h, s, g, interleave=interleave, **params)
+        assert dh.dtype == dtype and dh.shape == h.shape and ds.dtype == np.float32 and ds.shape == (ROWS,)
+        check_backward(dh, ds, name, a, b, s, g, p, interleave)
+
+
+def central(f, x, step):
+    return (f(x + step) - f(x - step)) / (2.0 * step)
+
+
+@pytest.mark.parametrize("name,params", CASES)
+def test_derivative_matches_finite_differences(rng, name, params):
+    """The kernels' dh against a float64 finite difference of the float64 forward (not of
+    the hand-written derivatives, which are checked against it too). Richardson's
+    extrapolation of two central differences; where they disagree a kink lies within the
+    step (relu near 0, the clamps) and the point is left out. Random points only: at a kink
+    itself the derivative is a convention (the masks pass at equality), checked above."""
+    rows, n = 24, 64
+    p, a, b, s, g = make_inputs(rng, name, params, rows, n, np.float32, edges=False)
+    glu = b is not None
+    dh, _ = moe.scaled_act_backward(name, as_h(a, b, 0, np.float32), s, g, **params)
+    got = glu_split(dh, 0) if glu else (dh,)
+    _, _, d, md = evaluate(name, a, b, p)
+    d, md = (d, md) if glu else ((d,), (md,))
+    gs = g.astype(np.float64) * s.astype(np.float64)[:, None]
+    for i, x in enumerate((a, b) if glu else (a,)):
+
+        def fwd(v, i=i):
+            args = [a, b]
+            args[i] = v
+            return evaluate(name, *args, p)[0]
+
+        step = 2.0**-10 * np.maximum(1.0, np.abs(x))
+        d1, d2 = central(fwd, x, step), central(fwd, x, step / 2)
+        fd, spread = (4.0 * d2 - d1) / 3.0, np.abs(d2 - d1)
+        smooth = spread <= 1e-5 * (1.0 + np.abs(fd))
+        assert smooth.mean() > 0.9, f"{name}: only {smooth.mean():.0%} of the points are smooth"
+        ref_err = np.where(smooth, np.abs(d[i] - fd) - (spread + 1e-9 * (1 + np.abs(fd))), 0.0)
+        worst = np.unravel_index(np.argmax(ref_err), ref_err.shape)
+        assert ref_err[worst] <= 0, f"{name}: the reference derivative {i} at {x[worst]}: {d[i][worst]} vs {fd[worst]}"
+        assert_within(
+            got[i][smooth], (gs * fd)[smooth], floor=(np.abs(gs) * (C_OPS * U32 * md[i] + spread + underflow(a, b)))[smooth],
+            what=f"{name} derivative {i} vs finite differences",
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_huge_inputs_give_no_nan(rng, name):
+    # ±1e20: the cube of gelu_tanh's polynomial and x² overflow fp32 unless guarded.
+    params = REFERENCE[name][1][0] if name in REFERENCE else {}
+    p, a, b, s, g = make_inputs(rng, name, params, 16, 64, np.float32)
+    a[:, ::3] = np.where(a[:, ::3] > 0, 1e20, -1e20)
+    if b is not None:
+        b[:, 1::3] = np.where(b[:, 1::3] > 0, 1e20, -1e20)
+    h = as_h(a, b, 0, np.float32)
+    y = moe.scaled_act(name, h, s, **params)
+    dh, ds = moe.scaled_act_backward(name, h, s, g, **params)
+    assert not np.isnan(y).any() and not np.isnan(dh).any()
+    check_forward(y, name, a, b, s, p)
+    f, _, _, _ = evaluate(name, a, b, p)
+    terms_fit = np.all(np.abs(g * f) < np.finfo(np.float32).max / g.shape[1], axis=1)
+    assert not np.isnan(ds[terms_fit]).any()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_dprobs_is_bitwise_reproducible_across_runs_and_configs(rng, name):
+    """dprobs sums in one fixed order: two runs and three tilings (and grids) agree bit for bit."""
+    params = REFERENCE[name][1][0] if name in REFERENCE else {}
+    interleave, n = layouts(name)[-1]
+    n = 200 if n == 100 else n  # several column tiles of every config, the last partial
+    p, a, b, s, g = make_inputs(rng, name, params, 45, n, BF16)
+    h = as_h(a, b, interleave, BF16)
+    configs = [moe.ActConfig(16, 64, 4), moe.ActConfig(16, 64, 4), moe.ActConfig(4, 32, 1), moe.ActConfig(32, 128, 8)]
+    runs = [moe.scaled_act_backward(name, h, s, g, interleave=interleave, config=c, **params) for c in configs]
+    for dh, ds in runs[1:]:
+        assert ds.tobytes() == runs[0][1].tobytes()
+        assert dh.tobytes() == runs[0][0].tobytes()
+    check_backward(*runs[0], name, a, b, s, g, p, interleave)
+    y = [moe.scaled_act(name, h, s, interleave=interleave, config=c, **params) for c in configs[1:]]
+    assert y[0].tobytes() == y[1].tobytes() == y[2].tobytes()
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if moe.ACTIVATIONS[n].glu])
+def test_glu_layouts_agree_bitwise(rng, name):
+    """The same a and b stored in the three layouts give the same bits."""
+    params = REFERENCE[name][1][0] if name in REFERENCE else {}
+    p, a, b, s, g = make_inputs(rng, name, params, 20, 96, BF16)
+    out = []
+    for interleave in (0, 32, 16, 1):
+        h = as_h(a, b, interleave, BF16)
+        y = moe.scaled_act(name, h, s, interleave=interleave, **params)
+        dh, ds = moe.scaled_act_backward(name, h, s, g, interleave=interleave, **params)
+        out.append([y.tobytes(), ds.tobytes(), *(half.tobytes() for half in glu_split(dh, interleave))])
+    assert all(o == out[0] for o in out[1:])
+
+
+def test_tanh_srelu_with_infinite_clamp_is_srelu(rng):
+    """c_s → ∞: c_s = inf is srelu bit for bit; a large finite c_s is srelu within the bounds."""
+    _, x, _, s, g = make_inputs(rng, "srelu", {}, 37, 100, BF16)
+    h = x.astype(BF16)
+    ref = moe.scaled_act("srelu", h, s), *moe.scaled_act_backward("srelu", h, s, g)
+    inf = moe.scaled_act("tanh_srelu", h, s, c_s=np.inf), *moe.scaled_act_backward("tanh_srelu", h, s, g, c_s=np.inf)
+    assert all(r.tobytes() == i.tobytes() for r, i in zip(ref, inf))
+    big = moe.scaled_act("tanh_srelu", h, s, c_s=1e12), *moe.scaled_act_backward("tanh_srelu", h, s, g, c_s=1e12)
+    check_forward(big[0], "srelu", x, None, s, {})
+    check_backward(big[1], big[2], "srelu", x, None, s, g, {}, 0)
+
+
+def test_gelu_forms_differ():
+    # The two forms are different functions (up to ~1e-3 apart near |x| = 2): each is
+    # checked against its own reference above; here, that the registry does not alias them.
+    x = np.linspace(-4, 4, 64).astype(np.float32)[None, :]
+    s = np.ones(1, np.float32)
+    t, e = (moe.scaled_act(n, x, s).astype(np.float64) for n in ("gelu_tanh", "gelu_erf"))
+    assert 1e-4 < np.abs(t - e).max() < 1e-2
+
+
+def test_defaults_are_gpt_oss():
+    assert dict(moe.ACTIVATIONS["clamped_swiglu"].params) == {"limit": 7.0, "alpha": 1.702, "offset": 1.0}
+    assert set(moe.ACTIVATIONS) >= {"swiglu", "clamped_swiglu", "srelu", "tanh_srelu", "gelu_tanh", "gelu_erf"}
+
+
+# --- adding an activation: two device functions and a register call ---
+
+
+@tf.jit
+def _scaled_relu_glu_fwd(a, b, scale, p1, p2):
+    return scale * tl.maximum(a, 0.0) * b
+
+
+@tf.jit
+def _scaled_relu_glu_bwd(a, b, scale, p1, p2):
+    return tl.where(a > 0, scale * b, 0.0), scale * tl.maximum(a, 0.0)
+
+
+def test_a_registered_activation_runs_everywhere(rng):
+    act = moe.register(
+        moe.Activation("test_relu_glu", True, _scaled_relu_glu_fwd, _scaled_relu_glu_bwd, (("scale", 1.5),))
+    )
+    try:
+        a = np.round(rng.standard_normal((19, 64)) * 3, 2).astype(np.float32).astype(np.float64)
+        b = rng.standard_normal((19, 64)).astype(np.float32).astype(np.float64)
+        s = rng.random(19).astype(np.float32)
+        g = rng.standard_normal((19, 64)).astype(np.float32)
+        h = as_h(a, b, 32, np.float32)
+        y = moe.scaled_act("test_relu_glu", h, s, interleave=32, scale=0.75)
+        dh, ds = moe.scaled_act_backward("test_relu_glu", h, s, g, interleave=32, scale=0.75)
+        s64, g64 = s.astype(np.float64)[:, None], g.astype(np.float64)
+        f = 0.75 * relu(a) * b
+        assert_within(y, s64 * f, ulps=4)
+        assert_within(glu_split(dh, 32)[0], g64 * s64 * np.where(a > 0, 0.75 * b, 0.0), ulps=4)
+        assert_within(glu_split(dh, 32)[1], g64 * s64 * 0.75 * relu(a), ulps=4)
+        assert_within(ds, np.sum(g64 * f, axis=1), ulps=0, floor=80 * U32 * np.sum(np.abs(g64 * f), axis=1))
+    finally:
+        del moe.ACTIVATIONS[act.name]
+
+
+# --- bad input ---
+
+H = np.zeros((4, 64), BF16)
+P = np.ones(4, np.float32)
+DY = np.zeros((4, 32), BF16)
+DY_UNARY = np.zeros((4, 64), BF16)
+ERRORS = [
+    (lambda: moe.scaled_act("relu9", H, P), ValueError, "unknown activation 'relu9'"),
+    (lambda: moe.scaled_act(3, H, P), TypeError, "name must be an activation name"),
+    (lambda: moe.scaled_act("swiglu", H.astype(np.float64), P), TypeError, "h must be bf16 or float32"),
+    (lambda: moe.scaled_act("swiglu", H.astype(np.int32), P), TypeError, "h must be bf16 or float32"),
+    (lambda: moe.scaled_act("swiglu", H[0], P), ValueError, r"h must be 2-D"),
+    (lambda: moe.scaled_act("swiglu", H[:, ::2], P), ValueError, "h must be contiguous"),
+    (lambda: moe.scaled_act("swiglu", [[1.0]], P), TypeError, "h must be a numpy array or a torch tensor"),
+    (lambda: moe.scaled_act("swiglu", H, P[:3]), ValueError, r"probs must have shape \(4,\)"),
+    (lambda: moe.scaled_act("swiglu", H, P[:, None]), ValueError, r"probs must have shape \(4,\)"),
+    (lambda: moe.scaled_act("swiglu", H, P.astype(BF16)), TypeError, "probs must be float32"),
+    (lambda: moe.scaled_act("swiglu", np.zeros((4, 63), BF16), P), ValueError, "even width of h, got 63"),
+    (lambda: moe.scaled_act("swiglu", np.zeros((4, 96), BF16), P, interleave=32), ValueError, "multiple of 2 \\*"),
+    (lambda: moe.scaled_act("swiglu", H, P, interleave=-1), TypeError, "interleave must be an int >= 0"),
+    (lambda: moe.scaled_act("srelu", H, P, interleave=32), ValueError, "interleave applies to GLU"),
+    (lambda: moe.scaled_act("tanh_srelu", H, P), ValueError, "needs the parameter 'c_s'"),
+    (lambda: moe.scaled_act("tanh_srelu", H, P, c_s=0.0), ValueError, "c_s .* must be > 0"),
+    (lambda: moe.scaled_act("tanh_srelu", H, P, c_s="2"), TypeError, "parameter 'c_s' must be a number"),
+    (lambda: moe.scaled_act("swiglu", H, P, limit=7.0), ValueError, "'swiglu' has no parameter 'limit'"),
+    (lambda: moe.scaled_act("clamped_swiglu", H, P, limit=-1.0), ValueError, "limit must be > 0"),
+    (lambda: moe.scaled_act("srelu", H, P, config=(16, 64)), TypeError, "config must be a moe.ActConfig"),
+    (lambda: moe.scaled_act("srelu", H, P, config=moe.ActConfig(12, 64)), ValueError, "block_rows must be a power"),
+    (lambda: moe.scaled_act_backward("swiglu", H, P, DY[:, :16].copy()), ValueError, r"dy must have the output's shape"),
+    (lambda: moe.scaled_act_backward("swiglu", H, P, DY.astype(np.float16)), TypeError, "dy must be bf16 or float32"),
+    (lambda: moe.scaled_act_backward("swiglu", H, P, DY, config=moe.ActConfig(16, 16)), ValueError, "multiple of 32"),
+    (lambda: moe.scaled_act_backward("srelu", H, P, DY), ValueError, r"dy must have the output's shape \(4, 64\)"),
+]
+
+
+@pytest.mark.parametrize("call,exc,msg", ERRORS, ids=[e[2] for e in ERRORS])
+def test_bad_input_names_the_argument(call, exc, msg):
+    with pytest.raises(exc, match=msg):
+        call()
+
+
+def test_empty_inputs():
+    h, p = np.zeros((0, 64), BF16), np.zeros(0, np.float32)
+    assert moe.scaled_act("swiglu", h, p).shape == (0, 32)
+    dh, ds = moe.scaled_act_backward("swiglu", h, p, np.zeros((0, 32), BF16))
+    assert dh.shape == (0, 64) and ds.shape == (0,)
+    # A row of width 0 has dprobs 0.
+    dh, ds = moe.scaled_act_backward("srelu", np.zeros((3, 0), BF16), np.ones(3, np.float32), np.zeros((3, 0), BF16))
+    assert dh.shape == (3, 0) and ds.tolist() == [0.0, 0.0, 0.0]
+
+
+# --- the GPU code: every activation's kernels lower to PTX that ptxas accepts ---
+
+
+@pytest.mark.skipif(not shutil.which("ptxas") and not os.path.exists(PTXAS), reason="needs ptxas")
+@pytest.mark.parametrize("name", NAMES)
+def test_kernels_assemble_for_sm90(name, tmp_path):
+    act = moe.ACTIVATIONS[name]
+    n = 64
+    h, s, dy = np.zeros((32, 2 * n if act.glu else n), BF16), np.zeros(32, np.float32), np.zeros((32, n), BF16)
+    k = n if act.glu else 1
+    tiles = dict(ACT=act, BLOCK_R=16, BLOCK_C=64, target="sm_90a")
+    fwd = kernels.scaled_act_fwd_kernel.warmup(h, s, dy, 32, n, k, 7.0, 1.7, 1.0, grid=(2, 1), **tiles)
+    bwd = kernels.scaled_act_bwd_kernel.warmup(h, s, dy, h, s, 32, n, k, 7.0, 1.7, 1.0, grid=(2,), **tiles)
+    for kernel in (fwd, bwd):
+        assert_assembles(kernel.asm["ptx"], "sm_90a", tmp_path)
