@@ -44,15 +44,15 @@ def assert_within(got, ref, *, ulps=1.0, floor=0.0, what="result"):
         f"{what}: {bad_special.sum()} non-finite references not matched, e.g. got {got64[bad_special][:4]} "
         f"for {ref[bad_special][:4]}"
     )
-    tol = ulps * ulp(ref, dtype) + floor
+    tol = np.broadcast_to(ulps * ulp(ref, dtype) + floor, ref.shape)
     err = np.where(special, 0.0, np.abs(got64 - ref))
     with np.errstate(invalid="ignore"):
         ratio = np.where(special, 0.0, err / tol)
-    worst = np.unravel_index(np.nanargmax(np.where(np.isnan(ratio), np.inf, ratio)), ratio.shape)
+    worst = tuple(int(i) for i in np.unravel_index(np.nanargmax(np.where(np.isnan(ratio), np.inf, ratio)), ratio.shape))
     assert not np.isnan(got64[~special]).any(), f"{what}: NaN where the reference is finite"
     assert ratio[worst] <= 1.0, (
-        f"{what}: {(ratio > 1).sum()} of {ratio.size} elements off; worst at {worst}: got {got64[worst]!r}, "
-        f"float64 {ref[worst]!r}, error {err[worst]:.3e} > tolerance {np.broadcast_to(tol, ref.shape)[worst]:.3e}"
+        f"{what}: {(ratio > 1).sum()} of {ratio.size} elements off; worst at {worst}: got {float(got64[worst])!r}, "
+        f"float64 {float(ref[worst])!r}, error {err[worst]:.3e} > tolerance {tol[worst]:.3e}"
     )
 
 

@@ -1,28 +1,12 @@
 """Scaled activations (kernels_dsl/moe/activations.py through tilefuse.moe) on the
-interpreter, against float64 references written here from SPEC-moe.md §2.
-
-Every test is parametrized over moe.ACTIVATIONS: a registered activation is tested by
-adding its float64 forward and derivative to REFERENCE below (the missing entry fails).
+interpreter, against the float64 references of act_reference.py (SPEC-moe.md §2; the
+error bounds are derived there). Every test is parametrized over moe.ACTIVATIONS.
 Inputs are fresh random data every run (the seed is printed and shown on failure).
-
-Error bounds. The kernels compute in fp32 from inputs exact in fp32 and round once at
-the store. An output element may differ from float64 by one ulp of its stored dtype (the
-rounding, plus fp32 error that can move a value across a rounding boundary) plus
-C_OPS · 2^-24 · M, where M is the element's magnitude: the reference formula with every
-difference taken as a sum of absolute values (the scale of the fp32 rounding errors, which
-exceeds |result| where terms cancel: 1 + erf(x) at negative x, σ + a·σ·(1-σ), ...), and
-C_OPS = 32 bounds the fp32 operations along the longest path (gelu_tanh's backward, times
-g and s: about 20). dprobs sums N terms along a tree of depth log2(32) + N/32 (the kernels'
-fixed order): (log2(32) + ceil(N/32) + C_OPS) · 2^-24 · Σ_j |g_j| · M(f_j).
-Results below fp32's normal range carry an absolute C_OPS · 2^-126 · (1 + |a|)² (1 + |b|)
-more: σ(a) is 0 in fp32 for a < -88 (exp(-a) overflows) where it is 1e-39 in float64.
 """
 
-import math
 import os
 import shutil
 
-import ml_dtypes
 import numpy as np
 import pytest
 import tilefuse as tf
@@ -31,107 +15,30 @@ from tilefuse import moe
 
 from kernels_dsl.moe import activations as kernels
 from tests.ptxas import PTXAS, assert_assembles
+from tests.python.moe.act_reference import (
+    BF16,
+    C_OPS,
+    REFERENCE,
+    as_h,
+    check_backward,
+    check_forward,
+    evaluate,
+    first_params,
+    glu_split,
+    layouts,
+    make_inputs,
+    relu,
+    underflow,
+)
 from tests.python.moe.errors import U32, assert_within
 
-BF16 = ml_dtypes.bfloat16
-C_OPS = 32
-TINY = 2.0**-126
-SQRT1_2 = 1.0 / math.sqrt(2.0)
-_erf = np.vectorize(math.erf, otypes=[np.float64])
-_erfc = np.vectorize(math.erfc, otypes=[np.float64])
-
-
-def sigmoid(z):
-    e = np.exp(-np.abs(z))  # no overflow, and no cancellation in either tail
-    return np.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
-
-
-def relu(x):
-    return np.maximum(x, 0.0)
-
-
-# --- float64 references: (f, M(f), derivative, M(derivative)); a GLU's derivative and its
-# magnitude are (d/da, d/db) pairs ---
-
-
-def ref_swiglu(a, b):
-    sg = sigmoid(a)
-    f = a * sg * b
-    da, db = b * sg * (1.0 + a * (1.0 - sg)), a * sg
-    return f, np.abs(f), (da, db), (np.abs(b) * (sg + np.abs(a) * sg * (1.0 + sg)), np.abs(db))
-
-
-def ref_clamped_swiglu(a, b, limit, alpha, offset):
-    a_c, b_cl = np.minimum(a, limit), np.clip(b, -limit, limit)
-    b_c = b_cl + offset
-    sg = sigmoid(alpha * a_c)
-    f = a_c * sg * b_c
-    in_a, in_b = a <= limit, (b >= -limit) & (b <= limit)
-    da = np.where(in_a, b_c * sg * (1.0 + alpha * a_c * (1.0 - sg)), 0.0)
-    db = np.where(in_b, a_c * sg, 0.0)
-    mb = np.abs(b_cl) + abs(offset)
-    mda = np.where(in_a, mb * (sg + alpha * np.abs(a_c) * sg * (1.0 + sg)), 0.0)
-    return f, np.abs(a_c) * sg * mb, (da, db), (mda, np.abs(db))
-
-
-def ref_srelu(x):
-    r = relu(x)
-    return r * r, r * r, 2.0 * r, 2.0 * r
-
-
-def ref_tanh_srelu(x, c_s):
-    t = np.tanh(relu(x) / c_s)
-    c = c_s * t
-    return c * c, c * c, 2.0 * c * (1.0 - t * t), 2.0 * c * (1.0 + t) ** 2
-
-
-def ref_gelu_tanh(x):
-    k = math.sqrt(2.0 / math.pi)
-    t = np.tanh(k * (x + 0.044715 * x**3))
-    du = k * (1.0 + 3.0 * 0.044715 * x * x)
-    f = 0.5 * x * (1.0 + t)
-    with np.errstate(over="ignore"):  # cosh = inf: sech² = 0
-        d = 0.5 * (1.0 + t) + 0.5 * x * du / np.cosh(k * (x + 0.044715 * x**3)) ** 2
-    return (
-        f,
-        0.5 * np.abs(x) * (1.0 + np.abs(t)),
-        d,
-        0.5 * (1 + np.abs(t)) + 0.5 * np.abs(x) * du * (1 + np.abs(t)) ** 2,
-    )
-
-
-def ref_gelu_erf(x):
-    cdf = 0.5 * _erfc(-x * SQRT1_2)  # x·Φ(x), Φ through erfc: accurate in the left tail
-    pdf = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
-    m_cdf = 0.5 * (1.0 + np.abs(_erf(x * SQRT1_2)))  # the kernels form 1 + erf
-    return x * cdf, np.abs(x) * m_cdf, cdf + x * pdf, m_cdf + np.abs(x) * pdf
-
-
-# name -> (reference, the parameter sets tested: defaults ({}) and overrides)
-REFERENCE = {
-    "swiglu": (ref_swiglu, [{}]),
-    "clamped_swiglu": (ref_clamped_swiglu, [{}, {"limit": 3.0, "alpha": 1.0, "offset": 0.5}]),
-    "srelu": (ref_srelu, [{}]),
-    "tanh_srelu": (ref_tanh_srelu, [{"c_s": 2.5}]),
-    "gelu_tanh": (ref_gelu_tanh, [{}]),
-    "gelu_erf": (ref_gelu_erf, [{}]),
-}
 CASES = [
     pytest.param(name, params, id=f"{name}{''.join(f'-{k}={v}' for k, v in params.items())}")
     for name in moe.ACTIVATIONS
     for params in (REFERENCE[name][1] if name in REFERENCE else [{}])
 ]
 NAMES = list(moe.ACTIVATIONS)
-
-
-def reference(name):
-    assert name in REFERENCE, f"activation {name!r} is registered but has no float64 reference in REFERENCE"
-    return REFERENCE[name][0]
-
-
-def full_params(name, given):
-    """All parameters as float64 values of the fp32 scalars the kernels receive."""
-    return {p: float(np.float32(given.get(p, d))) for p, d in moe.ACTIVATIONS[name].params}
+ROWS = 37  # 3 row tiles of 16, the last partial
 
 
 @pytest.fixture
@@ -139,109 +46,6 @@ def rng():
     seed = np.random.SeedSequence().entropy
     print(f"seed = {seed}")
     return np.random.default_rng(seed)
-
-
-# --- inputs: float64 values exact in the input dtype ---
-
-
-def glu_merge(a, b, interleave):
-    """h from its a and b halves in the storage layout, written with numpy (independent of
-    the kernels' index arithmetic): halves, blocks of K, or K = 1 (even/odd)."""
-    rows, n = a.shape
-    k = interleave or n
-    return np.stack([a.reshape(rows, n // k, k), b.reshape(rows, n // k, k)], axis=2).reshape(rows, 2 * n)
-
-
-def glu_split(h, interleave):
-    rows, n = h.shape[0], h.shape[1] // 2
-    k = interleave or n
-    blocks = h.reshape(rows, n // k, 2, k)
-    return blocks[:, :, 0, :].reshape(rows, n), blocks[:, :, 1, :].reshape(rows, n)
-
-
-def edge_values(name, params, large):
-    """Points §2 requires: x = 0, a = limit and b = ±limit exactly (and one bf16 step to
-    either side), and large |x| (σ and tanh saturated) in the first rows only, so that the
-    other rows' dprobs bounds stay tight."""
-    v = [0.0, -0.0, 1.0, -1.0]
-    if "limit" in params:
-        lim = params["limit"]
-        step = 2.0 ** (math.floor(math.log2(lim)) - 7)
-        v += [lim, -lim, lim + step, -lim - step, lim - step, -lim + step]
-    if large:
-        v += [30.0, -30.0, 100.0, -100.0, 1e4, -1e4]
-    return np.array(v)
-
-
-def random_operand(rng, shape, dtype, edges_small, edges_large, large_rows=6):
-    x = rng.standard_normal(shape) * 3.0
-    for rows, edges in ((slice(0, large_rows), edges_large), (slice(large_rows, None), edges_small)):
-        part = x[rows]
-        hit = rng.random(part.shape) < (0.2 if len(edges) else 0.0)
-        part[hit] = rng.choice(edges, hit.sum())
-    return x.astype(dtype).astype(np.float64)
-
-
-def make_inputs(rng, name, params, rows, n, dtype, dy_dtype=None, edges=True):
-    p = full_params(name, params)
-    small, large = (edge_values(name, p, False), edge_values(name, p, True)) if edges else ([], [])
-    glu = moe.ACTIVATIONS[name].glu
-    a = random_operand(rng, (rows, n), dtype, small, large)
-    b = random_operand(rng, (rows, n), dtype, small, large) if glu else None
-    s = rng.random(rows).astype(np.float32) * 1.5 + 0.25
-    g = (rng.standard_normal((rows, n)) * 2.0).astype(dy_dtype or dtype)
-    return p, a, b, s, g
-
-
-def as_h(a, b, interleave, dtype):
-    return (a if b is None else glu_merge(a, b, interleave)).astype(dtype)
-
-
-def evaluate(name, a, b, p):
-    args = (a,) if b is None else (a, b)
-    return reference(name)(*args, **p)
-
-
-# --- checks ---
-
-
-def sum_roundings(n):
-    # The kernels' order: a pairwise tree over each run of DS_CHUNK columns, then the runs in order.
-    return math.log2(kernels.DS_CHUNK) + math.ceil(n / kernels.DS_CHUNK) + C_OPS
-
-
-def underflow(a, b):
-    return C_OPS * TINY * (1.0 + np.abs(a)) ** 2 * (1.0 + (0.0 if b is None else np.abs(b)))
-
-
-def check_forward(y, name, a, b, s, p):
-    f, mf, _, _ = evaluate(name, a, b, p)
-    s64 = s.astype(np.float64)[:, None]
-    assert_within(y, s64 * f, floor=s64 * (C_OPS * U32 * mf + underflow(a, b)), what=f"{name} y")
-
-
-def check_backward(dh, ds, name, a, b, s, g, p, interleave):
-    f, mf, d, md = evaluate(name, a, b, p)
-    gs = g.astype(np.float64) * s.astype(np.float64)[:, None]
-    tiny = np.abs(gs) * underflow(a, b)
-    if b is None:
-        assert_within(dh, gs * d, floor=C_OPS * U32 * np.abs(gs) * md + tiny, what=f"{name} dh")
-    else:
-        da, db = glu_split(dh, interleave)
-        assert_within(da, gs * d[0], floor=C_OPS * U32 * np.abs(gs) * md[0] + tiny, what=f"{name} da")
-        assert_within(db, gs * d[1], floor=C_OPS * U32 * np.abs(gs) * md[1] + tiny, what=f"{name} db")
-    g64 = g.astype(np.float64)
-    n = g.shape[1]
-    floor = np.sum(np.abs(g64) * (sum_roundings(n) * U32 * mf + underflow(a, b)), axis=1)
-    assert_within(ds, np.sum(g64 * f, axis=1), ulps=0.0, floor=floor, what=f"{name} dprobs")
-
-
-LAYOUTS = [(0, 70), (32, 96), (1, 70)]  # (interleave, n): halves, blocks of 32, stride 1
-ROWS = 37  # 3 row tiles of 16, the last partial
-
-
-def layouts(name):
-    return LAYOUTS if moe.ACTIVATIONS[name].glu else [(0, 100)]
 
 
 @pytest.mark.parametrize("dtype", [BF16, np.float32], ids=["bf16", "f32"])
@@ -302,16 +106,14 @@ def test_derivative_matches_finite_differences(rng, name, params):
         ref_err = np.where(smooth, np.abs(d[i] - fd) - (spread + 1e-9 * (1 + np.abs(fd))), 0.0)
         worst = np.unravel_index(np.argmax(ref_err), ref_err.shape)
         assert ref_err[worst] <= 0, f"{name}: the reference derivative {i} at {x[worst]}: {d[i][worst]} vs {fd[worst]}"
-        assert_within(
-            got[i][smooth], (gs * fd)[smooth], floor=(np.abs(gs) * (C_OPS * U32 * md[i] + spread + underflow(a, b)))[smooth],
-            what=f"{name} derivative {i} vs finite differences",
-        )  # fmt: skip
+        floor = np.abs(gs) * (C_OPS * U32 * md[i] + spread + underflow(a, b))
+        assert_within(got[i][smooth], (gs * fd)[smooth], floor=floor[smooth], what=f"{name} derivative {i} vs FD")
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_huge_inputs_give_no_nan(rng, name):
     # ±1e20: the cube of gelu_tanh's polynomial and x² overflow fp32 unless guarded.
-    params = REFERENCE[name][1][0] if name in REFERENCE else {}
+    params = first_params(name)
     p, a, b, s, g = make_inputs(rng, name, params, 16, 64, np.float32)
     a[:, ::3] = np.where(a[:, ::3] > 0, 1e20, -1e20)
     if b is not None:
@@ -329,7 +131,7 @@ def test_huge_inputs_give_no_nan(rng, name):
 @pytest.mark.parametrize("name", NAMES)
 def test_dprobs_is_bitwise_reproducible_across_runs_and_configs(rng, name):
     """dprobs sums in one fixed order: two runs and three tilings (and grids) agree bit for bit."""
-    params = REFERENCE[name][1][0] if name in REFERENCE else {}
+    params = first_params(name)
     interleave, n = layouts(name)[-1]
     n = 200 if n == 100 else n  # several column tiles of every config, the last partial
     p, a, b, s, g = make_inputs(rng, name, params, 45, n, BF16)
@@ -347,7 +149,7 @@ def test_dprobs_is_bitwise_reproducible_across_runs_and_configs(rng, name):
 @pytest.mark.parametrize("name", [n for n in NAMES if moe.ACTIVATIONS[n].glu])
 def test_glu_layouts_agree_bitwise(rng, name):
     """The same a and b stored in the three layouts give the same bits."""
-    params = REFERENCE[name][1][0] if name in REFERENCE else {}
+    params = first_params(name)
     p, a, b, s, g = make_inputs(rng, name, params, 20, 96, BF16)
     out = []
     for interleave in (0, 32, 16, 1):
@@ -447,7 +249,11 @@ ERRORS = [
     (lambda: moe.scaled_act("clamped_swiglu", H, P, limit=-1.0), ValueError, "limit must be > 0"),
     (lambda: moe.scaled_act("srelu", H, P, config=(16, 64)), TypeError, "config must be a moe.ActConfig"),
     (lambda: moe.scaled_act("srelu", H, P, config=moe.ActConfig(12, 64)), ValueError, "block_rows must be a power"),
-    (lambda: moe.scaled_act_backward("swiglu", H, P, DY[:, :16].copy()), ValueError, r"dy must have the output's shape"),
+    (
+        lambda: moe.scaled_act_backward("swiglu", H, P, DY[:, :16].copy()),
+        ValueError,
+        r"dy must have the output's shape",
+    ),
     (lambda: moe.scaled_act_backward("swiglu", H, P, DY.astype(np.float16)), TypeError, "dy must be bf16 or float32"),
     (lambda: moe.scaled_act_backward("swiglu", H, P, DY, config=moe.ActConfig(16, 16)), ValueError, "multiple of 32"),
     (lambda: moe.scaled_act_backward("srelu", H, P, DY), ValueError, r"dy must have the output's shape \(4, 64\)"),
