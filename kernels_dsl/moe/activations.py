@@ -200,8 +200,8 @@ def glu_columns(cols, K):
 
 
 @tf.jit
-def fixed_order_row_sum(acc, t, BR: tl.constexpr, BC: tl.constexpr):
-    """acc [BR] + the row sums of t [BR, BC] in the canonical order (BC a multiple of DS_CHUNK)."""
+def run_sums(t, BR: tl.constexpr, BC: tl.constexpr):
+    """[BR, BC / DS_CHUNK]: each run of DS_CHUNK columns of t [BR, BC] summed as a pairwise tree."""
     runs: tl.constexpr = BC // DS_CHUNK
     p = tl.reshape(t, [BR, runs, DS_CHUNK])
     w: tl.constexpr = DS_CHUNK
@@ -209,12 +209,25 @@ def fixed_order_row_sum(acc, t, BR: tl.constexpr, BC: tl.constexpr):
         w = w // 2
         lo, hi = tl.split(tl.reshape(p, [BR, runs, w, 2]))
         p = lo + hi
-    p = tl.reshape(p, [BR, runs])
-    run = tl.arange(0, runs)
-    for i in tl.static_range(runs):
+    return tl.reshape(p, [BR, runs])
+
+
+@tf.jit
+def add_in_order(acc, parts, BR: tl.constexpr, RUNS: tl.constexpr):
+    """acc [BR] + parts [BR, RUNS], the columns added one after the other from the left."""
+    run = tl.arange(0, RUNS)
+    for i in tl.static_range(RUNS):
         # One non-zero term per row: the sum is that term exactly, in any order.
-        acc = acc + tl.sum(tl.where(run[None, :] == i, p, 0.0), axis=1)
+        acc = acc + tl.sum(tl.where(run[None, :] == i, parts, 0.0), axis=1)
     return acc
+
+
+@tf.jit
+def fixed_order_row_sum(acc, t, BR: tl.constexpr, BC: tl.constexpr):
+    """acc [BR] + the row sums of t [BR, BC] in the canonical order (BC a multiple of
+    DS_CHUNK). A GEMM epilogue that owns a column tile can store its run_sums and let
+    one program per row block add them with add_in_order: the same bits as here."""
+    return add_in_order(acc, run_sums(t, BR, BC), BR, BC // DS_CHUNK)
 
 
 @tf.jit

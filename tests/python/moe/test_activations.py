@@ -146,6 +146,32 @@ def test_dprobs_is_bitwise_reproducible_across_runs_and_configs(rng, name):
     assert y[0].tobytes() == y[1].tobytes() == y[2].tobytes()
 
 
+def canonical_row_sums(t):
+    """The documented order in numpy float32: a pairwise tree over each run of DS_CHUNK
+    columns (zero padded), then the runs added from the left, starting from 0."""
+    rows, n = t.shape
+    chunk = kernels.DS_CHUNK
+    p = np.zeros((rows, -(-n // chunk) * chunk), np.float32)
+    p[:, :n] = t
+    p = p.reshape(rows, -1, chunk)
+    while p.shape[2] > 1:
+        p = p[:, :, 0::2] + p[:, :, 1::2]
+    acc = np.zeros(rows, np.float32)
+    for i in range(p.shape[1]):
+        acc = acc + p[:, i, 0]
+    return acc
+
+
+@pytest.mark.parametrize("config", [None, moe.ActConfig(4, 32, 1), moe.ActConfig(32, 256, 8)], ids=str)
+def test_dprobs_order_is_the_documented_one(rng, config):
+    # srelu's terms g·relu(x)² are plain fp32 products, so numpy can form the same terms
+    # and sum them in the documented order: the bits must agree.
+    _, x, _, s, g = make_inputs(rng, "srelu", {}, 21, 300, BF16)
+    _, ds = moe.scaled_act_backward("srelu", x.astype(BF16), s, g, config=config)
+    r = np.maximum(x.astype(np.float32), np.float32(0))
+    assert ds.tobytes() == canonical_row_sums(g.astype(np.float32) * (r * r)).tobytes()
+
+
 @pytest.mark.parametrize("name", [n for n in NAMES if moe.ACTIVATIONS[n].glu])
 def test_glu_layouts_agree_bitwise(rng, name):
     """The same a and b stored in the three layouts give the same bits."""

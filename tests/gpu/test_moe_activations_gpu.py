@@ -1,0 +1,169 @@
+"""Scaled activations on the GPU: tilefuse.moe on CUDA torch tensors, against the
+interpreter (the same kernels on numpy copies) and against float64 (act_reference.py).
+
+Bit-identical where the math is the same: srelu (and tanh_srelu at c_s = inf) uses only
+max, mul and add, which the two backends compute bit for bit, and dprobs' fixed order is
+a tree of elementwise adds, so y, dh and dprobs match bit for bit. The other activations
+call exp, tanh or erf (libdevice on the GPU, within 2 fp32 ulps; the interpreter rounds
+the host's double result): their outputs differ from the interpreter's by at most one ulp
+of the stored dtype plus that error carried through the formula (8 · 2^-24 · M, M the
+magnitude act_reference.py derives), and meet the same float64 bounds. dprobs is bitwise
+reproducible on the GPU across runs and launch configs (tile sizes, warps, grids).
+"""
+
+import math
+
+import numpy as np
+import pytest
+from tilefuse import moe
+
+from tests.python.moe.act_reference import (
+    BF16,
+    REFERENCE,
+    TINY,
+    as_h,
+    check_backward,
+    check_forward,
+    evaluate,
+    first_params,
+    glu_split,
+    make_inputs,
+)
+from tests.python.moe.errors import U32, assert_within
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
+
+EXACT = {"srelu"}  # no transcendental functions: bit-identical to the interpreter
+CASES = [
+    pytest.param(name, params, id=f"{name}{''.join(f'-{k}={v}' for k, v in params.items())}")
+    for name in moe.ACTIVATIONS
+    for params in (REFERENCE[name][1] if name in REFERENCE else [{}])
+]
+NAMES = list(moe.ACTIVATIONS)
+
+
+@pytest.fixture
+def rng():
+    seed = np.random.SeedSequence().entropy
+    print(f"seed = {seed}")
+    return np.random.default_rng(seed)
+
+
+def cuda(a):
+    if a.dtype == BF16:
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16).cuda()
+    return torch.from_numpy(np.ascontiguousarray(a)).cuda()
+
+
+def host(t):
+    if t.dtype == torch.bfloat16:
+        return t.cpu().view(torch.int16).numpy().view(BF16)
+    return t.cpu().numpy()
+
+
+def gpu_layouts(name):
+    # Several tiles of every default config, the last partial (rows and columns).
+    return [(0, 320), (32, 320), (1, 320)] if moe.ACTIVATIONS[name].glu else [(0, 333)]
+
+
+def run_both(name, params, interleave, h, s, g):
+    """((y, dh, ds) on the GPU, the same on the interpreter), as numpy arrays."""
+    args = dict(interleave=interleave, **params)
+    gpu = (moe.scaled_act(name, cuda(h), cuda(s), **args),)
+    gpu += moe.scaled_act_backward(name, cuda(h), cuda(s), cuda(g), **args)
+    torch.cuda.synchronize()
+    cpu = (moe.scaled_act(name, h, s, **args), *moe.scaled_act_backward(name, h, s, g, **args))
+    return tuple(host(t) for t in gpu), cpu
+
+
+def libdevice_floor(name, a, b, s, g, p, interleave):
+    """Per-element allowances for the GPU-interpreter difference of y and dh (h's layout)."""
+    _, mf, _, md = evaluate(name, a, b, p)
+    s64 = s.astype(np.float64)[:, None]
+    gs = np.abs(g.astype(np.float64) * s64)
+    tiny = TINY * 64 * (1.0 + np.abs(a)) ** 2 * (1.0 + (0.0 if b is None else np.abs(b)))
+    fy = s64 * (8 * U32 * mf + tiny)
+    fdh = (
+        gs * (8 * U32 * md + tiny)
+        if b is None
+        else as_h(gs * (8 * U32 * md[0] + tiny), gs * (8 * U32 * md[1] + tiny), interleave, np.float64)
+    )
+    return fy, fdh
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.float32], ids=["bf16", "f32"])
+@pytest.mark.parametrize("name,params", CASES)
+def test_gpu_matches_interpreter_and_float64(rng, name, params, dtype):
+    for interleave, n in gpu_layouts(name):
+        p, a, b, s, g = make_inputs(rng, name, params, 200, n, dtype)
+        h = as_h(a, b, interleave, dtype)
+        (y, dh, ds), (y_i, dh_i, ds_i) = run_both(name, params, interleave, h, s, g)
+        check_forward(y, name, a, b, s, p)
+        check_backward(dh, ds, name, a, b, s, g, p, interleave)
+        if name in EXACT:
+            assert y.tobytes() == y_i.tobytes() and dh.tobytes() == dh_i.tobytes() and ds.tobytes() == ds_i.tobytes()
+        else:
+            fy, fdh = libdevice_floor(name, a, b, s, g, p, interleave)
+            assert_within(y, y_i.astype(np.float64), floor=fy, what=f"{name} y: GPU vs interpreter")
+            assert_within(dh, dh_i.astype(np.float64), floor=fdh, what=f"{name} dh: GPU vs interpreter")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_gpu_large_shape_against_float64(rng, name):
+    params = first_params(name)
+    glu = moe.ACTIVATIONS[name].glu
+    interleave, n = (32, 768) if glu else (0, 1000)
+    p, a, b, s, g = make_inputs(rng, name, params, 1500, n, BF16)
+    h, sd, gd = cuda(as_h(a, b, interleave, BF16)), cuda(s), cuda(g)
+    y = host(moe.scaled_act(name, h, sd, interleave=interleave, **params))
+    dh, ds = (host(t) for t in moe.scaled_act_backward(name, h, sd, gd, interleave=interleave, **params))
+    check_forward(y, name, a, b, s, p)
+    check_backward(dh, ds, name, a, b, s, g, p, interleave)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_gpu_dprobs_is_bitwise_reproducible_across_runs_and_configs(rng, name):
+    params = first_params(name)
+    interleave, n = (32, 640) if moe.ACTIVATIONS[name].glu else (0, 1000)
+    _, a, b, s, g = make_inputs(rng, name, params, 777, n, BF16)
+    h, sd, gd = cuda(as_h(a, b, interleave, BF16)), cuda(s), cuda(g)
+    configs = [moe.ActConfig(16, 64, 4), moe.ActConfig(16, 64, 4), moe.ActConfig(1, 32, 1)]
+    configs += [moe.ActConfig(64, 128, 8), moe.ActConfig(32, 256, 4), moe.ActConfig(128, 32, 8)]
+    runs = [moe.scaled_act_backward(name, h, sd, gd, interleave=interleave, config=c, **params) for c in configs]
+    first = [host(t) for t in runs[0]]
+    for dh, ds in runs[1:]:
+        assert host(ds).tobytes() == first[1].tobytes()
+        assert host(dh).tobytes() == first[0].tobytes()
+
+
+def test_gpu_tanh_srelu_with_infinite_clamp_is_srelu(rng):
+    _, x, _, s, g = make_inputs(rng, "srelu", {}, 300, 333, BF16)
+    h, sd, gd = cuda(x.astype(BF16)), cuda(s), cuda(g)
+    ref = (moe.scaled_act("srelu", h, sd), *moe.scaled_act_backward("srelu", h, sd, gd))
+    got = (
+        moe.scaled_act("tanh_srelu", h, sd, c_s=math.inf),
+        *moe.scaled_act_backward("tanh_srelu", h, sd, gd, c_s=math.inf),
+    )
+    assert all(host(r).tobytes() == host(t).tobytes() for r, t in zip(ref, got))
+
+
+def test_gpu_glu_layouts_agree_bitwise(rng):
+    _, a, b, s, g = make_inputs(rng, "swiglu", {}, 100, 256, BF16)
+    out = []
+    for interleave in (0, 32, 1):
+        h = cuda(as_h(a, b, interleave, BF16))
+        y = host(moe.scaled_act("swiglu", h, cuda(s), interleave=interleave))
+        dh, ds = (host(t) for t in moe.scaled_act_backward("swiglu", h, cuda(s), cuda(g), interleave=interleave))
+        out.append([y.tobytes(), ds.tobytes(), *(half.tobytes() for half in glu_split(dh, interleave))])
+    assert out[0] == out[1] == out[2]
+
+
+def test_gpu_arguments_must_share_the_device():
+    h = torch.zeros((4, 64), dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(TypeError, match="probs must be a Tensor like h"):
+        moe.scaled_act("swiglu", h, np.ones(4, np.float32))
+    with pytest.raises(ValueError, match="probs is on cpu but h is on cuda"):
+        moe.scaled_act("swiglu", h, torch.ones(4))
+    with pytest.raises(ValueError, match="dy is on cpu"):
+        moe.scaled_act_backward("swiglu", h, torch.ones(4, device="cuda"), torch.zeros((4, 32), dtype=torch.bfloat16))
