@@ -15,13 +15,17 @@ import math
 
 import numpy as np
 import pytest
+import tilefuse as tf
+import tilefuse.language as tl
 from tilefuse import moe
 
+from kernels_dsl.moe import activations as kernels
 from tests.python.moe.act_reference import (
     BF16,
     REFERENCE,
     TINY,
     as_h,
+    canonical_row_sums,
     check_backward,
     check_forward,
     evaluate,
@@ -167,3 +171,25 @@ def test_gpu_arguments_must_share_the_device():
         moe.scaled_act("swiglu", h, torch.ones(4))
     with pytest.raises(ValueError, match="dy is on cpu"):
         moe.scaled_act_backward("swiglu", h, torch.ones(4, device="cuda"), torch.zeros((4, 32), dtype=torch.bfloat16))
+
+
+@tf.jit
+def _row_sums_kernel(t_ptr, out_ptr, R, N, BR: tl.constexpr, BC: tl.constexpr):
+    rows = tl.program_id(0) * BR + tl.arange(0, BR)
+    acc = tl.zeros([BR], tl.float32)
+    for c0 in range(0, N, BC):
+        cols = c0 + tl.arange(0, BC)
+        m = (rows[:, None] < R) & (cols[None, :] < N)
+        acc = kernels.fixed_order_row_sum(
+            acc, tl.load(t_ptr + rows[:, None] * N + cols[None, :], mask=m, other=0.0), BR, BC
+        )
+    tl.store(out_ptr + rows, acc, mask=rows < R)
+
+
+@pytest.mark.parametrize("br,bc,warps", [(16, 64, 4), (1, 32, 1), (64, 128, 8), (128, 256, 4), (8, 512, 8)])
+def test_gpu_fixed_order_row_sum_is_the_documented_order(rng, br, bc, warps):
+    # The reshape / split tree on the GPU's layouts: numpy's float32 sum in the same order, bit for bit.
+    t = (rng.standard_normal((300, 1000)) * np.exp2(rng.integers(-20, 20, (300, 1000)))).astype(np.float32)
+    out = torch.empty(300, device="cuda")
+    _row_sums_kernel[(-(-300 // br),)](cuda(t), out, 300, 1000, BR=br, BC=bc, num_warps=warps)
+    assert host(out).tobytes() == canonical_row_sums(t).tobytes()

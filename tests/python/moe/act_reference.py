@@ -226,3 +226,19 @@ LAYOUTS = [(0, 70), (32, 96), (1, 70)]  # (interleave, n): halves, blocks of 32,
 
 def layouts(name):
     return LAYOUTS if moe.ACTIVATIONS[name].glu else [(0, 100)]
+
+
+def canonical_row_sums(t):
+    """The documented order in numpy float32: a pairwise tree over each run of DS_CHUNK
+    columns (zero padded), then the runs added from the left, starting from 0."""
+    rows, n = t.shape
+    chunk = kernels.DS_CHUNK
+    p = np.zeros((rows, -(-n // chunk) * chunk), np.float32)
+    p[:, :n] = t
+    p = p.reshape(rows, -1, chunk)
+    while p.shape[2] > 1:
+        p = p[:, :, 0::2] + p[:, :, 1::2]
+    acc = np.zeros(rows, np.float32)
+    for i in range(p.shape[1]):
+        acc = acc + p[:, i, 0]
+    return acc

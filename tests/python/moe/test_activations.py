@@ -20,6 +20,7 @@ from tests.python.moe.act_reference import (
     C_OPS,
     REFERENCE,
     as_h,
+    canonical_row_sums,
     check_backward,
     check_forward,
     evaluate,
@@ -144,22 +145,6 @@ def test_dprobs_is_bitwise_reproducible_across_runs_and_configs(rng, name):
     check_backward(*runs[0], name, a, b, s, g, p, interleave)
     y = [moe.scaled_act(name, h, s, interleave=interleave, config=c, **params) for c in configs[1:]]
     assert y[0].tobytes() == y[1].tobytes() == y[2].tobytes()
-
-
-def canonical_row_sums(t):
-    """The documented order in numpy float32: a pairwise tree over each run of DS_CHUNK
-    columns (zero padded), then the runs added from the left, starting from 0."""
-    rows, n = t.shape
-    chunk = kernels.DS_CHUNK
-    p = np.zeros((rows, -(-n // chunk) * chunk), np.float32)
-    p[:, :n] = t
-    p = p.reshape(rows, -1, chunk)
-    while p.shape[2] > 1:
-        p = p[:, :, 0::2] + p[:, :, 1::2]
-    acc = np.zeros(rows, np.float32)
-    for i in range(p.shape[1]):
-        acc = acc + p[:, i, 0]
-    return acc
 
 
 @pytest.mark.parametrize("config", [None, moe.ActConfig(4, 32, 1), moe.ActConfig(32, 256, 8)], ids=str)
