@@ -29,6 +29,7 @@ from tests.python.moe.act_reference import (
     check_backward,
     check_forward,
     evaluate,
+    fc1_epilogue,
     first_params,
     glu_split,
     make_inputs,
@@ -193,3 +194,16 @@ def test_gpu_fixed_order_row_sum_is_the_documented_order(rng, br, bc, warps):
     out = torch.empty(300, device="cuda")
     _row_sums_kernel[(-(-300 // br),)](cuda(t), out, 300, 1000, BR=br, BC=bc, num_warps=warps)
     assert host(out).tobytes() == canonical_row_sums(t).tobytes()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_gpu_epilogue_on_wgmma_accumulators_matches_scaled_act(rng, name):
+    # The same fp32 operations on the same values, in the wgmma accumulator layout there and
+    # a blocked layout in scaled_act: bit for bit (what exact-mode recompute relies on).
+    params = first_params(name)
+    n1 = 128 if moe.ACTIVATIONS[name].glu else 64
+    x = rng.standard_normal((64, 32)).astype(BF16)
+    w = (rng.standard_normal((n1, 32)) * 0.5).astype(BF16)
+    s = (rng.random(64) + 0.5).astype(np.float32)
+    c, y = fc1_epilogue(name, params, x, w, s, cuda)
+    assert host(y).tobytes() == host(moe.scaled_act(name, c, cuda(s), **params)).tobytes()

@@ -22,6 +22,8 @@ import math
 
 import ml_dtypes
 import numpy as np
+import tilefuse as tf
+import tilefuse.language as tl
 from tilefuse import moe
 
 from kernels_dsl.moe import activations as kernels
@@ -242,3 +244,36 @@ def canonical_row_sums(t):
     for i in range(p.shape[1]):
         acc = acc + p[:, i, 0]
     return acc
+
+
+@tf.jit
+def fc1_epilogue_kernel(
+    x_ptr, w_ptr, s_ptr, c_ptr, y_ptr, P0, P1, P2, ACT: tl.constexpr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr
+):
+    """An FC1-like GEMM whose epilogue calls the activation on its accumulators: h = x wᵀ
+    (w [n1, K], the GLU's a rows then b rows), C = h stored in fp32, y = s · act(h)."""
+    rm, rn, rk = tl.arange(0, M), tl.arange(0, N), tl.arange(0, K)
+    x = tl.load(x_ptr + rm[:, None] * K + rk[None, :])
+    s = tl.load(s_ptr + rm)[:, None]
+    wa = tl.load(w_ptr + rn[None, :] * K + rk[:, None])
+    acc_a = tl.dot(x, wa)
+    if ACT.glu:
+        acc_b = tl.dot(x, tl.load(w_ptr + (N + rn)[None, :] * K + rk[:, None]))
+        tl.store(c_ptr + rm[:, None] * (2 * N) + rn[None, :], acc_a)
+        tl.store(c_ptr + rm[:, None] * (2 * N) + (N + rn)[None, :], acc_b)
+        y = s * ACT.fwd(acc_a, acc_b, P0, P1, P2)
+    else:
+        tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc_a)
+        y = s * ACT.fwd(acc_a, P0, P1, P2)
+    tl.store(y_ptr + rm[:, None] * N + rn[None, :], y)
+
+
+def fc1_epilogue(name, params, x, w, s, like):
+    """(C, y) of fc1_epilogue_kernel; `like(a)` makes each array an argument (numpy or a
+    CUDA tensor); the parameters in the slots the host API fills."""
+    act = moe.ACTIVATIONS[name]
+    rows, n = x.shape[0], w.shape[0] // (2 if act.glu else 1)
+    c, y = like(np.zeros((rows, w.shape[0]), np.float32)), like(np.zeros((rows, n), np.float32))
+    slots = [full_params(name, params)[p] for p, _ in act.params] + [0.0] * (kernels.MAX_PARAMS - len(act.params))
+    fc1_epilogue_kernel[(1,)](like(x), like(w), like(s), c, y, *slots, ACT=act, M=rows, N=n, K=x.shape[1])
+    return c, y

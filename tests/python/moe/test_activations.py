@@ -24,6 +24,8 @@ from tests.python.moe.act_reference import (
     check_backward,
     check_forward,
     evaluate,
+    fc1_epilogue,
+    fc1_epilogue_kernel,
     first_params,
     glu_split,
     layouts,
@@ -183,6 +185,27 @@ def test_tanh_srelu_with_infinite_clamp_is_srelu(rng):
     check_backward(big[1], big[2], "srelu", x, None, s, g, {}, 0)
 
 
+def epilogue_operands(rng, name):
+    n1 = 128 if moe.ACTIVATIONS[name].glu else 64
+    x = rng.standard_normal((64, 32)).astype(BF16)
+    w = (rng.standard_normal((n1, 32)) * 0.5).astype(BF16)
+    return x, w, (rng.random(64) + 0.5).astype(np.float32)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_device_functions_run_in_a_gemm_epilogue(rng, name):
+    """A GEMM's epilogue calls the registry's forward on its accumulators (FC1's fused path):
+    y is bit for bit scaled_act of the stored fp32 C, the same fp32 operations on the same values."""
+    params = first_params(name)
+    x, w, s = epilogue_operands(rng, name)
+    c, y = fc1_epilogue(name, params, x, w, s, lambda a: a)
+    h64 = x.astype(np.float64) @ w.astype(np.float64).T
+    assert_within(
+        c, h64, ulps=0, floor=x.shape[1] * U32 * (np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)).T)
+    )
+    assert y.tobytes() == moe.scaled_act(name, c, s, **params).tobytes()
+
+
 def test_gelu_forms_differ():
     # The two forms are different functions (up to ~1e-3 apart near |x| = 2): each is
     # checked against its own reference above; here, that the registry does not alias them.
@@ -300,5 +323,11 @@ def test_kernels_assemble_for_sm90(name, tmp_path):
     tiles = dict(ACT=act, BLOCK_R=16, BLOCK_C=64, target="sm_90a")
     fwd = kernels.scaled_act_fwd_kernel.warmup(h, s, dy, 32, n, k, 7.0, 1.7, 1.0, grid=(2, 1), **tiles)
     bwd = kernels.scaled_act_bwd_kernel.warmup(h, s, dy, h, s, 32, n, k, 7.0, 1.7, 1.0, grid=(2,), **tiles)
-    for kernel in (fwd, bwd):
+    x, w = np.zeros((64, 32), BF16), np.zeros((2 * n if act.glu else n, 32), BF16)
+    c, y = np.zeros((64, w.shape[0]), np.float32), np.zeros((64, n), np.float32)
+    epilogue = fc1_epilogue_kernel.warmup(
+        x, w, s, c, y, 7.0, 1.7, 1.0, ACT=act, M=64, N=n, K=32, grid=(1,), target="sm_90a"
+    )
+    assert "wgmma" in epilogue.asm["ptx"]  # the activation runs on the wgmma accumulator layout
+    for kernel in (fwd, bwd, epilogue):
         assert_assembles(kernel.asm["ptx"], "sm_90a", tmp_path)
