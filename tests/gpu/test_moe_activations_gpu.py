@@ -33,6 +33,7 @@ from tests.python.moe.act_reference import (
     first_params,
     glu_split,
     make_inputs,
+    tiled_dprobs,
 )
 from tests.python.moe.errors import U32, assert_within
 
@@ -207,3 +208,14 @@ def test_gpu_epilogue_on_wgmma_accumulators_matches_scaled_act(rng, name):
     s = (rng.random(64) + 0.5).astype(np.float32)
     c, y = fc1_epilogue(name, params, x, w, s, cuda)
     assert host(y).tobytes() == host(moe.scaled_act(name, c, cuda(s), **params)).tobytes()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_gpu_dprobs_from_tiles_in_separate_programs_is_the_same(rng, name):
+    # A dgrad epilogue's way (run sums per column tile, added in order by another program).
+    params = first_params(name)
+    _, a, b, s, g = make_inputs(rng, name, params, 333, 700, BF16)
+    h = as_h(a, b, 0, BF16)
+    _, ds = moe.scaled_act_backward(name, cuda(h), cuda(s), cuda(g), **params)
+    for br, bc, runs in ((8, 64, 4), (1, 32, 1), (64, 256, 8)):
+        assert host(tiled_dprobs(name, params, h, g, cuda, br, bc, runs)).tobytes() == host(ds).tobytes()

@@ -124,6 +124,12 @@ def full_params(name, given):
     return {p: float(np.float32(given.get(p, d))) for p, d in moe.ACTIVATIONS[name].params}
 
 
+def param_slots(name, params):
+    """The kernels' p0..p2 for a launch without the host API."""
+    given = list(full_params(name, params).values())
+    return given + [0.0] * (kernels.MAX_PARAMS - len(given))
+
+
 def first_params(name):
     return REFERENCE[name][1][0] if name in REFERENCE else {}
 
@@ -274,6 +280,56 @@ def fc1_epilogue(name, params, x, w, s, like):
     act = moe.ACTIVATIONS[name]
     rows, n = x.shape[0], w.shape[0] // (2 if act.glu else 1)
     c, y = like(np.zeros((rows, w.shape[0]), np.float32)), like(np.zeros((rows, n), np.float32))
-    slots = [full_params(name, params)[p] for p, _ in act.params] + [0.0] * (kernels.MAX_PARAMS - len(act.params))
-    fc1_epilogue_kernel[(1,)](like(x), like(w), like(s), c, y, *slots, ACT=act, M=rows, N=n, K=x.shape[1])
+    fc1_epilogue_kernel[(1,)](
+        like(x), like(w), like(s), c, y, *param_slots(name, params), ACT=act, M=rows, N=n, K=x.shape[1]
+    )
     return c, y
+
+
+# dprobs the way a dgrad epilogue will form it: each program owns one (row block, column
+# tile), stores its run sums, and one program per row block adds them in order.
+@tf.jit
+def tile_run_sums_kernel(
+    h_ptr, dy_ptr, parts_ptr, R, N, P0, P1, P2, ACT: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr
+):
+    rows = tl.program_id(0) * BR + tl.arange(0, BR)
+    cols = tl.program_id(1) * BC + tl.arange(0, BC)
+    m = (rows[:, None] < R) & (cols[None, :] < N)
+    g = tl.load(dy_ptr + rows[:, None] * N + cols[None, :], mask=m, other=0.0).to(tl.float32)
+    if ACT.glu:  # halves
+        a = tl.load(h_ptr + rows[:, None] * (2 * N) + cols[None, :], mask=m, other=0.0).to(tl.float32)
+        b = tl.load(h_ptr + rows[:, None] * (2 * N) + (N + cols)[None, :], mask=m, other=0.0).to(tl.float32)
+        f = ACT.fwd(a, b, P0, P1, P2)
+    else:
+        f = ACT.fwd(tl.load(h_ptr + rows[:, None] * N + cols[None, :], mask=m, other=0.0).to(tl.float32), P0, P1, P2)
+    n_runs = tl.cdiv(N, kernels.DS_CHUNK)
+    runs = tl.program_id(1) * (BC // kernels.DS_CHUNK) + tl.arange(0, BC // kernels.DS_CHUNK)
+    parts = kernels.run_sums(tl.where(m, g * f, 0.0), BR, BC)
+    tl.store(
+        parts_ptr + rows[:, None] * n_runs + runs[None, :], parts, mask=(rows[:, None] < R) & (runs[None, :] < n_runs)
+    )
+
+
+@tf.jit
+def add_runs_kernel(parts_ptr, ds_ptr, R, n_runs, BR: tl.constexpr, RUNS: tl.constexpr):
+    rows = tl.program_id(0) * BR + tl.arange(0, BR)
+    acc = tl.zeros([BR], tl.float32)
+    for r0 in range(0, n_runs, RUNS):
+        runs = r0 + tl.arange(0, RUNS)
+        m = (rows[:, None] < R) & (runs[None, :] < n_runs)
+        acc = kernels.add_in_order(
+            acc, tl.load(parts_ptr + rows[:, None] * n_runs + runs[None, :], mask=m, other=0.0), BR, RUNS
+        )
+    tl.store(ds_ptr + rows, acc, mask=rows < R)
+
+
+def tiled_dprobs(name, params, h, dy, like, br=8, bc=64, runs=4):
+    """dprobs of scaled_act_backward(name, h, ., dy) (halves) through the two kernels above."""
+    act = moe.ACTIVATIONS[name]
+    rows, n = dy.shape
+    n_runs = -(-n // kernels.DS_CHUNK)
+    parts, ds = like(np.zeros((rows, n_runs), np.float32)), like(np.zeros(rows, np.float32))
+    grid = (-(-rows // br), -(-n // bc))
+    tile_run_sums_kernel[grid](like(h), like(dy), parts, rows, n, *param_slots(name, params), ACT=act, BR=br, BC=bc)
+    add_runs_kernel[(-(-rows // br),)](parts, ds, rows, n_runs, BR=br, RUNS=runs)
+    return ds

@@ -31,6 +31,7 @@ from tests.python.moe.act_reference import (
     layouts,
     make_inputs,
     relu,
+    tiled_dprobs,
     underflow,
 )
 from tests.python.moe.errors import U32, assert_within
@@ -204,6 +205,18 @@ def test_device_functions_run_in_a_gemm_epilogue(rng, name):
         c, h64, ulps=0, floor=x.shape[1] * U32 * (np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)).T)
     )
     assert y.tobytes() == moe.scaled_act(name, c, s, **params).tobytes()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_dprobs_from_tiles_in_separate_programs_is_the_same(rng, name):
+    """The contract for a dgrad epilogue: run sums stored per column tile, added in order
+    by another program, give scaled_act_backward's dprobs bit for bit."""
+    params = first_params(name)
+    _, a, b, s, g = make_inputs(rng, name, params, 29, 200, BF16)
+    h = as_h(a, b, 0, BF16)
+    _, ds = moe.scaled_act_backward(name, h, s, g, **params)
+    for br, bc, runs in ((8, 64, 4), (4, 32, 1), (16, 128, 2)):
+        assert tiled_dprobs(name, params, h, g, lambda v: v, br, bc, runs).tobytes() == ds.tobytes()
 
 
 def test_gelu_forms_differ():
