@@ -139,7 +139,7 @@ class Activation:
     check: object = None
 
     def __repr__(self):  # the kernels' cache key
-        return f"Activation({self.name}: {self.fwd!r}, {self.bwd!r})"
+        return f"Activation({self.name}, glu={self.glu}: {self.fwd!r}, {self.bwd!r})"
 
 
 MAX_PARAMS = 3
@@ -147,6 +147,10 @@ ACTIVATIONS: dict[str, Activation] = {}
 
 
 def register(act: Activation) -> Activation:
+    """Adds `act` to ACTIVATIONS (replacing one of the same name) and returns it."""
+    for what in ("fwd", "bwd"):
+        if not getattr(getattr(act, what), "__tilefuse_jit__", False):
+            raise TypeError(f"activation {act.name!r}: {what} must be a @tilefuse.jit device function")
     if len(act.params) > MAX_PARAMS:
         raise ValueError(f"activation {act.name!r}: at most {MAX_PARAMS} parameters, got {len(act.params)}")
     ACTIVATIONS[act.name] = act

@@ -11,7 +11,7 @@ import numpy as np
 from kernels_dsl.moe import activations as _k
 from kernels_dsl.moe.activations import ACTIVATIONS, REQUIRED, Activation, register  # noqa: F401 - the API
 
-from .. import _C
+from .. import _C, cdiv, next_power_of_2
 from ..arrays import array_arg, is_torch_tensor
 from ..errors import LaunchError
 
@@ -29,7 +29,8 @@ class ActConfig(NamedTuple):
 
 
 def default_config(width: int) -> ActConfig:
-    return ActConfig(16, min(128, max(_k.DS_CHUNK, 1 << max(0, width - 1).bit_length())))
+    """16 rows by the output width rounded up to a power of two, clamped to 32..128 columns."""
+    return ActConfig(16, min(128, max(_k.DS_CHUNK, next_power_of_2(width))))
 
 
 def _pow2(v) -> bool:
@@ -149,7 +150,7 @@ def scaled_act(name, h, probs, interleave=0, *, config: ActConfig | None = None,
     fn = "scaled_act"
     act, params, rows, n, k, cfg = _prepare(fn, name, h, probs, interleave, config, act_params, False)
     y = _empty(h, (rows, n))
-    grid = (-(-rows // cfg.block_rows), -(-n // cfg.block_cols))
+    grid = (cdiv(rows, cfg.block_rows), cdiv(n, cfg.block_cols))
     _k.scaled_act_fwd_kernel[grid](
         h,
         probs,
@@ -176,7 +177,7 @@ def scaled_act_backward(name, h, probs, dy, interleave=0, *, config: ActConfig |
     if tuple(dy.shape) != (rows, n):
         raise ValueError(f"{fn}: dy must have the output's shape ({rows}, {n}), got {tuple(dy.shape)}")
     dh, dprobs = _empty(h, tuple(h.shape)), _empty(probs, (rows,))
-    _k.scaled_act_bwd_kernel[(-(-rows // cfg.block_rows),)](
+    _k.scaled_act_bwd_kernel[(cdiv(rows, cfg.block_rows),)](
         h,
         probs,
         dy,

@@ -268,6 +268,14 @@ def test_a_registered_activation_runs_everywhere(rng):
         del moe.ACTIVATIONS[act.name]
 
 
+def test_register_takes_device_functions_only():
+    with pytest.raises(TypeError, match="'bad': bwd must be a @tilefuse.jit device function"):
+        moe.register(moe.Activation("bad", False, _scaled_relu_glu_fwd, lambda x: x))
+    with pytest.raises(ValueError, match="at most 3 parameters"):
+        moe.register(moe.Activation("bad", True, _scaled_relu_glu_fwd, _scaled_relu_glu_bwd, (("p", 1.0),) * 4))
+    assert "bad" not in moe.ACTIVATIONS
+
+
 # --- bad input ---
 
 H = np.zeros((4, 64), BF16)
