@@ -116,8 +116,11 @@ def _check_probs(fn, probs, rows, h):
 
 def _layout(fn, act, width, interleave) -> tuple[int, int]:
     """(output width n, the kernels' K: a and b alternate in runs of K columns)."""
-    if isinstance(interleave, bool) or not isinstance(interleave, int) or interleave < 0:
-        raise TypeError(f"{fn}: interleave must be an int >= 0 (0: halves, K: blocks of K, 1: stride 1)")
+    if isinstance(interleave, bool) or not isinstance(interleave, (int, np.integer)):
+        raise TypeError(f"{fn}: interleave must be an int (0: halves, K: blocks of K, 1: stride 1)")
+    interleave = int(interleave)
+    if interleave < 0:
+        raise ValueError(f"{fn}: interleave must be >= 0 (0: halves, K: blocks of K, 1: stride 1), got {interleave}")
     if not act.glu:
         if interleave:
             raise ValueError(f"{fn}: interleave applies to GLU activations; {act.name!r} is unary")
