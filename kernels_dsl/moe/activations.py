@@ -196,11 +196,15 @@ _DS_LEVELS = DS_CHUNK.bit_length() - 1  # halvings of a run down to one column
 
 
 @tf.jit
-def glu_columns(cols, K):
-    # Storage columns of a and b for output columns `cols`: [a(K) | b(K) | a(K) | ...];
-    # K = 1 is GPT-OSS's even/odd interleave, K = n the two halves.
+def glu_columns(cols, K, RUN: tl.constexpr):
+    """Storage columns of a and b for output columns `cols` (a tile starting at a multiple
+    of RUN): [a(K) | b(K) | a(K) | ...]; K = 1 is GPT-OSS's even/odd interleave, K = n the
+    two halves. RUN, a power of two dividing K, is how far both run contiguously from
+    aligned starts (a run never crosses a block), which the GPU backend vectorizes."""
     a_col = (cols // K) * (2 * K) + cols % K
-    return a_col, a_col + K
+    a_col = tl.max_contiguous(tl.multiple_of(a_col, RUN), RUN)
+    b_col = tl.max_contiguous(tl.multiple_of(a_col + K, RUN), RUN)
+    return a_col, b_col
 
 
 @tf.jit
@@ -235,6 +239,47 @@ def fixed_order_row_sum(acc, t, BR: tl.constexpr, BC: tl.constexpr):
 
 
 @tf.jit
+def load_glu(
+    h_ptr, r64, row_ok, c0, N, K, BR: tl.constexpr, BC: tl.constexpr, RUN: tl.constexpr, EVEN_ODD: tl.constexpr
+):
+    """(a, b), fp32 [BR, BC], for output columns c0 .. c0 + BC of the rows at r64 (row_ok:
+    [BR, 1], the rows in range). EVEN_ODD (K = 1): the pairs are adjacent, so one load of
+    [BR, 2·BC] contiguous columns is split into its even and odd columns."""
+    if EVEN_ODD:
+        pc = 2 * c0 + tl.arange(0, 2 * BC)
+        x = tl.load(h_ptr + r64 * (2 * N) + pc[None, :], mask=row_ok & (pc[None, :] < 2 * N), other=0.0)
+        a, b = tl.split(tl.reshape(x.to(tl.float32), [BR, BC, 2]))
+    else:
+        cols = c0 + tl.arange(0, BC)
+        a_col, b_col = glu_columns(cols, K, RUN)
+        m = row_ok & (cols[None, :] < N)
+        a = tl.load(h_ptr + r64 * (2 * N) + a_col[None, :], mask=m, other=0.0).to(tl.float32)
+        b = tl.load(h_ptr + r64 * (2 * N) + b_col[None, :], mask=m, other=0.0).to(tl.float32)
+    return a, b
+
+
+@tf.jit
+def store_glu(
+    dh_ptr, r64, row_ok, c0, N, K, da, db, BR: tl.constexpr, BC: tl.constexpr, RUN: tl.constexpr, EVEN_ODD: tl.constexpr
+):
+    """Stores da, db [BR, BC] where load_glu reads a, b."""
+    if EVEN_ODD:
+        pc = 2 * c0 + tl.arange(0, 2 * BC)
+        pairs = tl.reshape(tl.join(da, db), [BR, 2 * BC])
+        tl.store(dh_ptr + r64 * (2 * N) + pc[None, :], pairs, mask=row_ok & (pc[None, :] < 2 * N))
+    else:
+        cols = c0 + tl.arange(0, BC)
+        a_col, b_col = glu_columns(cols, K, RUN)
+        m = row_ok & (cols[None, :] < N)
+        tl.store(dh_ptr + r64 * (2 * N) + a_col[None, :], da, mask=m)
+        tl.store(dh_ptr + r64 * (2 * N) + b_col[None, :], db, mask=m)
+
+
+# The kernels' GLU layout arguments: K (runtime) and GLU_RUN (see glu_columns), EVEN_ODD
+# for K = 1 (see load_glu); a unary activation ignores them.
+
+
+@tf.jit
 def scaled_act_fwd_kernel(
     h_ptr,
     s_ptr,
@@ -248,17 +293,19 @@ def scaled_act_fwd_kernel(
     ACT: tl.constexpr,
     BLOCK_R: tl.constexpr,
     BLOCK_C: tl.constexpr,
+    GLU_RUN: tl.constexpr = 1,
+    EVEN_ODD: tl.constexpr = False,
 ):
     """y [R, N] = s[:, None]·f(h): h is [R, N] (unary) or [R, 2N] (GLU, K its interleave)."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    m = (rows[:, None] < R) & (cols[None, :] < N)
+    c0 = tl.program_id(1) * BLOCK_C
+    cols = c0 + tl.arange(0, BLOCK_C)
+    row_ok = rows[:, None] < R
+    m = row_ok & (cols[None, :] < N)
     s = tl.load(s_ptr + rows, mask=rows < R, other=0.0)
     r64 = rows.to(tl.int64)[:, None]
     if ACT.glu:
-        a_col, b_col = glu_columns(cols, K)
-        a = tl.load(h_ptr + r64 * (2 * N) + a_col[None, :], mask=m, other=0.0).to(tl.float32)
-        b = tl.load(h_ptr + r64 * (2 * N) + b_col[None, :], mask=m, other=0.0).to(tl.float32)
+        a, b = load_glu(h_ptr, r64, row_ok, c0, N, K, BLOCK_R, BLOCK_C, GLU_RUN, EVEN_ODD)
         f = ACT.fwd(a, b, P0, P1, P2)
     else:
         x = tl.load(h_ptr + r64 * N + cols[None, :], mask=m, other=0.0).to(tl.float32)
@@ -282,26 +329,26 @@ def scaled_act_bwd_kernel(
     ACT: tl.constexpr,
     BLOCK_R: tl.constexpr,
     BLOCK_C: tl.constexpr,
+    GLU_RUN: tl.constexpr = 1,
+    EVEN_ODD: tl.constexpr = False,
 ):
     """dh = g·s·f'(h) (h's layout), ds [R] = Σ_j g·f(h) for g = dy [R, N]. One program
     walks whole rows, so each row's ds is summed by one program in the canonical order."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = rows[:, None] < R
     s = tl.load(s_ptr + rows, mask=rows < R, other=0.0)
     r64 = rows.to(tl.int64)[:, None]
     ds = tl.zeros([BLOCK_R], tl.float32)
     for c0 in range(0, N, BLOCK_C):
         cols = c0 + tl.arange(0, BLOCK_C)
-        m = (rows[:, None] < R) & (cols[None, :] < N)
+        m = row_ok & (cols[None, :] < N)
         g = tl.load(dy_ptr + r64 * N + cols[None, :], mask=m, other=0.0).to(tl.float32)
         gs = g * s[:, None]
         if ACT.glu:
-            a_col, b_col = glu_columns(cols, K)
-            a = tl.load(h_ptr + r64 * (2 * N) + a_col[None, :], mask=m, other=0.0).to(tl.float32)
-            b = tl.load(h_ptr + r64 * (2 * N) + b_col[None, :], mask=m, other=0.0).to(tl.float32)
+            a, b = load_glu(h_ptr, r64, row_ok, c0, N, K, BLOCK_R, BLOCK_C, GLU_RUN, EVEN_ODD)
             f = ACT.fwd(a, b, P0, P1, P2)
             da, db = ACT.bwd(a, b, P0, P1, P2)
-            tl.store(dh_ptr + r64 * (2 * N) + a_col[None, :], gs * da, mask=m)
-            tl.store(dh_ptr + r64 * (2 * N) + b_col[None, :], gs * db, mask=m)
+            store_glu(dh_ptr, r64, row_ok, c0, N, K, gs * da, gs * db, BLOCK_R, BLOCK_C, GLU_RUN, EVEN_ODD)
         else:
             x = tl.load(h_ptr + r64 * N + cols[None, :], mask=m, other=0.0).to(tl.float32)
             f = ACT.fwd(x, P0, P1, P2)

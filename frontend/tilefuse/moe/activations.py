@@ -4,6 +4,7 @@ arrays (bf16 through ml_dtypes) run on the interpreter, CUDA torch tensors on th
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -165,6 +166,8 @@ def scaled_act(name, h, probs, interleave=0, *, config: ActConfig | None = None,
         ACT=act,
         BLOCK_R=cfg.block_rows,
         BLOCK_C=cfg.block_cols,
+        GLU_RUN=math.gcd(k, cfg.block_cols),
+        EVEN_ODD=act.glu and k == 1,
         num_warps=cfg.num_warps,
     )
     return y
@@ -193,6 +196,8 @@ def scaled_act_backward(name, h, probs, dy, interleave=0, *, config: ActConfig |
         ACT=act,
         BLOCK_R=cfg.block_rows,
         BLOCK_C=cfg.block_cols,
+        GLU_RUN=math.gcd(k, cfg.block_cols),
+        EVEN_ODD=act.glu and k == 1,
         num_warps=cfg.num_warps,
     )
     return dh, dprobs

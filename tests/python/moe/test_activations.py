@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tilefuse as tf
 import tilefuse.language as tl
-from tilefuse import moe
+from tilefuse import gpu, moe
 
 from kernels_dsl.moe import activations as kernels
 from tests.ptxas import PTXAS, assert_assembles
@@ -335,21 +335,34 @@ def test_empty_inputs():
 # --- the GPU code: every activation's kernels lower to PTX that ptxas accepts ---
 
 
+def lowered(kernel, args, consts):
+    return gpu.lower(kernel.compile(*args, **consts), "sm_90a", 4, 3, keep_ir=False)
+
+
+# (K, GLU_RUN, EVEN_ODD) as the host API passes them for BLOCK_C = 64: halves of 128
+# columns, blocks of 32, stride 1.
+GLU_LAYOUTS = [(128, 64, False), (32, 32, False), (1, 1, True)]
+
+
 @pytest.mark.skipif(not shutil.which("ptxas") and not os.path.exists(PTXAS), reason="needs ptxas")
 @pytest.mark.parametrize("name", NAMES)
-def test_kernels_assemble_for_sm90(name, tmp_path):
+def test_kernels_assemble_for_sm90_with_full_width_accesses(name, tmp_path):
+    """PTX that ptxas accepts, and no perf hint (every load and store 16 bytes wide), for
+    every layout; the epilogue kernel runs the activation on wgmma accumulators."""
     act = moe.ACTIVATIONS[name]
-    n = 64
+    n = 128
     h, s, dy = np.zeros((32, 2 * n if act.glu else n), BF16), np.zeros(32, np.float32), np.zeros((32, n), BF16)
-    k = n if act.glu else 1
-    tiles = dict(ACT=act, BLOCK_R=16, BLOCK_C=64, target="sm_90a")
-    fwd = kernels.scaled_act_fwd_kernel.warmup(h, s, dy, 32, n, k, 7.0, 1.7, 1.0, grid=(2, 1), **tiles)
-    bwd = kernels.scaled_act_bwd_kernel.warmup(h, s, dy, h, s, 32, n, k, 7.0, 1.7, 1.0, grid=(2,), **tiles)
+    for k, run, even_odd in GLU_LAYOUTS if act.glu else [(1, 1, False)]:
+        consts = dict(ACT=act, BLOCK_R=16, BLOCK_C=64, GLU_RUN=run, EVEN_ODD=even_odd)
+        for kernel, args in (
+            (kernels.scaled_act_fwd_kernel, (h, s, dy, 32, n, k, 7.0, 1.7, 1.0)),
+            (kernels.scaled_act_bwd_kernel, (h, s, dy, h, s, 32, n, k, 7.0, 1.7, 1.0)),
+        ):
+            low = lowered(kernel, args, consts)
+            assert low["hints"] == [], (k, low["hints"])
+            assert_assembles(low["ptx"], "sm_90a", tmp_path)
     x, w = np.zeros((64, 32), BF16), np.zeros((2 * n if act.glu else n, 32), BF16)
     c, y = np.zeros((64, w.shape[0]), np.float32), np.zeros((64, n), np.float32)
-    epilogue = fc1_epilogue_kernel.warmup(
-        x, w, s, c, y, 7.0, 1.7, 1.0, ACT=act, M=64, N=n, K=32, grid=(1,), target="sm_90a"
-    )
-    assert "wgmma" in epilogue.asm["ptx"]  # the activation runs on the wgmma accumulator layout
-    for kernel in (fwd, bwd, epilogue):
-        assert_assembles(kernel.asm["ptx"], "sm_90a", tmp_path)
+    low = lowered(fc1_epilogue_kernel, (x, w, s, c, y, 7.0, 1.7, 1.0), dict(ACT=act, M=64, N=n, K=32))
+    assert "wgmma" in low["ptx"]
+    assert_assembles(low["ptx"], "sm_90a", tmp_path)
