@@ -55,21 +55,27 @@ def clamped_swiglu_bwd(a, b, limit, alpha, offset):
 
 
 @tf.jit
+def _relu(x):
+    # A select, not max(x, 0): the sign of max(-0, +0) differs between the backends.
+    return tl.where(x > 0.0, x, 0.0)
+
+
+@tf.jit
 def srelu_fwd(x, p0, p1, p2):
-    r = tl.maximum(x, 0.0)
+    r = _relu(x)
     return r * r
 
 
 @tf.jit
 def srelu_bwd(x, p0, p1, p2):
-    return 2.0 * tl.maximum(x, 0.0)
+    return 2.0 * _relu(x)
 
 
 @tf.jit
 def _tanh_clamp(x, c_s):
     # (t, c): t = tanh(relu(x)/c_s), c = c_s·t. c_s = inf is the limit c = relu(x), t = 0
     # (inf·tanh(0) would be NaN), so that tanh_srelu with c_s = inf is srelu bit for bit.
-    r = tl.maximum(x, 0.0)
+    r = _relu(x)
     unbounded = c_s == float("inf")
     t = tl.where(unbounded, 0.0, tl.tanh(r / c_s))
     return t, tl.where(unbounded, r, c_s * t)
