@@ -213,8 +213,8 @@ def check_forward(y, name, a, b, s, p):
     assert_within(y, s64 * f, floor=s64 * (C_OPS * U32 * mf + underflow(a, b)), what=f"{name} y")
 
 
-def check_backward(dh, ds, name, a, b, s, g, p, interleave):
-    f, mf, d, md = evaluate(name, a, b, p)
+def check_dh(dh, name, a, b, s, g, p, interleave):
+    _, _, d, md = evaluate(name, a, b, p)
     gs = g.astype(np.float64) * s.astype(np.float64)[:, None]
     tiny = np.abs(gs) * underflow(a, b)
     if b is None:
@@ -223,10 +223,18 @@ def check_backward(dh, ds, name, a, b, s, g, p, interleave):
         da, db = glu_split(dh, interleave)
         assert_within(da, gs * d[0], floor=C_OPS * U32 * np.abs(gs) * md[0] + tiny, what=f"{name} da")
         assert_within(db, gs * d[1], floor=C_OPS * U32 * np.abs(gs) * md[1] + tiny, what=f"{name} db")
+
+
+def check_dprobs(ds, name, a, b, g, p):
+    f, mf, _, _ = evaluate(name, a, b, p)
     g64 = g.astype(np.float64)
-    n = g.shape[1]
-    floor = np.sum(np.abs(g64) * (sum_roundings(n) * U32 * mf + underflow(a, b)), axis=1)
+    floor = np.sum(np.abs(g64) * (sum_roundings(g.shape[1]) * U32 * mf + underflow(a, b)), axis=1)
     assert_within(ds, np.sum(g64 * f, axis=1), ulps=0.0, floor=floor, what=f"{name} dprobs")
+
+
+def check_backward(dh, ds, name, a, b, s, g, p, interleave):
+    check_dh(dh, name, a, b, s, g, p, interleave)
+    check_dprobs(ds, name, a, b, g, p)
 
 
 LAYOUTS = [(0, 70), (32, 96), (1, 70)]  # (interleave, n): halves, blocks of 32, stride 1
