@@ -29,6 +29,7 @@ from tests.python.moe.act_reference import (
     fc1_epilogue,
     fc1_epilogue_kernel,
     first_params,
+    full_params,
     glu_split,
     layouts,
     make_inputs,
@@ -222,6 +223,26 @@ def test_dprobs_from_tiles_in_separate_programs_is_the_same(rng, name):
     _, ds = moe.scaled_act_backward(name, h, s, g, **params)
     for br, bc, runs in ((8, 64, 4), (4, 32, 1), (16, 128, 2)):
         assert tiled_dprobs(name, params, h, g, lambda v: v, br, bc, runs).tobytes() == ds.tobytes()
+
+
+@pytest.mark.parametrize("limit", [7.0, 3.0])
+def test_clamp_masks_pass_at_equality(rng, limit):
+    """clamped_swiglu's derivative masks: a = limit and b = ±limit are inside (the derivative
+    of the side within the clamp), one fp32 step beyond is outside (0)."""
+    step = np.spacing(np.float32(limit))
+    a = np.array([[limit, limit + step, 1.0, 1.0, 1.0, 1.0]], np.float32)
+    b = np.array([[2.0, 2.0, limit, -limit, limit + step, -limit - step]], np.float32)
+    s, g = (rng.random(1) + 0.5).astype(np.float32), (rng.random((1, 6)) + 0.5).astype(np.float32)  # positive
+    dh, _ = moe.scaled_act_backward("clamped_swiglu", as_h(a, b, 0, np.float32), s, g, limit=limit)
+    da, db = glu_split(dh, 0)
+    assert da[0, 0] > 0 and da[0, 1] == 0  # a = limit passes, a beyond does not
+    assert np.all(db[0, 2:4] > 0) and np.all(db[0, 4:] == 0)  # b = ±limit pass, beyond does not
+    _, _, (da_ref, db_ref), _ = evaluate(
+        "clamped_swiglu", a.astype(np.float64), b.astype(np.float64), full_params("clamped_swiglu", {"limit": limit})
+    )
+    gs = g.astype(np.float64) * s.astype(np.float64)[:, None]
+    assert_within(da, gs * da_ref, floor=C_OPS * U32 * np.abs(gs * da_ref))
+    assert_within(db, gs * db_ref, floor=C_OPS * U32 * np.abs(gs * db_ref))
 
 
 def test_gelu_forms_differ():
