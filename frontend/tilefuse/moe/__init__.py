@@ -10,3 +10,4 @@ from .activations import (  # noqa: F401
     scaled_act,
     scaled_act_backward,
 )
+from .quant import Quantized, dequantize, quantize  # noqa: F401

@@ -1,0 +1,340 @@
+"""moe.quantize / moe.dequantize on the interpreter, bit for bit against the golden
+quantizers of golden_quant.py (written from SPEC-moe.md §3 alone): data codes and scales,
+on random inputs spanning many binades and on hand-made blocks (amax = 0, NaN, inf,
+subnormals, 448 and just above, ties at every E2M1 edge)."""
+
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+from tilefuse import moe
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import golden_quant as G  # noqa: E402
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+@pytest.fixture
+def rng(request):
+    return np.random.default_rng(abs(hash(request.node.name)) % 2**32)
+
+
+def random_input(rng, shape, dtype=np.float32, spread=24):
+    """Normal values times a random power of two per row and per column (so blocks of
+    either orientation see many binades), a few large outliers, in dtype."""
+    r, c = shape
+    x = rng.standard_normal(shape) * np.exp2(rng.integers(-spread, spread, (r, 1)))
+    x = x * np.exp2(rng.integers(-4, 5, (1, c)))
+    x[rng.random(shape) < 0.01] *= 300.0
+    return x.astype(dtype)
+
+
+def view(x, axis):
+    """V: the matrix whose rows hold the blocks, as float32."""
+    v = x.astype(np.float32)
+    return v if axis == -1 else np.ascontiguousarray(v.T)
+
+
+def codes(a):
+    return a.view(np.uint8)
+
+
+def assert_codes(got, want, what):
+    got, want = np.asarray(got).astype(np.int64), np.asarray(want).astype(np.int64)
+    assert got.shape == want.shape, (what, got.shape, want.shape)
+    bad = np.argwhere(got != want)
+    if len(bad):
+        i = tuple(bad[0])
+        raise AssertionError(f"{what}: {len(bad)} codes differ, first at {i}: {got[i]:#x} != {want[i]:#x}")
+
+
+def assert_same_floats(got, want, what):
+    got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
+    assert got.shape == want.shape, (what, got.shape, want.shape)
+    same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+    bad = np.argwhere(~same)
+    if len(bad):
+        i = tuple(bad[0])
+        raise AssertionError(f"{what}: {len(bad)} values differ, first at {i}: {got[i]!r} != {want[i]!r}")
+
+
+# --- MXFP8 ---
+
+
+def check_mxfp8(x, axis, fmt):
+    q = moe.quantize(x, "mxfp8", axis=axis, fmt=fmt)
+    want_q, want_s = G.mxfp8(view(x, axis), fmt)
+    assert q.data.dtype == np.dtype(getattr(ml_dtypes, {"e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}[fmt]))
+    assert q.scale.dtype == np.dtype(ml_dtypes.float8_e8m0fnu)
+    assert_codes(codes(q.data), want_q, f"mxfp8 {fmt} axis={axis} data")
+    assert_codes(codes(q.scale), want_s, f"mxfp8 {fmt} axis={axis} scales")
+    back = moe.dequantize(q)
+    want = G.mxfp8_dequant(want_q, want_s, fmt)
+    assert_same_floats(back, want if axis == -1 else want.T, f"mxfp8 {fmt} axis={axis} dequantized")
+    return q, back
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+@pytest.mark.parametrize("axis", [-1, 0])
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+@pytest.mark.parametrize("shape", [(96, 160), (32, 64), (160, 32)])
+def test_mxfp8_random(rng, fmt, axis, dtype, shape):
+    x = random_input(rng, shape, dtype)
+    q, back = check_mxfp8(x, axis, fmt)
+    assert q.data.shape == (shape if axis == -1 else shape[::-1])
+    # The float64 check of the format: each element within half an ulp of its block's grid.
+    m, emin = (3, -6) if fmt == "e4m3" else (2, -14)
+    s = np.repeat(np.exp2(codes(q.scale).astype(np.float64) - 127), 32, axis=1)
+    s = s if axis == -1 else s.T
+    x64 = x.astype(np.float64)
+    assert (np.abs(back - x64) <= np.abs(x64) * 2.0 ** -(m + 1) + s * 2.0 ** (emin - m - 1)).all()
+
+
+def special_rows(fmt_max):
+    """Blocks of 32: zeros (with -0), a NaN, +inf, -inf and a NaN with an inf, fp32
+    subnormals, values at the format's max and just above, midpoints between codes."""
+    rows = np.zeros((10, 32), np.float32)
+    rows[0, ::3] = -0.0
+    rows[1, :] = np.linspace(-3, 3, 32)
+    rows[1, 7] = np.nan
+    rows[2, :] = np.linspace(-1e30, 1e30, 32)
+    rows[2, 5] = np.inf
+    rows[3, :] = np.linspace(-5, 5, 32)
+    rows[3, 9] = -np.inf
+    rows[4, :3] = [np.inf, np.nan, 1.0]
+    rows[5, :] = np.arange(1, 33) * np.float32(1e-45)  # subnormal fp32 (multiples of 2^-149)
+    rows[6, :] = np.float32(fmt_max) * np.linspace(-1, 1, 32, dtype=np.float32)
+    rows[7, :] = np.nextafter(np.float32(fmt_max), np.float32(np.inf)) * np.linspace(1, -1, 32, dtype=np.float32)
+    rows[8, :] = np.float32(fmt_max) * (1 + np.arange(32, dtype=np.float32) / 64)  # amax 1.48 * max
+    # Midpoints between neighbouring E4M3 codes at scale 1 (amax 448): ties to even.
+    rows[9, :] = (np.arange(32) + 0.5) * np.float32(0.125) + 1.0
+    rows[9, 0] = fmt_max
+    return rows
+
+
+@pytest.mark.parametrize("fmt, fmax", [("e4m3", 448.0), ("e5m2", 57344.0)])
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_mxfp8_special_blocks(fmt, fmax, axis):
+    rows = special_rows(fmax)
+    x = np.tile(np.concatenate([rows, rows[::-1] * -1, rows[:4]], axis=0), (1, 2))  # [24, 64]: 48 blocks
+    x = x if axis == -1 else np.ascontiguousarray(x.T)  # columnwise: the same blocks down columns
+    q, _ = check_mxfp8(x, axis, fmt)
+    s = codes(q.scale)
+    nan_blocks = (s == 0xFF).sum()
+    assert nan_blocks > 0 and (codes(q.data)[np.repeat(s == 0xFF, 32, axis=1)] == 0x7F).all()
+    assert (s == 0).any() and (s == 254).any()  # amax = 0 blocks and inf blocks
+
+
+def test_mxfp8_bfloat16_subnormals():
+    # bf16 subnormals (below 2^-126) in one block, bf16 normals in the next.
+    x = np.zeros((32, 64), np.float32)
+    x[:, :32] = np.arange(-16, 16) * np.float32(2.0**-133)
+    x[:, 32:] = np.arange(-16, 16) * np.float32(2.0**-120)
+    check_mxfp8(x.astype(BF16), -1, "e4m3")
+    check_mxfp8(x.astype(BF16), 0, "e5m2")
+
+
+def test_mxfp8_strided_input(rng):
+    # A non-contiguous input (a column slice) quantizes like its contiguous copy.
+    big = random_input(rng, (64, 160))
+    x = big[:, 32:128]
+    assert not x.flags.c_contiguous
+    q1, q2 = moe.quantize(x, "mxfp8"), moe.quantize(np.ascontiguousarray(x), "mxfp8")
+    assert_codes(codes(q1.data), codes(q2.data), "strided data")
+    assert_codes(codes(q1.scale), codes(q2.scale), "strided scales")
+
+
+# --- FP8 block ---
+
+
+@pytest.mark.parametrize("block, shape", [((1, 128), (160, 256)), ((1, 128), (32, 128)), ((128, 128), (256, 384))])
+@pytest.mark.parametrize("axis", [-1, 0])
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_fp8_block_random(rng, block, shape, axis, dtype):
+    if axis == 0:
+        shape = shape[::-1]  # keep the blocked axis a multiple of 128
+    x = random_input(rng, shape, dtype, spread=6 if block[0] == 128 else 24)
+    q = moe.quantize(x, "fp8_block", axis=axis, block=block)
+    want_q, want_s = G.fp8_block(view(x, axis), block[0])
+    assert_codes(codes(q.data), want_q, "fp8_block data")
+    assert_same_floats(q.scale, want_s, "fp8_block scales")
+    assert (np.frexp(q.scale)[0] == 0.5).all()  # powers of two
+    want = G.fp8_block_dequant(want_q, want_s, block[0])
+    assert_same_floats(moe.dequantize(q), want if axis == -1 else want.T, "fp8_block dequantized")
+
+
+@pytest.mark.parametrize("block", [(1, 128), (128, 128)])
+def test_fp8_block_special_blocks(block):
+    rows = np.tile(special_rows(448.0), (1, 4))  # [10, 128]
+    if block[0] == 1:
+        x = rows
+    else:  # one 128 x 128 block per special row, plus one of subnormals only
+        x = np.concatenate([np.repeat(r[None], 128, axis=0) for r in rows[[0, 1, 2, 5, 6, 7]]], axis=1)
+        x = np.concatenate([x, x[:, ::-1]], axis=0)  # [256, 768]
+    q = moe.quantize(x, "fp8_block", block=block)
+    want_q, want_s = G.fp8_block(x, block[0])
+    assert_codes(codes(q.data), want_q, "fp8_block data")
+    assert_same_floats(q.scale, want_s, "fp8_block scales")
+    s = q.scale
+    assert np.isnan(s).any() and (s == 1.0).any() and (s == 2.0**-127).any()
+    # 448 itself quantizes at scale 1; just above 448 halves the quant scale.
+    if block[0] == 1:
+        assert s[6, 0] == 1.0 and s[7, 0] == 2.0
+
+
+# --- NVFP4 ---
+
+
+def check_nvfp4(x, axis=-1, tile2d=False, rht=False, stochastic=False, seed=0):
+    q = moe.quantize(x, "nvfp4", axis=axis, tile2d=tile2d, rht=rht, stochastic=stochastic, seed=seed)
+    packed, sb, s_enc = G.nvfp4(view(x, axis), 16 if tile2d else 1, rht, seed if stochastic else None)
+    assert q.data.dtype == np.int8 and q.scale.dtype == np.dtype(ml_dtypes.float8_e4m3fn)
+    assert_same_floats(q.tensor_scale, [s_enc], "nvfp4 tensor scale")
+    assert_codes(codes(q.data), packed, "nvfp4 data")
+    assert_codes(codes(q.scale), sb, "nvfp4 block scales")
+    want = G.nvfp4_dequant(packed, sb, s_enc)
+    assert_same_floats(moe.dequantize(q), want if axis == -1 else want.T, "nvfp4 dequantized")
+    return q
+
+
+@pytest.mark.parametrize("axis", [-1, 0])
+@pytest.mark.parametrize("tile2d", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+@pytest.mark.parametrize("shape", [(96, 80), (16, 32), (80, 144)])
+def test_nvfp4_random(rng, axis, tile2d, dtype, shape):
+    x = random_input(rng, shape, dtype, spread=3)
+    q = check_nvfp4(x, axis, tile2d)
+    if tile2d:  # one scale per 16 x 16 tile, replicated over its rows
+        s = codes(q.scale)
+        assert (s.reshape(-1, 16, s.shape[1]) == s[::16][:, None, :]).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+@pytest.mark.parametrize("shape", [(96, 48), (32, 16)])
+def test_nvfp4_rht(rng, dtype, shape):
+    x = random_input(rng, shape, dtype, spread=3)
+    check_nvfp4(x, axis=0, rht=True)
+    x[5, 7] = np.nan  # poisons its column's chunk of 16 tokens only
+    x[21 % shape[0], 3] = np.inf  # spreads over its chunk as +-inf: block scale 448
+    q = check_nvfp4(x, axis=0, rht=True)
+    s = codes(q.scale)
+    assert s[7, 0] == 0x7F and (s == 0x7F).sum() == 1
+    assert s[3, (21 % shape[0]) // 16] == 0x7E and q.tensor_scale[0] == 1.0
+
+
+def test_nvfp4_rht_is_the_hadamard_product():
+    # Integers keep the float32 sums exact: the transform must equal u @ diag(s) H / 4.
+    x = np.random.default_rng(7).integers(-8, 9, (64, 32)).astype(np.float32)
+    h = np.array([[(-1) ** bin(i & j).count("1") for j in range(16)] for i in range(16)])
+    m = np.diag(G.RHT_SIGNS) @ h / 4
+    want = (x.T.reshape(32, 4, 16) @ m).reshape(32, 64)
+    np.testing.assert_array_equal(G.rht(x.T), want)
+    check_nvfp4(x, axis=0, rht=True)
+
+
+def tie_block(scale):
+    """16 values that land exactly on every E2M1 midpoint (and 6, 0.5) once scaled by 1/scale."""
+    ties = [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0]
+    return np.array([6.0, 0.5, *ties, *[-t for t in ties]], np.float32) * np.float32(scale)
+
+
+def test_nvfp4_ties_at_every_e2m1_edge():
+    # Tensor amax 2688 makes S_enc = 1; a block amax of 6 * 2^k then gives the e4m3 block
+    # scale 2^k exactly and the factor 2^-k, so the scaled values are the ties themselves.
+    rows = [tie_block(2.0**k) for k in (0, -3, 4, 6)] + [tie_block(448.0)]
+    x = np.stack(rows * 4)  # [20, 16]
+    x = np.concatenate([x, x[:, ::-1]], axis=1)  # [20, 32]
+    x = np.concatenate([x, np.zeros((12, 32), np.float32)])  # amax = 0 blocks
+    q = check_nvfp4(x)
+    assert q.tensor_scale[0] == 1.0
+    lo = codes(q.data)[0, :8] & 0xF
+    hi = codes(q.data)[0, :8] >> 4
+    # 6, .5 | ties 0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4 (even codes)
+    np.testing.assert_array_equal(np.stack([lo, hi], 1).ravel(), [7, 1, 0, 2, 2, 4, 4, 6, 6, 8, 10, 10, 12, 12, 14, 14])
+
+
+def test_nvfp4_special_blocks():
+    x = np.tile(special_rows(448.0 * 6)[:, :16], (4, 3))[:32]  # [32, 48]
+    x[24:, :] = np.arange(8 * 48).reshape(8, 48) * np.float32(1e-45)  # subnormals only
+    check_nvfp4(x)
+    check_nvfp4(x, tile2d=True)
+    z = np.zeros((16, 32), np.float32)
+    z[3, 5] = -0.0
+    q = check_nvfp4(z)
+    assert q.tensor_scale[0] == 1.0  # amax = 0
+    inf = np.ones((16, 32), np.float32)
+    inf[0, 0] = np.inf
+    assert check_nvfp4(inf).tensor_scale[0] == 1.0  # amax = inf: S_enc = 1 (TE's rule)
+    tiny = np.full((16, 16), 1e-44, np.float32)
+    assert check_nvfp4(tiny).tensor_scale[0] == G.FLT_MAX  # 2688 / amax overflows
+
+
+@pytest.mark.parametrize("rht", [False, True])
+def test_nvfp4_stochastic_rounding_stream(rng, rht):
+    x = random_input(rng, (96, 48), spread=2)
+    q1 = check_nvfp4(x, axis=0, rht=rht, stochastic=True, seed=12345)
+    q2 = check_nvfp4(x, axis=0, rht=rht, stochastic=True, seed=(7 << 32) | 99)
+    assert (codes(q1.data) != codes(q2.data)).mean() > 0.05  # another seed, another stream
+    q3 = moe.quantize(x, "nvfp4", axis=0, rht=rht, stochastic=True, seed=12345)
+    assert_codes(codes(q3.data), codes(q1.data), "same seed")
+
+
+def test_nvfp4_stochastic_rounding_is_unbiased():
+    # 1.125 (after scaling) lies a quarter of the way from 1 to 1.5: up when the 8 random
+    # bits are below 64, with probability 1/4; 3840 draws, 6 sigma.
+    x = np.full((256, 16), 1.125, np.float32)
+    x[:, 0] = 6.0  # block amax 6 and tensor amax 6: S_enc = 448, block scale 448, factor 1
+    q = moe.quantize(x, "nvfp4", stochastic=True, seed=3)
+    c = np.stack([codes(q.data) & 0xF, codes(q.data) >> 4], -1).reshape(256, 16)[:, 1:]
+    assert set(np.unique(c)) <= {2, 3}  # 1.0 or 1.5
+    up = (c == 3).mean()
+    assert abs(up - 0.25) < 6 * np.sqrt(0.25 * 0.75 / c.size), up
+
+
+# --- the API's checks ---
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, exc, words",
+    [
+        ((np.zeros((32, 32), np.float64), "mxfp8"), {}, TypeError, ["x", "float64"]),
+        ((np.zeros((32, 32), np.int32), "mxfp8"), {}, TypeError, ["x", "int32"]),
+        (([[1.0] * 32] * 32, "mxfp8"), {}, TypeError, ["x", "list"]),
+        ((np.zeros((32,), np.float32), "mxfp8"), {}, ValueError, ["x", "2-D"]),
+        ((np.zeros((32, 48), np.float32), "mxfp8"), {}, ValueError, ["x.shape[1]", "32", "48"]),
+        ((np.zeros((48, 32), np.float32), "mxfp8"), {"axis": 0}, ValueError, ["x.shape[0]", "32", "48"]),
+        ((np.zeros((32, 32), np.float32), "mxfp4"), {}, ValueError, ["recipe", "mxfp4"]),
+        ((np.zeros((32, 32), np.float32), "mxfp8"), {"fmt": "e3m4"}, ValueError, ["fmt", "e3m4"]),
+        ((np.zeros((32, 32), np.float32), "mxfp8"), {"axis": 2}, ValueError, ["axis"]),
+        ((np.zeros((32, 128), np.float32), "fp8_block"), {"block": (1, 64)}, ValueError, ["block"]),
+        ((np.zeros((64, 128), np.float32), "fp8_block"), {"block": (128, 128)}, ValueError, ["x.shape[0]", "128"]),
+        ((np.zeros((32, 32), np.float32), "fp8_block"), {}, ValueError, ["x.shape[1]", "128"]),
+        ((np.zeros((32, 24), np.float32), "nvfp4"), {}, ValueError, ["x.shape[1]", "16"]),
+        ((np.zeros((24, 32), np.float32), "nvfp4"), {"tile2d": True}, ValueError, ["x.shape[0]", "16"]),
+        ((np.zeros((32, 32), np.float32), "nvfp4"), {"rht": True}, ValueError, ["rht", "axis=0"]),
+        ((np.zeros((32, 32), np.float32), "nvfp4"), {"seed": -1}, ValueError, ["seed"]),
+        ((np.zeros((32, 32), np.float32), "mxfp8"), {"stochastic": True}, ValueError, ["stochastic"]),
+        ((np.zeros((32, 32), np.float32), "nvfp4"), {"fmt": "e5m2"}, ValueError, ["fmt"]),
+    ],
+)
+def test_bad_arguments(args, kwargs, exc, words):
+    with pytest.raises(exc) as e:
+        moe.quantize(*args, **kwargs)
+    for w in words:
+        assert w in str(e.value), (w, str(e.value))
+
+
+def test_dequantize_checks_its_argument():
+    with pytest.raises(TypeError, match="q: expected a moe.Quantized"):
+        moe.dequantize(np.zeros((4, 4), np.float32))
+
+
+def test_empty_inputs():
+    x = np.zeros((0, 64), np.float32)
+    q = moe.quantize(x, "mxfp8")
+    assert q.data.shape == (0, 64) and q.scale.shape == (0, 2) and moe.dequantize(q).shape == (0, 64)
+    q = moe.quantize(np.zeros((0, 32), np.float32), "nvfp4")
+    assert q.tensor_scale[0] == 1.0 and moe.dequantize(q).shape == (0, 32)
