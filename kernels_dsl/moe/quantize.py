@@ -155,7 +155,8 @@ def nvfp4_view_block(x_ptr, r, cb, R, s_r, s_c, RHT: tl.constexpr):
             od = od + v * hadamard_sign(i, 2 * p + 1)[None, :]
         ev, od = ev * 0.25, od * 0.25
     else:
-        ev, od = load_view(x_ptr, r, c0 + 2 * p, R, s_r, s_c), load_view(x_ptr, r, c0 + 2 * p + 1, R, s_r, s_c)
+        x = load_view(x_ptr, r, c0 + tl.arange(0, 16), R, s_r, s_c)
+        ev, od = tl.split(tl.reshape(x, (r.shape[0], 8, 2)))
     return ev, od
 
 
@@ -264,6 +265,5 @@ def nvfp4_dequantize(q_ptr, s_ptr, ts_ptr, out_ptr, R, C, o_r, o_c, TR: tl.const
     s_enc = tl.load(ts_ptr)
     ev = (e2m1_values(packed & 0xF) * sb) / s_enc
     od = (e2m1_values((packed >> 4) & 0xF) * sb) / s_enc
-    out = out_ptr + r[:, None] * o_r + (cb * 16 + 2 * p)[None, :] * o_c
-    tl.store(out, ev, mask=m)
-    tl.store(out + o_c, od, mask=m)
+    out = out_ptr + r[:, None] * o_r + (cb * 16 + tl.arange(0, 16))[None, :] * o_c
+    tl.store(out, tl.reshape(tl.join(ev, od), (TR, 16)), mask=m)

@@ -155,7 +155,7 @@ def _nvfp4(x, rows, cols, s_r, s_c, axis, tile2d, rht, stochastic, seed):
     scale = _arrays.empty(x, (rows, cols // 16), "e4m3")
     _launch(K.nvfp4_amax, g, x, partials, rows, cols, s_r, s_c, RHT=rht, TR=TILE_ROWS)
     n = g[0] * g[1]
-    K.nvfp4_tensor_scale[(1,)](partials, n, tensor_scale, BLOCK=_SCALE_PARTIALS_BLOCK)
+    _launch(K.nvfp4_tensor_scale, (1, 1), partials, n, tensor_scale, BLOCK=_SCALE_PARTIALS_BLOCK)
     seeds = (seed & 0xFFFFFFFF, seed >> 32)
     meta = dict(BR=br, RHT=rht, STOCHASTIC=stochastic, TR=TILE_ROWS)
     _launch(K.nvfp4_quantize, g, x, tensor_scale, data, _arrays.as_int8(scale), rows, cols, s_r, s_c, *seeds, **meta)

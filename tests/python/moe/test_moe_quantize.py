@@ -3,18 +3,22 @@ quantizers of golden_quant.py (written from SPEC-moe.md §3 alone): data codes a
 on random inputs spanning many binades and on hand-made blocks (amax = 0, NaN, inf,
 subnormals, 448 and just above, ties at every E2M1 edge)."""
 
-import sys
-from pathlib import Path
-
 import ml_dtypes
 import numpy as np
 import pytest
 from tilefuse import moe
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import golden_quant as G  # noqa: E402
-
-BF16 = np.dtype(ml_dtypes.bfloat16)
+from tests.python.moe import golden_quant as G
+from tests.python.moe.quant_cases import (
+    BF16,
+    assert_codes,
+    assert_matches,
+    golden,
+    observed,
+    random_input,
+    special_rows,
+    tie_block,
+)
 
 
 @pytest.fixture
@@ -22,58 +26,26 @@ def rng(request):
     return np.random.default_rng(abs(hash(request.node.name)) % 2**32)
 
 
-def random_input(rng, shape, dtype=np.float32, spread=24):
-    """Normal values times a random power of two per row and per column (so blocks of
-    either orientation see many binades), a few large outliers, in dtype."""
-    r, c = shape
-    x = rng.standard_normal(shape) * np.exp2(rng.integers(-spread, spread, (r, 1)))
-    x = x * np.exp2(rng.integers(-4, 5, (1, c)))
-    x[rng.random(shape) < 0.01] *= 300.0
-    return x.astype(dtype)
-
-
-def view(x, axis):
-    """V: the matrix whose rows hold the blocks, as float32."""
-    v = x.astype(np.float32)
-    return v if axis == -1 else np.ascontiguousarray(v.T)
-
-
 def codes(a):
     return a.view(np.uint8)
 
 
-def assert_codes(got, want, what):
-    got, want = np.asarray(got).astype(np.int64), np.asarray(want).astype(np.int64)
-    assert got.shape == want.shape, (what, got.shape, want.shape)
-    bad = np.argwhere(got != want)
-    if len(bad):
-        i = tuple(bad[0])
-        raise AssertionError(f"{what}: {len(bad)} codes differ, first at {i}: {got[i]:#x} != {want[i]:#x}")
-
-
-def assert_same_floats(got, want, what):
-    got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
-    assert got.shape == want.shape, (what, got.shape, want.shape)
-    same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
-    bad = np.argwhere(~same)
-    if len(bad):
-        i = tuple(bad[0])
-        raise AssertionError(f"{what}: {len(bad)} values differ, first at {i}: {got[i]!r} != {want[i]!r}")
+def check(x, recipe, **options):
+    """Quantizes x on the interpreter, compares with the golden; the Quantized and x_hat."""
+    q = moe.quantize(x, recipe, **options)
+    back = moe.dequantize(q)
+    assert back.dtype == np.float32 and back.shape == x.shape
+    assert_matches(observed(q, back), golden(x, recipe, **options), f"{recipe} {options}")
+    return q, back
 
 
 # --- MXFP8 ---
 
 
 def check_mxfp8(x, axis, fmt):
-    q = moe.quantize(x, "mxfp8", axis=axis, fmt=fmt)
-    want_q, want_s = G.mxfp8(view(x, axis), fmt)
+    q, back = check(x, "mxfp8", axis=axis, fmt=fmt)
     assert q.data.dtype == np.dtype(getattr(ml_dtypes, {"e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}[fmt]))
     assert q.scale.dtype == np.dtype(ml_dtypes.float8_e8m0fnu)
-    assert_codes(codes(q.data), want_q, f"mxfp8 {fmt} axis={axis} data")
-    assert_codes(codes(q.scale), want_s, f"mxfp8 {fmt} axis={axis} scales")
-    back = moe.dequantize(q)
-    want = G.mxfp8_dequant(want_q, want_s, fmt)
-    assert_same_floats(back, want if axis == -1 else want.T, f"mxfp8 {fmt} axis={axis} dequantized")
     return q, back
 
 
@@ -91,28 +63,6 @@ def test_mxfp8_random(rng, fmt, axis, dtype, shape):
     s = s if axis == -1 else s.T
     x64 = x.astype(np.float64)
     assert (np.abs(back - x64) <= np.abs(x64) * 2.0 ** -(m + 1) + s * 2.0 ** (emin - m - 1)).all()
-
-
-def special_rows(fmt_max):
-    """Blocks of 32: zeros (with -0), a NaN, +inf, -inf and a NaN with an inf, fp32
-    subnormals, values at the format's max and just above, midpoints between codes."""
-    rows = np.zeros((10, 32), np.float32)
-    rows[0, ::3] = -0.0
-    rows[1, :] = np.linspace(-3, 3, 32)
-    rows[1, 7] = np.nan
-    rows[2, :] = np.linspace(-1e30, 1e30, 32)
-    rows[2, 5] = np.inf
-    rows[3, :] = np.linspace(-5, 5, 32)
-    rows[3, 9] = -np.inf
-    rows[4, :3] = [np.inf, np.nan, 1.0]
-    rows[5, :] = np.arange(1, 33) * np.float32(1e-45)  # subnormal fp32 (multiples of 2^-149)
-    rows[6, :] = np.float32(fmt_max) * np.linspace(-1, 1, 32, dtype=np.float32)
-    rows[7, :] = np.nextafter(np.float32(fmt_max), np.float32(np.inf)) * np.linspace(1, -1, 32, dtype=np.float32)
-    rows[8, :] = np.float32(fmt_max) * (1 + np.arange(32, dtype=np.float32) / 64)  # amax 1.48 * max
-    # Midpoints between neighbouring E4M3 codes at scale 1 (amax 448): ties to even.
-    rows[9, :] = (np.arange(32) + 0.5) * np.float32(0.125) + 1.0
-    rows[9, 0] = fmt_max
-    return rows
 
 
 @pytest.mark.parametrize("fmt, fmax", [("e4m3", 448.0), ("e5m2", 57344.0)])
@@ -157,13 +107,8 @@ def test_fp8_block_random(rng, block, shape, axis, dtype):
     if axis == 0:
         shape = shape[::-1]  # keep the blocked axis a multiple of 128
     x = random_input(rng, shape, dtype, spread=6 if block[0] == 128 else 24)
-    q = moe.quantize(x, "fp8_block", axis=axis, block=block)
-    want_q, want_s = G.fp8_block(view(x, axis), block[0])
-    assert_codes(codes(q.data), want_q, "fp8_block data")
-    assert_same_floats(q.scale, want_s, "fp8_block scales")
+    q, _ = check(x, "fp8_block", axis=axis, block=block)
     assert (np.frexp(q.scale)[0] == 0.5).all()  # powers of two
-    want = G.fp8_block_dequant(want_q, want_s, block[0])
-    assert_same_floats(moe.dequantize(q), want if axis == -1 else want.T, "fp8_block dequantized")
 
 
 @pytest.mark.parametrize("block", [(1, 128), (128, 128)])
@@ -174,10 +119,7 @@ def test_fp8_block_special_blocks(block):
     else:  # one 128 x 128 block per special row, plus one of subnormals only
         x = np.concatenate([np.repeat(r[None], 128, axis=0) for r in rows[[0, 1, 2, 5, 6, 7]]], axis=1)
         x = np.concatenate([x, x[:, ::-1]], axis=0)  # [256, 768]
-    q = moe.quantize(x, "fp8_block", block=block)
-    want_q, want_s = G.fp8_block(x, block[0])
-    assert_codes(codes(q.data), want_q, "fp8_block data")
-    assert_same_floats(q.scale, want_s, "fp8_block scales")
+    q, _ = check(x, "fp8_block", block=block)
     s = q.scale
     assert np.isnan(s).any() and (s == 1.0).any() and (s == 2.0**-127).any()
     # 448 itself quantizes at scale 1; just above 448 halves the quant scale.
@@ -188,15 +130,9 @@ def test_fp8_block_special_blocks(block):
 # --- NVFP4 ---
 
 
-def check_nvfp4(x, axis=-1, tile2d=False, rht=False, stochastic=False, seed=0):
-    q = moe.quantize(x, "nvfp4", axis=axis, tile2d=tile2d, rht=rht, stochastic=stochastic, seed=seed)
-    packed, sb, s_enc = G.nvfp4(view(x, axis), 16 if tile2d else 1, rht, seed if stochastic else None)
+def check_nvfp4(x, **options):
+    q, _ = check(x, "nvfp4", **options)
     assert q.data.dtype == np.int8 and q.scale.dtype == np.dtype(ml_dtypes.float8_e4m3fn)
-    assert_same_floats(q.tensor_scale, [s_enc], "nvfp4 tensor scale")
-    assert_codes(codes(q.data), packed, "nvfp4 data")
-    assert_codes(codes(q.scale), sb, "nvfp4 block scales")
-    want = G.nvfp4_dequant(packed, sb, s_enc)
-    assert_same_floats(moe.dequantize(q), want if axis == -1 else want.T, "nvfp4 dequantized")
     return q
 
 
@@ -206,7 +142,7 @@ def check_nvfp4(x, axis=-1, tile2d=False, rht=False, stochastic=False, seed=0):
 @pytest.mark.parametrize("shape", [(96, 80), (16, 32), (80, 144)])
 def test_nvfp4_random(rng, axis, tile2d, dtype, shape):
     x = random_input(rng, shape, dtype, spread=3)
-    q = check_nvfp4(x, axis, tile2d)
+    q = check_nvfp4(x, axis=axis, tile2d=tile2d)
     if tile2d:  # one scale per 16 x 16 tile, replicated over its rows
         s = codes(q.scale)
         assert (s.reshape(-1, 16, s.shape[1]) == s[::16][:, None, :]).all()
@@ -233,12 +169,6 @@ def test_nvfp4_rht_is_the_hadamard_product():
     want = (x.T.reshape(32, 4, 16) @ m).reshape(32, 64)
     np.testing.assert_array_equal(G.rht(x.T), want)
     check_nvfp4(x, axis=0, rht=True)
-
-
-def tie_block(scale):
-    """16 values that land exactly on every E2M1 midpoint (and 6, 0.5) once scaled by 1/scale."""
-    ties = [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0]
-    return np.array([6.0, 0.5, *ties, *[-t for t in ties]], np.float32) * np.float32(scale)
 
 
 def test_nvfp4_ties_at_every_e2m1_edge():

@@ -2,17 +2,12 @@
 known-answer vectors (tests/kat_vectors, the three `philox4x32 10` lines) and against an
 independent numpy implementation on random counters and keys."""
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import tilefuse as tf
 import tilefuse.language as tl
 
 from kernels_dsl.moe.philox import philox4x32_10
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "moe"))
-import golden_quant as G  # noqa: E402
+from tests.python.moe import golden_quant as G
 
 # counter[4], key[2] -> result[4]
 KAT = [
