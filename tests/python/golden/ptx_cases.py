@@ -17,6 +17,7 @@ import tilefuse.language as tl
 from tilefuse import gpu
 
 from kernels_dsl import convert
+from kernels_dsl.moe import quantize as moe_quantize
 from kernels_dsl.tutorials import layernorm, matmul, softmax, vector_add
 from kernels_dsl.tutorials.matmul_desc import matmul_desc_kernel
 
@@ -55,7 +56,15 @@ def _convert(to, mode):
 bf16, f16, e4m3 = ml_dtypes.bfloat16, np.float16, ml_dtypes.float8_e4m3fn
 m32 = _mat(np.float32)
 
-# name -> (kernel, args, constexprs, num_warps, num_stages, archs)
+
+def _moe_quantize(kernel, outs, consts, strides=(4096, 1), extra=()):
+    # A bf16 x [4096, 4096], rowwise (strides (4096, 1)) or columnwise ((1, 4096)).
+    return kernel, (_mat(bf16), *outs, 4096, 4096, *strides, *extra), consts
+
+
+i8m = _mat(np.int8)
+
+# name -> (kernel, args, constexprs, num_warps, num_stages, archs); the MoE quantizers last.
 CASES = {
     "vector_add": (vector_add.add_kernel, (f32, f32, f32, 4096), dict(BLOCK_SIZE=1024), 4, 3, ARCHS),
     "softmax": (softmax.softmax_kernel, (m32, m32, 4096, 4096, 1000), dict(BLOCK_SIZE=1024), 4, 3, ARCHS),
@@ -93,6 +102,30 @@ CASES = {
     "convert_f16_rtz": (*_convert(tl.float16, "rtz"), 4, 3, ARCHS),
     "convert_e4m3_rs": (*_convert(tl.float8e4nv, "rs"), 4, 3, ("sm_90a",)),
     "convert_e5m2_ru": (*_convert(tl.float8e5, "ru"), 4, 3, ("sm_90a",)),
+    "moe_mxfp8_quantize_e4m3": (
+        *_moe_quantize(moe_quantize.mxfp8_quantize, (i8m, i8m), dict(FMT=tl.float8e4nv, MAX_EXP=8, TR=64)),
+        4,
+        3,
+        ("sm_90a",),
+    ),
+    "moe_fp8_block_quantize_128x128_cols": (
+        *_moe_quantize(moe_quantize.fp8_block_quantize, (i8m, m32), dict(BR=128, TR=128), strides=(1, 4096)),
+        8,
+        3,
+        ("sm_90a",),
+    ),
+    "moe_nvfp4_quantize_rht_rs": (
+        *_moe_quantize(
+            moe_quantize.nvfp4_quantize,
+            (f32, i8m, i8m),
+            dict(BR=1, RHT=True, STOCHASTIC=True, TR=64),
+            strides=(1, 4096),
+            extra=(5, 0),
+        ),
+        4,
+        3,
+        ("sm_90a",),
+    ),
 }
 
 
