@@ -141,6 +141,13 @@ def test_stochastic_rounding_is_reproducible_and_seeded():
     assert (a["data"] != c["data"]).mean() > 0.05
 
 
+def test_host_tensors_and_other_devices_are_refused():
+    with pytest.raises(TypeError, match="x: torch tensors must be on a CUDA device"):
+        moe.quantize(torch.zeros(32, 32), "mxfp8")
+    with pytest.raises(TypeError, match="x: .*float64"):
+        moe.quantize(torch.zeros(32, 32, dtype=torch.float64, device="cuda"), "mxfp8")
+
+
 def test_no_missed_fast_paths_in_the_quantizers():
     # Quantizing prints no hint; dequantizing a columnwise copy writes x's orientation
     # from transposed data, whose stores are the known narrow ones (not on a hot path).
