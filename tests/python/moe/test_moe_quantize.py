@@ -268,3 +268,11 @@ def test_empty_inputs():
     assert q.data.shape == (0, 64) and q.scale.shape == (0, 2) and moe.dequantize(q).shape == (0, 64)
     q = moe.quantize(np.zeros((0, 32), np.float32), "nvfp4")
     assert q.tensor_scale[0] == 1.0 and moe.dequantize(q).shape == (0, 32)
+
+
+@pytest.mark.parametrize(
+    "recipe, options",
+    [("mxfp8", {}), ("fp8_block", {"axis": 0}), ("nvfp4", {"tile2d": True}), ("nvfp4", {"axis": 0, "rht": True})],
+)
+def test_float16_inputs(rng, recipe, options):
+    check(random_input(rng, (128, 128), np.float16, spread=4), recipe, **options)
