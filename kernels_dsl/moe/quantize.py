@@ -67,6 +67,17 @@ def load_view(x_ptr, r, c, R, s_r, s_c):
     return tl.load(p, mask=(r < R)[:, None], other=0.0).to(tl.float32)
 
 
+@tf.jit
+def store_view(out_ptr, r, c, v, R, C, TRANS: tl.constexpr):
+    """out = v [TR, TC] at rows r < R, columns c of V [R, C], or with TRANS at out = Vᵀ
+    [C, R]: the columnwise copies dequantize into x's orientation, storing vᵀ so that
+    the accesses run along out's rows."""
+    if TRANS:
+        tl.store(out_ptr + c[:, None] * R + r[None, :], tl.trans(v), mask=(r < R)[None, :])
+    else:
+        tl.store(out_ptr + r[:, None] * C + c[None, :], v, mask=(r < R)[:, None])
+
+
 # --- MXFP8 ---
 
 
@@ -87,15 +98,15 @@ def mxfp8_quantize(x_ptr, q_ptr, s_ptr, R, C, s_r, s_c, FMT: tl.constexpr, MAX_E
 
 
 @tf.jit
-def mxfp8_dequantize(q_ptr, s_ptr, out_ptr, R, C, o_r, o_c, TR: tl.constexpr):
-    # out[r * o_r + c * o_c] = q[r, c] * 2^(b - 127), NaN where b = 0xFF.
+def mxfp8_dequantize(q_ptr, s_ptr, out_ptr, R, C, TRANS: tl.constexpr, TR: tl.constexpr):
+    # out = q * 2^(b - 127), NaN where b = 0xFF (V's orientation, or x's with TRANS).
     r = tl.program_id(0) * TR + tl.arange(0, TR)
     c = tl.program_id(1) * 32 + tl.arange(0, 32)
     m = (r < R)[:, None]
     q = tl.load(q_ptr + r[:, None] * C + c[None, :], mask=m, other=0.0).to(tl.float32)
     b = tl.load(s_ptr + r[:, None] * (C // 32) + tl.program_id(1), mask=m, other=0).to(tl.int32) & 0xFF
     scale = tl.where(b == 255, float("nan"), exp2i(b - 127))
-    tl.store(out_ptr + r[:, None] * o_r + c[None, :] * o_c, q * scale, mask=m)
+    store_view(out_ptr, r, c, q * scale, R, C, TRANS)
 
 
 # --- FP8 block (DeepSeek) ---
@@ -119,13 +130,13 @@ def fp8_block_quantize(x_ptr, q_ptr, s_ptr, R, C, s_r, s_c, BR: tl.constexpr, TR
 
 
 @tf.jit
-def fp8_block_dequantize(q_ptr, s_ptr, out_ptr, R, C, o_r, o_c, BR: tl.constexpr, TR: tl.constexpr):
+def fp8_block_dequantize(q_ptr, s_ptr, out_ptr, R, C, BR: tl.constexpr, TRANS: tl.constexpr, TR: tl.constexpr):
     r = tl.program_id(0) * TR + tl.arange(0, TR)
     c = tl.program_id(1) * 128 + tl.arange(0, 128)
     m = (r < R)[:, None]
     q = tl.load(q_ptr + r[:, None] * C + c[None, :], mask=m, other=0.0).to(tl.float32)
     scale = tl.load(s_ptr + (r // BR)[:, None] * (C // 128) + tl.program_id(1), mask=m, other=0.0)
-    tl.store(out_ptr + r[:, None] * o_r + c[None, :] * o_c, q * scale, mask=m)
+    store_view(out_ptr, r, c, q * scale, R, C, TRANS)
 
 
 # --- NVFP4 ---
@@ -254,7 +265,7 @@ def e2m1_values(codes):
 
 
 @tf.jit
-def nvfp4_dequantize(q_ptr, s_ptr, ts_ptr, out_ptr, R, C, o_r, o_c, TR: tl.constexpr):
+def nvfp4_dequantize(q_ptr, s_ptr, ts_ptr, out_ptr, R, C, TRANS: tl.constexpr, TR: tl.constexpr):
     # out = q * sb / S_enc, the even element of each byte from its low nibble.
     r = tl.program_id(0) * TR + tl.arange(0, TR)
     cb = tl.program_id(1)
@@ -265,5 +276,4 @@ def nvfp4_dequantize(q_ptr, s_ptr, ts_ptr, out_ptr, R, C, o_r, o_c, TR: tl.const
     s_enc = tl.load(ts_ptr)
     ev = (e2m1_values(packed & 0xF) * sb) / s_enc
     od = (e2m1_values((packed >> 4) & 0xF) * sb) / s_enc
-    out = out_ptr + r[:, None] * o_r + (cb * 16 + tl.arange(0, 16))[None, :] * o_c
-    tl.store(out, tl.reshape(tl.join(ev, od), (TR, 16)), mask=m)
+    store_view(out_ptr, r, cb * 16 + tl.arange(0, 16), tl.reshape(tl.join(ev, od), (TR, 16)), R, C, TRANS)

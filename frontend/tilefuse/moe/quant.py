@@ -179,19 +179,21 @@ def dequantize(q: Quantized):
         raise TypeError(f"q: expected a moe.Quantized, got {type(q).__name__}")
     m, k = q.shape
     out = _arrays.empty(q.data, (m, k), "float32")
-    rows, cols, o_r, o_c = (m, k, k, 1) if q.axis == -1 else (k, m, 1, k)
+    rows, cols = (m, k) if q.axis == -1 else (k, m)
+    trans = q.axis == 0  # the data is xᵀ: write its transpose
     if q.recipe == "mxfp8":
         g = _grid(rows, cols, TILE_ROWS, 32)
-        _launch(K.mxfp8_dequantize, g, q.data, _arrays.as_int8(q.scale), out, rows, cols, o_r, o_c, TR=TILE_ROWS)
+        _launch(K.mxfp8_dequantize, g, q.data, _arrays.as_int8(q.scale), out, rows, cols, TRANS=trans, TR=TILE_ROWS)
     elif q.recipe == "fp8_block":
         br = q.block[0]
         tr = br if br > 1 else TILE_ROWS
         g = _grid(rows, cols, tr, 128)
-        _launch(K.fp8_block_dequantize, g, q.data, q.scale, out, rows, cols, o_r, o_c, BR=br, TR=tr, num_warps=8)
+        meta = dict(BR=br, TRANS=trans, TR=tr, num_warps=8)
+        _launch(K.fp8_block_dequantize, g, q.data, q.scale, out, rows, cols, **meta)
     elif q.recipe == "nvfp4":
         g = _grid(rows, cols, TILE_ROWS, 16)
-        args = (q.data, q.scale, q.tensor_scale, out, rows, cols, o_r, o_c)
-        _launch(K.nvfp4_dequantize, g, *args, TR=TILE_ROWS)
+        args = (q.data, q.scale, q.tensor_scale, out, rows, cols)
+        _launch(K.nvfp4_dequantize, g, *args, TRANS=trans, TR=TILE_ROWS)
     else:
         raise ValueError(f"q.recipe: must be one of {', '.join(map(repr, RECIPES))}, got {q.recipe!r}")
     return out
