@@ -61,9 +61,15 @@ def block_stats(x, TR: tl.constexpr, TC: tl.constexpr, BR: tl.constexpr):
 
 
 @tf.jit
+def rows_of(TR: tl.constexpr):
+    """This program's TR rows of V, as int64: offsets past 2^31 elements stay exact."""
+    return tl.program_id(0).to(tl.int64) * TR + tl.arange(0, TR)
+
+
+@tf.jit
 def load_view(x_ptr, r, c, R, s_r, s_c):
     """V[r, c] as float32 for rows r [TR] and columns c [TC]; rows past R read 0."""
-    p = x_ptr + r[:, None] * s_r + c[None, :] * s_c
+    p = x_ptr + r[:, None] * s_r + c.to(tl.int64)[None, :] * s_c
     return tl.load(p, mask=(r < R)[:, None], other=0.0).to(tl.float32)
 
 
@@ -73,7 +79,7 @@ def store_view(out_ptr, r, c, v, R, C, TRANS: tl.constexpr):
     [C, R]: the columnwise copies dequantize into x's orientation, storing vᵀ so that
     the accesses run along out's rows."""
     if TRANS:
-        tl.store(out_ptr + c[:, None] * R + r[None, :], tl.trans(v), mask=(r < R)[None, :])
+        tl.store(out_ptr + c.to(tl.int64)[:, None] * R + r[None, :], tl.trans(v), mask=(r < R)[None, :])
     else:
         tl.store(out_ptr + r[:, None] * C + c[None, :], v, mask=(r < R)[:, None])
 
@@ -84,7 +90,7 @@ def store_view(out_ptr, r, c, v, R, C, TRANS: tl.constexpr):
 @tf.jit
 def mxfp8_quantize(x_ptr, q_ptr, s_ptr, R, C, s_r, s_c, FMT: tl.constexpr, MAX_EXP: tl.constexpr, TR: tl.constexpr):
     # q [R, C] codes of FMT (e4m3: MAX_EXP 8, e5m2: 15), s [R, C / 32] e8m0 codes.
-    r = tl.program_id(0) * TR + tl.arange(0, TR)
+    r = rows_of(TR)
     c = tl.program_id(1) * 32 + tl.arange(0, 32)
     x = load_view(x_ptr, r, c, R, s_r, s_c)
     amax, nan = block_stats(x, TR, 32, 1)
@@ -100,7 +106,7 @@ def mxfp8_quantize(x_ptr, q_ptr, s_ptr, R, C, s_r, s_c, FMT: tl.constexpr, MAX_E
 @tf.jit
 def mxfp8_dequantize(q_ptr, s_ptr, out_ptr, R, C, TRANS: tl.constexpr, TR: tl.constexpr):
     # out = q * 2^(b - 127), NaN where b = 0xFF (V's orientation, or x's with TRANS).
-    r = tl.program_id(0) * TR + tl.arange(0, TR)
+    r = rows_of(TR)
     c = tl.program_id(1) * 32 + tl.arange(0, 32)
     m = (r < R)[:, None]
     q = tl.load(q_ptr + r[:, None] * C + c[None, :], mask=m, other=0.0).to(tl.float32)
@@ -115,7 +121,7 @@ def mxfp8_dequantize(q_ptr, s_ptr, out_ptr, R, C, TRANS: tl.constexpr, TR: tl.co
 @tf.jit
 def fp8_block_quantize(x_ptr, q_ptr, s_ptr, R, C, s_r, s_c, BR: tl.constexpr, TR: tl.constexpr):
     # q [R, C] e4m3 codes; s [R / BR, C / 128] float32 dequant scales (BR = 1 or 128).
-    r = tl.program_id(0) * TR + tl.arange(0, TR)
+    r = rows_of(TR)
     c = tl.program_id(1) * 128 + tl.arange(0, 128)
     x = load_view(x_ptr, r, c, R, s_r, s_c)
     amax, nan = block_stats(x, TR, 128, BR)
@@ -131,7 +137,7 @@ def fp8_block_quantize(x_ptr, q_ptr, s_ptr, R, C, s_r, s_c, BR: tl.constexpr, TR
 
 @tf.jit
 def fp8_block_dequantize(q_ptr, s_ptr, out_ptr, R, C, BR: tl.constexpr, TRANS: tl.constexpr, TR: tl.constexpr):
-    r = tl.program_id(0) * TR + tl.arange(0, TR)
+    r = rows_of(TR)
     c = tl.program_id(1) * 128 + tl.arange(0, 128)
     m = (r < R)[:, None]
     q = tl.load(q_ptr + r[:, None] * C + c[None, :], mask=m, other=0.0).to(tl.float32)
@@ -161,7 +167,7 @@ def nvfp4_view_block(x_ptr, r, cb, R, s_r, s_c, RHT: tl.constexpr):
         ev = tl.zeros((r.shape[0], 8), tl.float32)
         od = tl.zeros((r.shape[0], 8), tl.float32)
         for i in tl.static_range(16):
-            v = tl.load(x_ptr + r * s_r + (c0 + i) * s_c, mask=r < R, other=0.0).to(tl.float32)[:, None]
+            v = tl.load(x_ptr + r * s_r + (c0 + i).to(tl.int64) * s_c, mask=r < R, other=0.0).to(tl.float32)[:, None]
             ev = ev + v * hadamard_sign(i, 2 * p)[None, :]
             od = od + v * hadamard_sign(i, 2 * p + 1)[None, :]
         ev, od = ev * 0.25, od * 0.25
@@ -174,7 +180,7 @@ def nvfp4_view_block(x_ptr, r, cb, R, s_r, s_c, RHT: tl.constexpr):
 @tf.jit
 def nvfp4_amax(x_ptr, part_ptr, R, C, s_r, s_c, RHT: tl.constexpr, TR: tl.constexpr):
     # One partial amax (NaNs ignored) per program into part[pid0 * (C / 16) + pid1].
-    r = tl.program_id(0) * TR + tl.arange(0, TR)
+    r = rows_of(TR)
     ev, od = nvfp4_view_block(x_ptr, r, tl.program_id(1), R, s_r, s_c, RHT)
     a = tl.maximum(tl.where(ev != ev, 0.0, tl.abs(ev)), tl.where(od != od, 0.0, tl.abs(od)))
     tl.store(part_ptr + tl.program_id(0) * (C // 16) + tl.program_id(1), tl.max(tl.max(a, axis=1), axis=0))
@@ -238,7 +244,7 @@ def nvfp4_quantize(
 ):
     # q [R, C / 2] E2M1 pairs (even element in the low nibble), s [R, C / 16] e4m3 codes,
     # replicated over the BR rows of a 16 x 16 tile (BR = 16) or per row (BR = 1).
-    r = tl.program_id(0) * TR + tl.arange(0, TR)
+    r = rows_of(TR)
     cb = tl.program_id(1)
     ev, od = nvfp4_view_block(x_ptr, r, cb, R, s_r, s_c, RHT)
     ea, en = block_stats(ev, TR, 8, BR)
@@ -267,7 +273,7 @@ def e2m1_values(codes):
 @tf.jit
 def nvfp4_dequantize(q_ptr, s_ptr, ts_ptr, out_ptr, R, C, TRANS: tl.constexpr, TR: tl.constexpr):
     # out = q * sb / S_enc, the even element of each byte from its low nibble.
-    r = tl.program_id(0) * TR + tl.arange(0, TR)
+    r = rows_of(TR)
     cb = tl.program_id(1)
     p = tl.arange(0, 8)
     m = (r < R)[:, None]

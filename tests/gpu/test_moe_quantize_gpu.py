@@ -17,7 +17,9 @@ from tilefuse import moe
 
 from tests.python.moe.quant_cases import (
     BF16,
+    assert_codes,
     assert_matches,
+    assert_same_floats,
     golden,
     observed,
     random_input,
@@ -163,3 +165,20 @@ def test_no_missed_fast_paths():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
     assert r.returncode == 0, r.stderr
     assert "quantize.py" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_offsets_past_2_to_the_31(axis):
+    # 2^31 + 2^18 elements: the last rows' offsets overflow int32; their blocks (rowwise,
+    # or columnwise in 32-row groups) depend on those rows alone, so the golden of the
+    # last 64 rows is what those rows' codes must be.
+    rows = 2**31 // 4096 + 64
+    x = torch.randn(rows, 4096, device="cuda", dtype=torch.bfloat16)
+    q = moe.quantize(x, "mxfp8", axis=axis)
+    tail = host(x[-64:])
+    want = golden(tail, "mxfp8", axis=axis)
+    data, scale = (q.data[-64:], q.scale[-64:]) if axis == -1 else (q.data[:, -64:], q.scale[:, -2:])
+    assert_codes(host(data).view(np.uint8), want["data"], f"mxfp8 axis={axis} past 2^31: data")
+    assert_codes(host(scale).view(np.uint8), want["scale"], f"mxfp8 axis={axis} past 2^31: scales")
+    back = moe.dequantize(q)
+    assert_same_floats(host(back[-64:]), want["dequant"], f"mxfp8 axis={axis} past 2^31: dequantized")
