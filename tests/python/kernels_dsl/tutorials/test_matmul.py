@@ -15,6 +15,8 @@ from kernels_dsl.tutorials.matmul import matmul
 # u_out * |c|. f16 results are all far above the subnormal range here.
 U32 = 2.0**-24
 U_OUT = {np.float32: U32, ml_dtypes.bfloat16: 2.0**-8, np.float16: 2.0**-11}
+# Half the spacing of the output's subnormals: the absolute error of rounding a tiny result.
+SUB_OUT = {np.float32: 2.0**-150, ml_dtypes.bfloat16: 2.0**-134, np.float16: 2.0**-25}
 SHAPES = [(64, 64, 64), (100, 77, 50), (256, 192, 128), (1, 1, 1), (3, 130, 70)]
 
 
@@ -34,7 +36,7 @@ def _check(c, a, b, activation):
     ref = _reference(a, b, activation)
     K = a.shape[1]
     scale = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
-    tol = U_OUT[c.dtype.type] * np.abs(ref) + (K + 4) * U32 * scale
+    tol = U_OUT[c.dtype.type] * np.abs(ref) + SUB_OUT[c.dtype.type] + (K + 4) * U32 * scale
     err = np.abs(c.astype(np.float64) - ref)
     bad = ~(err <= tol)  # NaN (an unwritten element) counts as bad
     assert not bad.any(), (
