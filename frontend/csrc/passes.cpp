@@ -27,5 +27,5 @@ void init_passes(py::module_& m) {
   });
   p.def("run_pipeline", &passes::runPipeline, "the compiler pipeline");
   p.def("gpu_stage", &passes::runGpuStage, py::arg("module"), py::arg("arch"), py::arg("num_warps"),
-        "the GPU stage of a copy of the optimized module");
+        py::arg("num_stages") = 3, "the GPU stage of a copy of the optimized module");
 }

@@ -201,6 +201,30 @@ void checkTmaAttrs(const Op& op, bool gpu) {
     fail(op, "tma_swizzle must be 0, 32, 64 or 128 bytes, got " + std::to_string(sw));
 }
 
+// pipeline-schedule's decision on a load of a pipelined loop: its offset in a stage,
+// its layout there ([rows, cols, element bytes, swizzle] holding the loaded tile) and
+// its copy; the loop holding it has the stage count and bytes.
+void checkStagedAttrs(const Op& op, bool gpu) {
+  if (!op.hasAttr("staged_at")) return;
+  if (!gpu) fail(op, "has pipeline-schedule's attributes in a function not marked {gpu = true}");
+  const Op* loop = op.parentOp();
+  if (!loop || loop->kind() != OpKind::For || !loop->hasAttr("pipeline_stages"))
+    fail(op, "is staged (staged_at) outside a loop with pipeline_stages");
+  requireAttr(op, "staged_at", 1);
+  requireAttr(op, "staged_tile", 4);
+  requireAttr(op, "staged_copy", 3);
+  const std::vector<int64_t>& t = op.intsAttr("staged_tile");
+  const Type& r = op.result()->type();
+  if (t.size() != 4 || t[0] * t[1] != r.numel() || (t[3] != 32 && t[3] != 64 && t[3] != 128))
+    fail(op, "staged_tile must be [rows, cols, element bytes, swizzle 32/64/128] holding " + r.str());
+  const std::string& copy = op.strAttr("staged_copy");
+  if (copy != "tma" && copy != "cp.async")
+    fail(op, "staged_copy must be \"tma\" or \"cp.async\", got \"" + copy + "\"");
+  int64_t end = op.intAttr("staged_at") + t[0] * t[1] * t[2];
+  if (op.intAttr("staged_at") < 0 || end > loop->intAttr("pipeline_stage_bytes"))
+    fail(op, "is staged at bytes outside its loop's stage of " + std::to_string(loop->intAttr("pipeline_stage_bytes")));
+}
+
 }  // namespace
 
 void verifyGpuFunc(const Op& func) {
@@ -232,6 +256,14 @@ void checkStage(const Op& op, const Op* func) {
   if (op.kind() == OpKind::Func)
     for (const Type& t : funcResultTypes(op)) check(t);
   if (op.kind() == OpKind::MakeDesc) checkTmaAttrs(op, gpu);
+  if (op.kind() == OpKind::Load || op.kind() == OpKind::DescLoad) checkStagedAttrs(op, gpu);
+  if (op.kind() == OpKind::For && op.hasAttr("pipeline_stages")) {
+    if (!gpu) fail(op, "has pipeline-schedule's attributes in a function not marked {gpu = true}");
+    requireAttr(op, "pipeline_stages", 1);
+    requireAttr(op, "pipeline_stage_bytes", 1);
+    if (op.intAttr("pipeline_stages") < 2 || op.intAttr("pipeline_stages") > 8)
+      fail(op, "pipeline_stages must be from 2 to 8, got " + std::to_string(op.intAttr("pipeline_stages")));
+  }
 }
 
 void verifyGpuOp(const Op& op) {

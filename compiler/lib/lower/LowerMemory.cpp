@@ -78,19 +78,6 @@ void Lowering::lowerMemory(const Op& op) {
   if (op.numResults()) vals_[op.result()] = std::move(out);
 }
 
-std::string Lowering::accessReason(const Value* ptr, const Value* mask) {
-  const std::vector<int64_t>& shape = ptr->type().shape;
-  int rd = runDim(layoutOf(ptr), shape);
-  size_t d = static_cast<size_t>(rd < 0 ? ptr->type().rank() - 1 : rd);
-  const AxisInfo& p = axis_->get(ptr);
-  std::string along = d + 1 == shape.size() ? "the last dim" : "dim " + std::to_string(d);
-  std::string r = "along " + along + " the pointers are contiguous in runs of " + std::to_string(p.contiguity[d]) +
-                  " with addresses divisible by " + std::to_string(p.divisibility[d]) + " bytes";
-  if (mask && mask->type().rank() == ptr->type().rank())
-    r += ", the mask is constant in runs of " + std::to_string(axis_->get(mask).constancy[d]);
-  return r + " (tl.multiple_of / tl.max_contiguous state what the analysis cannot prove)";
-}
-
 // Loads or stores `width` consecutive slots (consecutive, aligned elements in memory,
 // with one mask value: AxisAnalysis::vectorWidth) as one vector access.
 void Lowering::lowerVectorAccess(const Op& op, const Regs& p, const Regs* mask, const Regs* other, const Regs& value,

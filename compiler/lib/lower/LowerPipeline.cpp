@@ -1,4 +1,5 @@
-// Software pipelining of K loops on sm_90a: a for loop whose wgmma dots read loads of
+// Software pipelining of K loops on sm_90a, expanded from the schedule the
+// pipeline-schedule pass wrote into the loop (PipelinePlan.h): a for loop whose wgmma dots read loads of
 // the loop (no other use of the loaded tiles; one A may feed several dots, as the gate
 // and up projections of an MoE FC1 share their input) copies the operand tiles of
 // iteration j + S - 1 into a ring of S shared-memory stages while the tensor cores
@@ -24,196 +25,43 @@
 #include "Lowering.h"
 
 namespace tilefuse::lower::detail {
-namespace {
 
-// A zero, possibly splat, broadcast, converted or cast (zero in every format and rounding mode:
-// an fp8 load's other=0.0 is a cast of an f32 constant).
-bool isZeroConstant(const Value* v) {
-  const Op* def = convertSource(v)->definingOp();
-  if (def && (def->kind() == OpKind::Splat || def->kind() == OpKind::Broadcast || def->kind() == OpKind::Cast))
-    return isZeroConstant(def->operand(0));
-  if (!def || def->kind() != OpKind::Constant) return false;
-  const Attr& a = *def->attr("value");
-  // -0.0 too: masked-out products only add zeros to the dot.
-  return std::holds_alternative<double>(a) ? std::get<double>(a) == 0.0 : std::get<int64_t>(a) == 0;
-}
-
-// Whether `mask`, within every aligned run of `w` elements along dim d, is true on a
-// prefix of the run and false after: an `and` of masks constant on such runs and of
-// comparisons x < m (m > x) with x contiguous and m constant on them, possibly
-// broadcast or expanded. Such a run copies as one cp.async of the prefix's bytes.
-bool prefixMask(const AxisAnalysis& axis, const Value* mask, size_t d, int64_t w) {
-  if (axis.get(mask).constancy[d] >= w) return true;
-  const Op* def = convertSource(mask)->definingOp();
-  if (!def) return false;
-  switch (def->kind()) {
-    case OpKind::And:
-      return prefixMask(axis, def->operand(0), d, w) && prefixMask(axis, def->operand(1), d, w);
-    case OpKind::Broadcast:
-      return def->operand(0)->type().shape[d] == 1 || prefixMask(axis, def->operand(0), d, w);
-    case OpKind::ExpandDims: {
-      auto a = static_cast<size_t>(def->intAttr("axis"));
-      return d == a || prefixMask(axis, def->operand(0), d > a ? d - 1 : d, w);
-    }
-    case OpKind::Cmp: {
-      const std::string& p = def->strAttr("predicate");
-      bool lhs = p == "lt" || p == "ult", rhs = p == "gt" || p == "ugt";
-      if (!lhs && !rhs) return false;
-      const AxisInfo& x = axis.get(def->operand(lhs ? 0 : 1));
-      const AxisInfo& m = axis.get(def->operand(lhs ? 1 : 0));
-      return x.contiguity[d] >= w && m.constancy[d] >= w;
-    }
-    default:
-      return false;
-  }
-}
-
-// Ops that may be recomputed for a later iteration: pure index math.
-bool indexOp(const Op& op) {
-  switch (op.kind()) {
-    case OpKind::Constant:
-    case OpKind::Splat:
-    case OpKind::Arange:
-    case OpKind::Hint:
-    case OpKind::ConvertLayout:
-    case OpKind::ExpandDims:
-    case OpKind::Reshape:
-    case OpKind::Broadcast:
-    case OpKind::ProgramId:
-    case OpKind::NumPrograms:
-      return true;
-    default:
-      return op.has(Elementwise) && op.numResults() == 1;
-  }
-}
-
-// The values a copy of load `ld` depends on: pointers and mask, or the offsets.
-std::vector<const Value*> copyInputs(const Op& ld) {
-  if (ld.kind() == OpKind::DescLoad) return {ld.operands().begin() + 1, ld.operands().end()};
-  return {ld.operands().begin(), ld.operands().begin() + std::min(2u, ld.numOperands())};
-}
-
-}  // namespace
-
-// Whether `v` (used in `body` of a for loop) can be computed for a later iteration:
-// loop invariants, the induction variable, index math of those, and loop-carried
-// values whose yielded next value is such a computation.
-bool Lowering::advanceable(const Value* v, const Block& body, std::set<const Value*>& seen) {
-  if (!seen.insert(v).second) return true;
-  if (v->ownerBlock() != &body) return true;  // defined outside the loop
-  const Op* def = v->definingOp();
-  if (!def) {
-    if (v == body.arg(0)) return true;
-    return advanceable(body.terminator()->operand(v->index() - 1), body, seen);
-  }
-  if (!indexOp(*def)) return false;
-  for (Value* o : def->operands())
-    if (!advanceable(o, body, seen)) return false;
-  return true;
-}
-
-// How `l.load` copies into a stage (TMA, or cp.async runs of `l.width` elements of
-// `eb` bytes), or why it cannot ("'s ..." of the operand's name).
-std::string Lowering::planCopy(StagedLoad& l, const Block& body, int64_t eb) {
-  const Op* ld = l.load;
-  if (ld->kind() == OpKind::DescLoad) {
-    l.tma = tensorMapOf(ld->operand(0));
-    if (l.tma < 0) return "'s descriptor is not on TMA (see its hint)";
-    // The boxes must land in the layout the wgmma descriptors read.
-    if (tensorMaps_[l.tma].swizzleBytes != l.tile.swizzle) return "'s descriptor is also read with another swizzle";
-  } else if (ld->kind() != OpKind::Load) {
-    return " is not a load";
-  } else if (ld->numOperands() > 2 && !isZeroConstant(ld->operand(2))) {
-    return "'s load has an `other` value that is not 0";
-  }
-  std::set<const Value*> visited;
-  for (const Value* x : copyInputs(*ld))
-    if (!advanceable(x, body, visited))
-      return "'s pointers or mask depend on values the loop computes other than by index math";
-  if (l.tma >= 0) return "";
-  const Value* mask = ld->numOperands() > 1 ? ld->operand(1) : nullptr;
-  l.width = accessWidth(ld->operand(0), mask);
-  // A ragged end inside the runs (a group's last rows along the contiguous dim): whole
-  // runs still copy, each of its valid prefix, the rest zero-filled.
-  if (int64_t whole = accessWidth(ld->operand(0), nullptr); mask && whole > l.width) {
-    int d = runDim(layoutOf(ld->operand(0)), ld->result()->type().shape);
-    if (d >= 0 && prefixMask(*axis_, mask, static_cast<size_t>(d), whole)) {
-      l.width = whole;
-      l.prefix = true;
-    }
-  }
-  if (l.width * eb < 4)  // cp.async moves 4, 8 or 16 bytes
-    return "'s loads are not provably contiguous and aligned in runs of 4 bytes (" +
-           accessReason(ld->operand(0), mask) + ")";
-  return "";
-}
-
-// Whether `loop` can be pipelined (filling `p`); `why` says why not for a loop with a
-// wgmma dot (empty for loops without one).
-bool Lowering::planPipeline(const Op& loop, Pipeline* p, std::string* why) {
+// The schedule pipeline-schedule wrote into `loop` (false: none), read back.
+bool Lowering::readPipeline(const Op& loop, Pipeline* p) {
+  if (!loop.hasAttr("pipeline_stages")) return false;
   const Block& body = loop.region(0);
-  auto no = [&](std::string reason) {
-    *why = "K loop not pipelined: " + std::move(reason);
-    return false;
+  p->stages = static_cast<int>(loop.intAttr("pipeline_stages"));
+  p->stageBytes = loop.intAttr("pipeline_stage_bytes");
+  std::unordered_map<const Op*, int> index;
+  for (const auto& o : body.ops()) {
+    if (!o->hasAttr("staged_at")) continue;
+    const std::vector<int64_t>& t = o->intsAttr("staged_tile");
+    StagedCopy l{.load = o.get(),
+                 .tma = o->strAttr("staged_copy") == "tma",
+                 .width = o->hasAttr("staged_width") ? o->intAttr("staged_width") : 1,
+                 .tile = {t[0], t[1], t[2], t[3]},
+                 .offset = o->intAttr("staged_at"),
+                 .transposed = o->hasAttr("staged_transposed") && o->boolAttr("staged_transposed"),
+                 .prefix = o->hasAttr("staged_prefix") && o->boolAttr("staged_prefix")};
+    index[o.get()] = static_cast<int>(p->loads.size());
+    p->loads.push_back(l);
+  }
+  // A dot reads each operand from a staged load, possibly through a bitcast (fp8 bytes).
+  auto staged = [&](const Value* v) {
+    const Op* d = v->definingOp();
+    const Op* cast = d && d->kind() == OpKind::Bitcast ? d : nullptr;
+    if (cast) d = cast->operand(0)->definingOp();
+    auto it = d ? index.find(d) : index.end();
+    if (it == index.end()) throw InternalError("lowering: a pipelined dot's operand is not a staged load");
+    if (cast) p->loads[it->second].bitcast = cast;
+    return it->second;
   };
   for (const auto& o : body.ops()) {
     if (!onWgmma(*o)) continue;
-    if (o->kind() != OpKind::Dot && !scaledOnFp8(*o))
-      return no("dot_scaled loops of fp4 operands are not pipelined (operands dequantized in registers)");
     p->dots.push_back(o.get());
-  }
-  if (p->dots.empty()) return false;
-  if (opts_.numStages < 2) return no("num_stages=" + std::to_string(opts_.numStages));
-  std::set<const Op*> dots(p->dots.begin(), p->dots.end());
-  int64_t stageBytes = 0;
-  for (const Op* dot : p->dots) {
-    WgmmaShape w;
-    onWgmma(*dot, &w);
-    WgmmaB bs = wgmmaB(*dot);
-    // cp.async copies bytes as they lie: a [K, N] B staged K-major must be copied in
-    // runs along K (K contiguous in memory, the layout coalesced along it).
-    if (bs.transposeOnStage && runDim(layoutOf(bs.value), bs.value->type().shape) != 0)
-      return no(
-          "an 8-bit B loaded as [K, N] with N contiguous is transposed through registers; "
-          "load it as [N, K] and pass tl.trans(b)");
-    int slot[2];
-    for (unsigned i = 0; i < 2; ++i) {
-      std::string name = i ? "B" : "A";
-      const Value* v = i ? bs.value : dot->operand(0);
-      // A may feed several of the loop's dots as their A; B feeds one.
-      bool onlyDots = i ? v->uses().size() == 1
-                        : !v->uses().empty() && std::all_of(v->uses().begin(), v->uses().end(), [&](const Use& u) {
-                            return dots.count(u.user) && u.index == 0;
-                          });
-      const Op* ld = v->definingOp();
-      // dot_scaled's operands are fp8 bitcasts of loaded bytes: the copy moves the bytes.
-      const Op* cast = ld && ld->kind() == OpKind::Bitcast ? ld : nullptr;
-      if (cast) {
-        v = cast->operand(0);
-        ld = v->definingOp();
-        onlyDots = onlyDots && v->uses().size() == 1;
-      }
-      if (!ld || v->ownerBlock() != &body || !onlyDots)
-        return no(name + " is not a load in the loop used only by the loop's dots");
-      SharedTile tile = wgmmaOperandTile(*dot, i, w);
-      auto seen = std::find_if(p->loads.begin(), p->loads.end(), [&](const StagedLoad& l) { return l.load == ld; });
-      if (seen != p->loads.end()) {
-        if (!(seen->tile == tile)) return no(name + " feeds dots that read it in different shared-memory layouts");
-        slot[i] = static_cast<int>(seen - p->loads.begin());
-        continue;
-      }
-      StagedLoad l{
-          .load = ld, .tile = tile, .offset = stageBytes, .transposed = i == 1 && bs.transposeOnStage, .bitcast = cast};
-      if (std::string bad = planCopy(l, body, bs.elemBytes); !bad.empty()) return no(name + bad);
-      stageBytes += swizzleAtoms(v->type().numel() * bs.elemBytes);
-      slot[i] = static_cast<int>(p->loads.size());
-      p->loads.push_back(l);
-    }
-    p->operand[dot] = {slot[0], slot[1]};
+    p->operand[o.get()] = {staged(o->operand(0)), staged(wgmmaB(*o).value)};
   }
   p->args = pipelineArgs(*p, body);
-  p->stages = opts_.numStages;
-  p->stageBytes = stageBytes;
   return true;
 }
 
@@ -282,7 +130,7 @@ std::vector<const Value*> Lowering::pipelineArgs(const Pipeline& p, const Block&
       visit(body.terminator()->operand(v->index() - 1));
     }
   };
-  for (const StagedLoad& l : p.loads)
+  for (const StagedCopy& l : p.loads)
     for (const Value* x : copyInputs(*l.load)) visit(x);
   std::vector<const Value*> args = {body.arg(0)};
   for (unsigned i = 1; i < body.numArgs(); ++i)
@@ -300,20 +148,21 @@ void Lowering::copyStage(const Pipeline& p, const Block& body, const Env& env, L
     LVal* issue = b_.CreateAnd(valid, b_.CreateICmpEQ(tid_, idx(0)));
     LVal* bar = barrierAddr(b_.CreateAdd(stage, idx(p.barrier)));
     int64_t bytes = 0;
-    for (const StagedLoad& l : p.loads)
-      if (l.tma >= 0) bytes += l.load->result()->type().numel() * l.tile.eb;
+    for (const StagedCopy& l : p.loads)
+      if (l.tma) bytes += l.load->result()->type().numel() * l.tile.eb;
     armBarrier(bar, bytes, issue);
-    for (const StagedLoad& l : p.loads) {
-      if (l.tma < 0) continue;
+    for (const StagedCopy& l : p.loads) {
+      if (!l.tma) continue;
       std::vector<LVal*> coords;
       for (const Value* x : copyInputs(*l.load))
         coords.push_back(b_.CreateSExtOrTrunc(evalUnder(x, body, env).e[0], b_.getInt32Ty()));
-      tmaCopy(l.tma, l.load->result()->type(), b_.CreateAdd(ring, idx(l.offset)), coords, bar, issue);
+      tmaCopy(tensorMapOf(l.load->operand(0)), l.load->result()->type(), b_.CreateAdd(ring, idx(l.offset)), coords, bar,
+              issue);
     }
   }
   if (p.allTma()) return;
-  for (const StagedLoad& l : p.loads) {
-    if (l.tma >= 0) continue;
+  for (const StagedCopy& l : p.loads) {
+    if (l.tma) continue;
     const Op* ld = l.load;
     const Type& t = ld->result()->type();
     Regs ptrs = evalUnder(ld->operand(0), body, env);

@@ -682,7 +682,7 @@ void linkLibdevice(llvm::Module& mod, const LowerOptions& opts) {
 // The GPU stage of `m` for `opts`: tile IR goes through plan-layouts on a copy; IR in
 // the GPU stage already (marked for this arch and num_warps) is verified as it is.
 const Module& gpuStage(const Module& m, const Op& f, const LowerOptions& opts, std::unique_ptr<Module>& copy) {
-  if (!isGpuStage(f)) return *(copy = passes::runGpuStage(m, opts.arch, opts.numWarps));
+  if (!isGpuStage(f)) return *(copy = passes::runGpuStage(m, opts.arch, opts.numWarps, opts.numStages));
   if (f.strAttr("arch") != opts.arch || f.intAttr("num_warps") != opts.numWarps)
     throw UserError(f.loc(), "'@" + funcName(f) + "' is in the GPU stage for " + f.strAttr("arch") +
                                  " with num_warps " + std::to_string(f.intAttr("num_warps")) + ", not for " +

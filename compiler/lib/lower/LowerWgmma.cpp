@@ -40,9 +40,8 @@ void Lowering::reserveWgmmaOperands(const Block& body) {
   std::function<void(const Block&)> walk = [&](const Block& b) {
     for (const auto& o : b.ops()) {
       Pipeline p;
-      std::string why;
-      bool pipelined = o->kind() == OpKind::For && planPipeline(*o, &p, &why);
-      if (!why.empty()) hint(*o, why);
+      bool pipelined = o->kind() == OpKind::For && readPipeline(*o, &p);
+      if (o->hasAttr("no_pipeline")) hint(*o, "K loop not pipelined: " + o->strAttr("no_pipeline"));
       if (pipelined) {
         p.base = next;
         next += p.stages * p.stageBytes;
@@ -52,7 +51,7 @@ void Lowering::reserveWgmmaOperands(const Block& body) {
         }
         auto& slot = pipelines_[o.get()] = p;
         for (const Op* d : p.dots) pipelinedDots_[d] = &slot;
-        for (const StagedLoad& l : p.loads) {
+        for (const StagedCopy& l : p.loads) {
           pipelinedLoads_.insert(l.load);
           if (l.bitcast) pipelinedLoads_.insert(l.bitcast);
         }

@@ -22,6 +22,7 @@
 #include <unordered_map>
 
 #include "Layout.h"
+#include "PipelinePlan.h"
 #include "Staging.h"
 #include "tilefuse/interp/Formats.h"
 #include "tilefuse/lower/AxisInfo.h"
@@ -31,13 +32,6 @@ namespace tilefuse::lower::detail {
 
 using llvm::IRBuilder;
 using LVal = llvm::Value;
-
-// The value a chain of convert_layout ops starts from. Its readers convert it (in()),
-// each where it reads it, so a convert_layout result has its operand's registers.
-inline const Value* convertSource(const Value* v) {
-  for (const Op* d = v->definingOp(); d && d->kind() == OpKind::ConvertLayout; d = v->definingOp()) v = d->operand(0);
-  return v;
-}
 
 // The per-thread registers of one tile-IR value: one LLVM value per slot of its
 // layout. A tensor descriptor keeps [base, sizes..., strides...] (uniform scalars).
@@ -69,38 +63,17 @@ struct WgmmaOperandBytes {
 // Shared bytes [0, kBarrierBytes) hold the mbarriers of kernels with tensor maps.
 constexpr int64_t kBarrierBytes = 1024;
 
-// One operand tile a pipelined loop copies into each stage.
-struct StagedLoad {
-  const Op* load = nullptr;     // a load or descriptor load
-  int tma = -1;                 // its tensor map, or -1: cp.async
-  int64_t width = 1;            // elements per cp.async
-  SharedTile tile;              // its layout in a stage (the one its dots read)
-  int64_t offset = 0;           // its byte offset in a stage
-  bool transposed = false;      // a [K, N] B in a K-major tile
-  bool prefix = false;          // the mask is a valid prefix of each run (prefixMask)
-  const Op* bitcast = nullptr;  // the bitcast the dot reads the loaded bytes through
-};
-
-// A software-pipelined K loop (LowerPipeline.cpp): one or more wgmma dots whose
-// operands are loads of the loop (a load may feed several dots as A, as FC1's gate
-// and up projections share their input).
-struct Pipeline {
-  std::vector<const Op*> dots;                                 // in program order
-  std::vector<StagedLoad> loads;                               // distinct operand loads
-  std::unordered_map<const Op*, std::pair<int, int>> operand;  // dot -> its A and B in loads
-  int barrier = 0;                                             // first mbarrier slot (TMA operands), one per stage
-  llvm::AllocaInst* phases = nullptr;                          // bit s: the parity stage s waits for next
-  int stages = 0;
-  int64_t base = 0, stageBytes = 0;  // the ring in shared memory
+// A software-pipelined K loop (LowerPipeline.cpp): the schedule the pipeline-schedule
+// pass wrote into the loop and its loads, and the state of its expansion.
+struct Pipeline : PipelinePlan {
+  int barrier = 0;                     // first mbarrier slot (TMA operands), one per stage
+  llvm::AllocaInst* phases = nullptr;  // bit s: the parity stage s waits for next
+  int64_t base = 0;                    // the ring in shared memory
   bool anyTma() const {
-    for (const StagedLoad& l : loads)
-      if (l.tma >= 0) return true;
-    return false;
+    return std::any_of(loads.begin(), loads.end(), [](const StagedCopy& l) { return l.tma; });
   }
   bool allTma() const {
-    for (const StagedLoad& l : loads)
-      if (l.tma < 0) return false;
-    return true;
+    return std::all_of(loads.begin(), loads.end(), [](const StagedCopy& l) { return l.tma; });
   }
   std::vector<const Value*> args;       // loop values the copies depend on (pipelineArgs)
   llvm::AllocaInst* counter = nullptr;  // stage of the current iteration
@@ -304,19 +277,12 @@ class Lowering {
     for (int i = 0; i < n; ++i) v = b_.CreateInsertElement(v, r.e[s + i], b_.getInt32(i));
     return v;
   }
-  // Elements per vector access (at most 16 bytes) through pointer tile `ptr`: what its
-  // layout keeps in consecutive slots and the axis analysis proves contiguous and aligned.
-  // Runs follow the dim the pointers' layout holds in consecutive slots (the last, or
-  // the contiguous one the layout plan coalesced along).
-  int64_t accessWidth(const Value* ptr, const Value* mask) {
-    const Layout& L = layoutOf(ptr);
-    const std::vector<int64_t>& shape = ptr->type().shape;
-    int d = runDim(L, shape);
-    if (d < 0) return 1;
-    return std::min(vectorRun(L, dimStride(shape, d)), axis_->vectorWidth(ptr, mask, 16, d));
+  // Elements per vector access through pointer tile `ptr`, and what the axis analysis
+  // knows of it for a hint (PipelinePlan.h).
+  int64_t accessWidth(const Value* ptr, const Value* mask) { return detail::accessWidth(*axis_, ptr, mask, threads_); }
+  std::string accessReason(const Value* ptr, const Value* mask) {
+    return detail::accessReason(*axis_, ptr, mask, threads_);
   }
-  // What the axis analysis knows of `ptr` (and `mask`) along its run dim, for a hint.
-  std::string accessReason(const Value* ptr, const Value* mask);
   void lowerDesc(const Op& op);
   void lowerCheckedDesc(const Op& op);
   // --- TMA (LowerTma.cpp) ---
@@ -370,9 +336,7 @@ class Lowering {
   Regs issueWgmma(const Op& op, const WgmmaShape& w, Regs acc, LVal* aBase, LVal* bBase, int64_t scales = -1);
   int64_t stageScales(const Op& op);
   LVal* scaleOf(int64_t table, const Type& t, LVal* row, int64_t block);
-  bool advanceable(const Value* v, const Block& body, std::set<const Value*>& seen);
-  bool planPipeline(const Op& loop, Pipeline* p, std::string* why);
-  std::string planCopy(StagedLoad& l, const Block& body, int64_t eb);
+  bool readPipeline(const Op& loop, Pipeline* p);
   Regs evalUnder(const Value* v, const Block& body, const Env& env);
   Env advance(Env env, const Block& body, LVal* step, int steps);
   std::vector<const Value*> pipelineArgs(const Pipeline& p, const Block& body);

@@ -11,6 +11,13 @@
 
 namespace tilefuse::lower::detail {
 
+// The value a chain of convert_layout ops starts from. Its readers convert it (in()),
+// each where it reads it, so a convert_layout result has its operand's registers.
+inline const Value* convertSource(const Value* v) {
+  for (const Op* d = v->definingOp(); d && d->kind() == OpKind::ConvertLayout; d = v->definingOp()) v = d->operand(0);
+  return v;
+}
+
 // The one description of a tile in shared memory (DESIGN.md's #shared attribute):
 // rows x cols elements of `eb` bytes stored as column blocks of `swizzle` bytes (32, 64
 // or 128), each block rows x swizzle bytes, row-major, with the 16-byte chunks of a row

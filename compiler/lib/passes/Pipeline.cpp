@@ -78,8 +78,8 @@ void runPass(const PassInfo& pass, Module& m, std::string_view stage, bool verif
   pass.run(m, all);
   auto t1 = std::chrono::steady_clock::now();
   if (envOr("TILEFUSE_TIME_PASSES") == "1")
-    std::fprintf(stderr, "[tilefuse] %-14s %-12s %8.3f ms\n", std::string(stage).c_str(), std::string(pass.name).c_str(),
-                 std::chrono::duration<double, std::milli>(t1 - t0).count());
+    std::fprintf(stderr, "[tilefuse] %-14s %-12s %8.3f ms\n", std::string(stage).c_str(),
+                 std::string(pass.name).c_str(), std::chrono::duration<double, std::milli>(t1 - t0).count());
   std::string_view dump = envOr("TILEFUSE_DUMP");
   if (dump == "all" || dump == pass.name || dump == stage)
     std::cerr << "// -----// IR after " << stage << "/" << pass.name << " //----- //\n" << printModule(m);
@@ -98,11 +98,12 @@ void runPipeline(Module& m) {
   verifyModule(m);
 }
 
-std::unique_ptr<Module> runGpuStage(const Module& m, const std::string& arch, int numWarps) {
+std::unique_ptr<Module> runGpuStage(const Module& m, const std::string& arch, int numWarps, int numStages) {
   auto gpu = cloneModule(m);
   PassOptions target = {{"arch", arch}, {"num_warps", std::to_string(numWarps)}};
   runPass(*lookup("plan_layouts"), *gpu, "gpu", verifyEach(), target);
   runPass(*lookup("plan_tma"), *gpu, "gpu", verifyEach());
+  runPass(*lookup("pipeline_schedule"), *gpu, "gpu", verifyEach(), {{"num_stages", std::to_string(numStages)}});
   verifyModule(*gpu);
   return gpu;
 }

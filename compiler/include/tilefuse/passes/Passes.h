@@ -44,6 +44,6 @@ void runPipeline(Module& m);
 
 // The GPU stage of a copy of the optimized module `m`, which the interpreter and the
 // LLVM lowering keep reading (TILEFUSE_DUMP=gpu prints it).
-std::unique_ptr<Module> runGpuStage(const Module& m, const std::string& arch, int numWarps);
+std::unique_ptr<Module> runGpuStage(const Module& m, const std::string& arch, int numWarps, int numStages = 3);
 
 }  // namespace tilefuse::passes

@@ -1,0 +1,52 @@
+// The schedule of a software-pipelined K loop (sm_90a), without LLVM: which loops
+// pipeline, which loads of them are staged into the ring of shared-memory stages, in
+// which layout, at which offset and by which copy (cp.async runs or TMA boxes), or why
+// a loop with a wgmma dot cannot pipeline. The pipeline-schedule pass writes it into
+// the GPU-stage IR; the lowering (LowerPipeline.cpp) reads it back and expands the loop.
+#pragma once
+
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "Staging.h"
+#include "tilefuse/lower/AxisInfo.h"
+
+namespace tilefuse::lower::detail {
+
+// One operand tile a pipelined loop copies into each stage.
+struct StagedCopy {
+  const Op* load = nullptr;     // a load or descriptor load
+  bool tma = false;             // copied as TMA boxes (its descriptor has a tensor map), else cp.async
+  int64_t width = 1;            // elements per cp.async
+  SharedTile tile;              // its layout in a stage (the one its dots read)
+  int64_t offset = 0;           // its byte offset in a stage
+  bool transposed = false;      // a [K, N] B in a K-major tile
+  bool prefix = false;          // the mask is a valid prefix of each run (prefixMask)
+  const Op* bitcast = nullptr;  // the bitcast the dot reads the loaded bytes through
+};
+
+struct PipelinePlan {
+  std::vector<const Op*> dots;                                 // the loop's wgmma dots, in program order
+  std::vector<StagedCopy> loads;                               // distinct operand loads
+  std::unordered_map<const Op*, std::pair<int, int>> operand;  // dot -> its A and B in loads
+  int stages = 0;
+  int64_t stageBytes = 0;
+};
+
+// Elements per vector access through pointer tile `ptr` (in its type's layout) that
+// the axis analysis proves contiguous and aligned, at most 16 bytes.
+int64_t accessWidth(const AxisAnalysis& axis, const Value* ptr, const Value* mask, int threads);
+// What the axis analysis knows of `ptr` (and `mask`) along its run dim, for a hint.
+std::string accessReason(const AxisAnalysis& axis, const Value* ptr, const Value* mask, int threads);
+
+// The schedule of for loop `loop` of a GPU-stage kernel for `stages` stages. False
+// for a loop without a wgmma dot (`why` empty) or one that cannot pipeline (`why`
+// says why). Descriptor loads copy with TMA when plan-tma put their descriptor on it.
+bool planPipeline(const Op& loop, const AxisAnalysis& axis, int threads, int stages, PipelinePlan* p, std::string* why);
+
+// The values a copy of load `ld` depends on: pointers and mask, or the offsets.
+std::vector<const Value*> copyInputs(const Op& ld);
+
+}  // namespace tilefuse::lower::detail
