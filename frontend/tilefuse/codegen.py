@@ -53,8 +53,6 @@ _PY_CMPS = {
 
 # How unsupported syntax is named in errors (others use the lower-cased AST class name).
 _SYNTAX_NAMES = {
-    ast.Break: "'break'",
-    ast.Continue: "'continue'",
     ast.Try: "'try'",
     ast.With: "'with'",
     ast.Lambda: "'lambda'",
@@ -75,6 +73,27 @@ _SYNTAX_NAMES = {
     ast.Yield: "'yield'",
     ast.Await: "'await'",
 }
+
+
+# Scope names of the exit flags (no Python name can clash): False, True, or an i1 scalar
+# when the exit depends on runtime values. "@rvK" holds the K-th value being returned.
+_BREAK, _CONTINUE, _RETURN = "@break", "@continue", "@return"
+
+
+def _exits(stmts, in_loop=False) -> set[str]:
+    """The flags of the break, continue and return statements in `stmts` (break and
+    continue only where they leave the loop `stmts` belongs to, not a nested one)."""
+    kinds = set()
+    for s in stmts:
+        if isinstance(s, ast.Return):
+            kinds.add(_RETURN)
+        elif isinstance(s, ast.Break) and not in_loop:
+            kinds.add(_BREAK)
+        elif isinstance(s, ast.Continue) and not in_loop:
+            kinds.add(_CONTINUE)
+        nested = in_loop or isinstance(s, (ast.For, ast.While))
+        kinds |= _exits([c for c in ast.iter_child_nodes(s) if isinstance(c, ast.stmt)], nested)
+    return kinds
 
 
 def _is_tensor(v) -> bool:
@@ -111,8 +130,10 @@ class CodeGenerator(ast.NodeVisitor):
         self.scope = dict(scope)
         self.gscope = gscope
         self.compiler = compiler  # generates device functions on demand
-        self.returned: list | None = None
-        self.return_node = None  # the 'return' statement that set `returned`
+        self.scope[_RETURN] = False
+        self.ret_arity: int | None = None  # how many values the function's returns return
+        self.return_node = None  # the first 'return' statement
+        self.loop_depth = 0
         self.node = None
 
     # --- errors and locations ---
@@ -158,10 +179,56 @@ class CodeGenerator(ast.NodeVisitor):
     # --- statements ---
 
     def visit_body(self, stmts):
-        for s in stmts:
-            if self.returned is not None:
-                raise self.error(s, "code after 'return' is not allowed")
+        """Visits `stmts`; after a statement that may have left (break, continue, return
+        taken at runtime) the rest runs under an if on the flags."""
+        for k, s in enumerate(stmts):
             self.visit(s)
+            rest = stmts[k + 1 :]
+            if not rest:
+                return
+            flags = self._exit_flags()
+            if flags is True:
+                if isinstance(s, ast.Return):
+                    raise self.error(rest[0], "code after 'return' is not allowed")
+                return  # the rest never runs
+            if flags:
+                self._guarded(s, flags, lambda rest=rest: self.visit_body(rest))
+                return
+
+    def _exit_flags(self, names=(_BREAK, _CONTINUE, _RETURN)):
+        """True when an exit is taken for sure, else the flags that are runtime values."""
+        vals = [(n, tl._unwrap(self.scope[n])) for n in names if n in self.scope]
+        if any(v is True for _, v in vals):
+            return True
+        return [(n, v) for n, v in vals if _is_tensor(v)]
+
+    def _guarded(self, node, flags, body):
+        """Runs `body` under 'if not (flag or ...)', where every flag is False; in the
+        else-branch one flag is set for sure (which one is known when there is one)."""
+        b = self.b
+        anyf = flags[0][1]
+        for _, v in flags[1:]:
+            anyf = tl.tensor(b.binary(_K.Or, anyf.handle, v.handle))
+        cond = tl.tensor(b.cmp("eq", anyf.handle, tl.to_tensor(False, b).handle))
+
+        def run():
+            self.scope.update({n: False for n, _ in flags})
+            body()
+
+        def taken():
+            if len(flags) == 1:
+                self.scope[flags[0][0]] = True
+
+        self._structured_if(node, cond, run, taken)
+
+    @property
+    def returned(self) -> list:
+        """The values the function returns (after its body is generated)."""
+        if not self.ret_arity:
+            return []
+        if self.scope[_RETURN] is not True:
+            raise self.error(self.return_node, "not every path through the function returns a value")
+        return [self.scope[f"@rv{k}"] for k in range(self.ret_arity)]
 
     def visit_Expr(self, node):
         if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
@@ -213,8 +280,21 @@ class CodeGenerator(ast.NodeVisitor):
         value = self.visit(node.value) if node.value is not None else None
         value = tl._unwrap(value)
         vals = list(value) if isinstance(value, tuple) else ([] if value is None else [value])
-        self.returned = [tl.to_tensor(v, self.b) for v in vals]
-        self.return_node = node
+        if self.ret_arity is None:
+            self.ret_arity, self.return_node = len(vals), node
+        elif self.ret_arity != len(vals):
+            raise self.error(node, f"this 'return' returns {len(vals)} values, an earlier one {self.ret_arity}")
+        if vals and self.loop_depth:
+            raise self.error(node, "'return' of a value inside a loop is not supported; assign it and 'break'")
+        for k, v in enumerate(vals):
+            self.scope[f"@rv{k}"] = tl.to_tensor(v, self.b)
+        self.scope[_RETURN] = True
+
+    def visit_Break(self, node):
+        self.scope[_BREAK] = True
+
+    def visit_Continue(self, node):
+        self.scope[_CONTINUE] = True
 
     def visit_Assert(self, node):
         cond = tl._unwrap(self.visit(node.test))
@@ -231,38 +311,40 @@ class CodeGenerator(ast.NodeVisitor):
             return
         if cond.shape:
             raise self.error(node.test, f"an if condition must be a scalar, got a tile of shape {cond.shape}")
-        self._structured_if(node, cond)
+        self._structured_if(node, cond, lambda: self.visit_body(node.body), lambda: self.visit_body(node.orelse))
 
-    def _structured_if(self, node, cond):
+    def _structured_if(self, node, cond, then_fn, else_fn):
+        """An if op whose branches run then_fn / else_fn; names both branches define (or
+        that exist before and either changes) become its results."""
         before = dict(self.scope)
         op = self.b.create_if(cond.handle, [])
         block = self.b.insertion_block()
         scopes = []
-        for region, body in ((0, node.body), (1, node.orelse)):
+        for region, fn in ((0, then_fn), (1, else_fn)):
             self.scope = dict(before)
             self.b.set_insertion_point_to_end(op.region(region))
-            self.visit_body(body)
-            if self.returned is not None:
-                raise self.error(self.return_node, "'return' inside an 'if' on a tensor is not supported")
+            fn()
             scopes.append(self.scope)
         self.scope = before
-        # Names that both branches define, or that exist before and either branch changes.
-        names = []
+        names, same = [], {}
         for n in sorted(set(scopes[0]) | set(scopes[1])):
-            in_both = n in scopes[0] and n in scopes[1]
-            if not in_both:
+            if n not in scopes[0] or n not in scopes[1]:
+                if n.startswith("@rv"):  # returned in one branch only: the other holds a filler
+                    names.append(n)
                 continue
-            a, c = scopes[0][n], scopes[1][n]
-            if a is c or (not _is_tensor(a) and not _is_tensor(c) and a == c):
-                if n in before:
-                    continue
+            a, c = tl._unwrap(scopes[0][n]), tl._unwrap(scopes[1][n])
+            if a is c or (not _is_tensor(a) and not _is_tensor(c) and type(a) is type(c) and a == c):
+                same[n] = scopes[0][n]
+                continue
             names.append(n)
         results = []
         for region, sc in enumerate(scopes):
             self.b.set_insertion_point_to_end(op.region(region))
             vals = []
             for n in names:
-                v = tl._unwrap(sc[n])
+                v = tl._unwrap(sc.get(n))
+                if v is None:
+                    v = self._filler(node, tl._unwrap(scopes[1 - region][n]))
                 if not _is_tensor(v):
                     if not isinstance(v, (int, float, bool)):
                         raise self.error(node, f"'{n}' is assigned a non-tensor value in a branch of an if on a tensor")
@@ -271,15 +353,25 @@ class CodeGenerator(ast.NodeVisitor):
             results.append(vals)
         for n, a, c in zip(names, results[0], results[1]):
             if a.type != c.type:
-                raise self.error(node, f"'{n}' has type {a.type} in the then-branch but {c.type} in the else-branch")
+                what = "a returned value" if n.startswith("@") else f"'{n}'"
+                raise self.error(node, f"{what} has type {a.type} in the then-branch but {c.type} in the else-branch")
         for region, vals in enumerate(results):
             self.b.set_insertion_point_to_end(op.region(region))
             self.b.yield_([v.handle for v in vals])
         self.b.set_insertion_point_to_end(block)
+        self.scope.update(same)
         for n, v in zip(names, results[0]):
             r = op.add_result(v.type)
-            r.name = n
+            if not n.startswith("@"):
+                r.name = n
             self.scope[n] = tl.tensor(r)
+
+    def _filler(self, node, like):
+        """A value of like's type for the branch that does not return (it is never used)."""
+        like = tl.to_tensor(like, self.b)
+        if like.type.is_ptr:
+            raise self.error(node, "returning a pointer from one branch of an if on a tensor is not supported")
+        return tl.full(like.shape, 0, like.dtype, _builder=self.b)
 
     def visit_For(self, node):
         if node.orelse:
@@ -295,9 +387,11 @@ class CodeGenerator(ast.NodeVisitor):
             vals = [tl._unwrap(v) for v in (r.start, r.end, r.step)]
             if not all(isinstance(v, int) for v in vals):
                 raise self.error(it, "tl.static_range needs compile-time integer bounds")
-            for i in _py.range(*vals):
-                self.assign(node.target, tl.constexpr(i))
-                self.visit_body(node.body)
+            saved = {f: self.scope.get(f) for f in (_BREAK, _CONTINUE)}
+            self.scope[_BREAK] = False
+            self._unrolled(node, list(_py.range(*vals)))
+            for f, v in saved.items():
+                self.scope.pop(f, None) if v is None else self.scope.__setitem__(f, v)
             return
         if fn is _py.range or fn is tl.range:
             r = tl.range(*args, **kwargs) if fn is tl.range else tl.range(*args)
@@ -305,7 +399,24 @@ class CodeGenerator(ast.NodeVisitor):
             raise self.error(it, "for loops iterate over range(...), tl.range(...) or tl.static_range(...)")
         if not isinstance(node.target, ast.Name):
             raise self.error(node.target, "the loop variable must be a name")
-        self._structured_for(node, r)
+        if _exits(node.body) & {_BREAK, _RETURN}:
+            self._for_as_while(node, r)
+        else:
+            self._structured_for(node, r)
+
+    def _unrolled(self, node, iters):
+        """The iterations of a static_range loop; after one that may break or return,
+        the remaining ones run under an if on the flags."""
+        for k, i in enumerate(iters):
+            self.scope[_CONTINUE] = False
+            self.assign(node.target, tl.constexpr(i))
+            self.visit_body(node.body)
+            flags = self._exit_flags((_BREAK, _RETURN))
+            if flags is True:
+                return
+            if flags and k + 1 < len(iters):
+                self._guarded(node, flags, lambda rest=iters[k + 1 :]: self._unrolled(node, rest))
+                return
 
     def _carried(self, stmts):
         """Loop-carried names: assigned in the body and already defined."""
@@ -342,13 +453,62 @@ class CodeGenerator(ast.NodeVisitor):
             self.scope[n] = tl.tensor(a)
         self._loop_body(node, op, body, names, inits, block, outer)
 
-    def _loop_body(self, node, op, body, names, inits, block, outer):
-        """Generates a loop body into `body`, yields the carried names (whose types
-        must not change), then binds them to the loop's results in the outer scope."""
-        self.b.set_insertion_point_to_end(body)
+    def _for_as_while(self, node, r):
+        """A for loop that may break or return: a while loop on (iv < ub and no exit),
+        carrying the induction variable and the exit flags."""
+        b = self.b
+        bounds = [tl.to_tensor(v, b) for v in (r.start, r.end, r.step)]
+        step_val = tl._unwrap(r.step)
+        if isinstance(step_val, int) and step_val <= 0:
+            raise self.error(node.iter, f"loop step must be positive, got {step_val}")
+        wide = _py.max(bounds, key=lambda t: t.dtype.primitive_bitwidth).dtype
+        lb, ub, step = (t if t.dtype == wide else tl.cast(t, wide, _builder=b) for t in bounds)
+        flags = sorted(_exits(node.body) & {_BREAK, _RETURN})
+        names = [n for n in self._carried(node.body) if n != node.target.id]
+        inits = [lb] + [tl.to_tensor(False, b) for _ in flags] + [self.scope[n] for n in names]
+        op = b.create_while([v.handle for v in inits], [v.type for v in inits])
+        block = b.insertion_block()
+        outer = dict(self.scope)
+        before, after = op.region(0), op.region(1)
+        b.set_insertion_point_to_end(before)
+        cond = tl.tensor(b.cmp("lt", before.args[0], ub.handle))
+        for a in before.args[1 : 1 + len(flags)]:
+            cond = tl.tensor(b.binary(_K.And, cond.handle, b.cmp("eq", a, tl.to_tensor(False, b).handle)))
+        b.condition(cond.handle, list(before.args))
+        iv = after.args[0]
+        iv.name = node.target.id
+        self.scope[node.target.id] = tl.tensor(iv)
+
+        def step_iv():
+            b.set_insertion_point_to_end(after)
+            return [tl.tensor(b.binary(_K.Add, iv, step.handle))]
+
+        self._flagged_body(node, op, after, 1, flags, names, inits, block, outer, step_iv)
+
+    def _flagged_body(self, node, op, after, first, flags, names, inits, block, outer, prefix=list):
+        """The body of a while loop carrying `flags` (args first.. of `after`) and `names`:
+        the flags start False (the condition checked them), and are yielded with the names."""
+        for n, a in zip(names, after.args[first + len(flags) :]):
+            a.name = n
+            self.scope[n] = tl.tensor(a)
+        self.scope.update({_BREAK: False, _CONTINUE: False})
+        self.loop_depth += 1
+        self.b.set_insertion_point_to_end(after)
         self.visit_body(node.body)
-        if self.returned is not None:
-            raise self.error(self.return_node, "'return' inside a loop is not supported")
+        self.loop_depth -= 1
+        lead = prefix() + [tl.to_tensor(self.scope[f], self.b) for f in flags]
+        self._yield_carried(node, names, inits[first + len(flags) :], lead)
+        self.b.set_insertion_point_to_end(block)
+        self.scope = outer
+        results = list(op.results)
+        for f, res in zip(flags, results[first:]):
+            if f == _RETURN:
+                self.scope[_RETURN] = tl.tensor(res)
+        for n, res in zip(names, results[first + len(flags) :]):
+            res.name = n
+            self.scope[n] = tl.tensor(res)
+
+    def _yield_carried(self, node, names, inits, lead):
         yields = []
         for n, init in zip(names, inits):
             v = tl.to_tensor(self.scope[n], self.b, like=init)
@@ -359,7 +519,17 @@ class CodeGenerator(ast.NodeVisitor):
                     f"but is reassigned to {v.type}; convert it with .to(...)",
                 )
             yields.append(v)
-        self.b.yield_([v.handle for v in yields])
+        self.b.yield_([v.handle for v in lead + yields])
+
+    def _loop_body(self, node, op, body, names, inits, block, outer):
+        """Generates a loop body into `body`, yields the carried names (whose types
+        must not change), then binds them to the loop's results in the outer scope."""
+        self.b.set_insertion_point_to_end(body)
+        self.scope.update({_BREAK: False, _CONTINUE: False})
+        self.loop_depth += 1
+        self.visit_body(node.body)
+        self.loop_depth -= 1
+        self._yield_carried(node, names, inits, [])
         self.b.set_insertion_point_to_end(block)
         self.scope = outer
         for n, res in zip(names, op.results):
@@ -369,6 +539,9 @@ class CodeGenerator(ast.NodeVisitor):
     def visit_While(self, node):
         if node.orelse:
             raise self.error(node, "while ... else is not supported")
+        flags = sorted(_exits(node.body) & {_BREAK, _RETURN})
+        if flags:
+            return self._flagged_while(node, flags)
         names = self._carried(node.body)
         inits = [self.scope[n] for n in names]
         op = self.b.create_while([v.handle for v in inits], [v.type for v in inits])
@@ -387,6 +560,37 @@ class CodeGenerator(ast.NodeVisitor):
             a.name = n
             self.scope[n] = tl.tensor(a)
         self._loop_body(node, op, after, names, inits, block, outer)
+
+    def _flagged_while(self, node, flags):
+        """A while loop that may break or return: its condition is 'no exit and test',
+        the test evaluated only when no exit was taken (as Python does)."""
+        b = self.b
+        names = self._carried(node.body)
+        inits = [tl.to_tensor(False, b) for _ in flags] + [self.scope[n] for n in names]
+        op = b.create_while([v.handle for v in inits], [v.type for v in inits])
+        block = b.insertion_block()
+        outer = dict(self.scope)
+        before, after = op.region(0), op.region(1)
+        for n, a in zip(names, before.args[len(flags) :]):
+            a.name = n
+            self.scope[n] = tl.tensor(a)
+        b.set_insertion_point_to_end(before)
+        anyf = before.args[0]
+        for a in before.args[1 : len(flags)]:
+            anyf = b.binary(_K.Or, anyf, a)
+        go = tl.tensor(b.cmp("eq", anyf, tl.to_tensor(False, b).handle))
+
+        def test():
+            c = tl.to_tensor(self.visit(node.test), b)
+            if c.shape:
+                raise self.error(node.test, "a while condition must be a scalar")
+            self.scope["@cond"] = (
+                c if c.dtype == tl.int1 else tl.tensor(b.cmp("ne", c.handle, tl.to_tensor(0, b, like=c).handle))
+            )
+
+        self._structured_if(node, go, test, lambda: self.scope.__setitem__("@cond", False))
+        b.condition(tl.to_tensor(self.scope.pop("@cond"), b).handle, list(before.args))
+        self._flagged_body(node, op, after, 0, flags, names, inits, block, outer)
 
     # --- expressions ---
 
@@ -447,7 +651,7 @@ class CodeGenerator(ast.NodeVisitor):
         items = [tl._unwrap(it) for it in (idx if isinstance(idx, tuple) else (idx,))]
         if any(it is not None and not isinstance(it, slice) for it in items):
             raise self.error(node, "tiles are indexed only with ':' and None (x[:, None])")
-        if sum(isinstance(it, slice) for it in items) != len(obj.shape):
+        if sum(isinstance(it, slice) for it in items) > len(obj.shape):  # fewer: the rest are implied
             raise self.error(
                 node,
                 f"index has {sum(isinstance(it, slice) for it in items)} ':' entries "
@@ -516,22 +720,40 @@ class CodeGenerator(ast.NodeVisitor):
         return tl.tensor(self.b.cmp(_CMPS[op], a.handle, c.handle))
 
     def visit_BoolOp(self, node):
-        values = [tl._unwrap(self.visit(v)) for v in node.values]
-        if not any(_is_tensor(v) for v in values):
-            result = values[0]
-            for v in values[1:]:
-                result = (result and v) if isinstance(node.op, ast.And) else (result or v)
-            return result
-        kind = _K.And if isinstance(node.op, ast.And) else _K.Or
-        acc = None
-        for v in values:
-            t = tl.to_tensor(v, self.b)
-            if t.shape:
-                raise self.error(node, "'and'/'or' work on scalars; use '&' and '|' on tiles")
-            if t.dtype != tl.int1:
-                t = tl.tensor(self.b.cmp("ne", t.handle, tl.to_tensor(0, self.b, like=t).handle))
-            acc = t if acc is None else tl.tensor(self.b.binary(kind, acc.handle, t.handle))
+        """Python's short-circuit: an operand is evaluated only when the ones before do
+        not decide the result, at compile time or, for runtime scalars, under an if."""
+        is_and = isinstance(node.op, ast.And)
+        acc = tl._unwrap(self.visit(node.values[0]))
+        for operand in node.values[1:]:
+            if not _is_tensor(acc):
+                if bool(acc) != is_and:
+                    return acc
+                acc = tl._unwrap(self.visit(operand))
+                continue
+            acc = self._runtime_bool_op(node, self._as_bool(node, acc), operand, is_and)
         return acc
+
+    def _as_bool(self, node, v):
+        t = tl.to_tensor(v, self.b)
+        if t.shape:
+            raise self.error(node, "'and'/'or' work on scalars; use '&' and '|' on tiles")
+        if t.dtype != tl.int1:
+            t = tl.tensor(self.b.cmp("ne", t.handle, tl.to_tensor(0, self.b, like=t).handle))
+        return t
+
+    def _runtime_bool_op(self, node, lhs, operand, is_and):
+        if not any(isinstance(n, ast.Call) for n in ast.walk(operand)):  # no side effects: evaluate it
+            rhs = self._as_bool(node, tl._unwrap(self.visit(operand)))
+            return tl.tensor(self.b.binary(_K.And if is_and else _K.Or, lhs.handle, rhs.handle))
+
+        def evaluate():
+            self.scope["@cond"] = self._as_bool(node, tl._unwrap(self.visit(operand)))
+
+        def decided():
+            self.scope["@cond"] = not is_and
+
+        self._structured_if(node, lhs, *((evaluate, decided) if is_and else (decided, evaluate)))
+        return tl.to_tensor(self.scope.pop("@cond"), self.b)
 
     def visit_IfExp(self, node):
         cond = tl._unwrap(self.visit(node.test))

@@ -218,6 +218,13 @@ class JITFunction:
         return tuple(key), params
 
     def _compile(self, params) -> CompiledKernel:
+        try:
+            return self._generate(params)
+        except CompilationError as e:
+            # The error shows the kernel's line; the code generator's frames would only bury it.
+            raise e.with_traceback(None) from None
+
+    def _generate(self, params) -> CompiledKernel:
         module = _ir.Module()
         b = _ir.Builder(module)
         src = self.source

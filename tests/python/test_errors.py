@@ -55,19 +55,6 @@ def rng():
 
 
 @tf.jit
-def k_break(x_ptr, n):
-    for _i in range(n):
-        break  # E:break
-
-
-@tf.jit
-def k_continue(x_ptr, n):
-    for i in range(n):
-        if i > 2:
-            continue  # E:continue
-
-
-@tf.jit
 def k_try(x_ptr, n):
     try:  # E:try
         tl.store(x_ptr, 1.0)
@@ -116,28 +103,6 @@ def k_chained(x_ptr, n):
 
 
 @tf.jit
-def k_return_in_loop(x_ptr, n):
-    for i in range(n):
-        tl.store(x_ptr + i, 1.0)
-        return  # E:return_in_loop
-
-
-@tf.jit
-def k_return_in_while(x_ptr, n):
-    i = 0
-    while i < n:
-        return  # E:return_in_while
-
-
-@tf.jit
-def k_return_in_if(x_ptr, n):
-    if n > 4:
-        tl.store(x_ptr, 1.0)
-        return  # E:return_in_if
-    tl.store(x_ptr, 2.0)
-
-
-@tf.jit
 def k_code_after_return(x_ptr, n):
     return
     tl.store(x_ptr, 2.0)  # E:after_return
@@ -161,8 +126,6 @@ def k_python_call(x_ptr, n):
 
 
 SYNTAX_CASES = [
-    (k_break, "break", "break", "break"),
-    (k_continue, "continue", "continue", "continue"),
     (k_try, "try", "try", "try"),
     (k_with, "with", "with", "with"),
     (k_lambda, "lambda", "lambda", "lambda"),
@@ -170,9 +133,6 @@ SYNTAX_CASES = [
     (k_while_else, "while_else", "while", "while ... else"),
     (k_pow, "pow", "x**2", "'**'"),
     (k_chained, "chained", "0 <=", "chained comparison"),
-    (k_return_in_loop, "return_in_loop", "return", "'return' inside a loop"),
-    (k_return_in_while, "return_in_while", "return", "'return' inside a loop"),
-    (k_return_in_if, "return_in_if", "return", "'return' inside an 'if' on a tensor"),
     (k_code_after_return, "after_return", "tl.store", "after 'return'"),
     (k_return_value, "return_value", "return", "cannot return a value"),
     (k_python_call, "python_call", "plain_python_helper", "plain_python_helper"),
@@ -183,6 +143,32 @@ SYNTAX_CASES = [
 def test_unsupported_syntax(kernel, marker, token, words):
     x = np.random.default_rng().standard_normal(16).astype(np.float32)
     _expect_compile_error(kernel, (x, 8), {}, f"E:{marker}", token, contains=(words,))
+
+
+@tf.jit
+def k_arange_runtime(x_ptr, n):
+    offs = tl.arange(0, n)  # E:arange_runtime
+    tl.store(x_ptr + offs, 1.0)
+
+
+def test_arange_with_a_runtime_bound_says_constexpr():
+    x = np.zeros(16, np.float32)
+    e = _expect_compile_error(k_arange_runtime, (x, 16), {}, "E:arange_runtime", "tl.arange")
+    assert "arange's arguments must be of type tl.constexpr" in e.message and "end" in e.message, e.message
+
+
+def test_compilation_error_traceback_starts_at_the_users_line():
+    """No frame of the code generator: the launch line, then the compiler's entry."""
+    import traceback
+
+    x = np.zeros(16, np.float32)
+    with pytest.raises(tf.CompilationError) as info:
+        k_arange_runtime[(1,)](x, 16)  # E:launch_line
+    frames = traceback.extract_tb(info.value.__traceback__)
+    assert frames[0].filename == THIS_FILE and frames[0].lineno == _marker_line("E:launch_line")[0]
+    assert not any(f.filename.endswith(("codegen.py", "core.py")) for f in frames), frames
+    assert len(frames) <= 4, frames
+    assert info.value.__cause__ is None and info.value.__suppress_context__
 
 
 # --- type and shape errors reported by the C++ builder ---

@@ -94,6 +94,41 @@ double intToOddDouble(int64_t v) {
   return std::nextafter(d, above > 0 ? -INFINITY : INFINITY);
 }
 
+// The libm function of a unary math op (not Eigen's vectorized ones: its exp of -inf is
+// not 0). Computed in double and then rounded to the result's dtype, f32/f16/bf16
+// results are correctly rounded but for rare near-ties.
+double (*mathFn(const Op& op))(double) {
+  switch (op.kind()) {
+    case OpKind::Exp: return [](double v) { return std::exp(v); };
+    case OpKind::Exp2: return [](double v) { return std::exp2(v); };
+    case OpKind::Log: return [](double v) { return std::log(v); };
+    case OpKind::Log2: return [](double v) { return std::log2(v); };
+    case OpKind::Tanh: return [](double v) { return std::tanh(v); };
+    case OpKind::Erf: return [](double v) { return std::erf(v); };
+    case OpKind::Sin: return [](double v) { return std::sin(v); };
+    case OpKind::Cos: return [](double v) { return std::cos(v); };
+    case OpKind::Tan: return [](double v) { return std::tan(v); };
+    case OpKind::Asin: return [](double v) { return std::asin(v); };
+    case OpKind::Acos: return [](double v) { return std::acos(v); };
+    case OpKind::Atan: return [](double v) { return std::atan(v); };
+    case OpKind::Sinh: return [](double v) { return std::sinh(v); };
+    case OpKind::Cosh: return [](double v) { return std::cosh(v); };
+    case OpKind::Asinh: return [](double v) { return std::asinh(v); };
+    case OpKind::Acosh: return [](double v) { return std::acosh(v); };
+    case OpKind::Atanh: return [](double v) { return std::atanh(v); };
+    case OpKind::Erfc: return [](double v) { return std::erfc(v); };
+    case OpKind::Exp10: return [](double v) { return ::exp10(v); };
+    case OpKind::Expm1: return [](double v) { return std::expm1(v); };
+    case OpKind::Log10: return [](double v) { return std::log10(v); };
+    case OpKind::Log1p: return [](double v) { return std::log1p(v); };
+    case OpKind::Cbrt: return [](double v) { return std::cbrt(v); };
+    case OpKind::Trunc: return [](double v) { return std::trunc(v); };
+    case OpKind::Round: return [](double v) { return std::round(v); };
+    case OpKind::Rint: return [](double v) { return std::nearbyint(v); };
+    default: throw InternalError("interpreter: unary " + std::string(op.mnemonic()));
+  }
+}
+
 void wrapInPlace(TV& v) {
   DType d = v.type.elem;
   if (v.isF() || d == DType::I64 || v.type.isPtr()) return;
@@ -239,17 +274,11 @@ void Machine::execArith(const Op& op) {
       switch (op.kind()) {
         case OpKind::Neg: r.f = -x; break;
         case OpKind::Abs: r.f = x.abs(); break;
-        case OpKind::Exp: r.f = x.exp(); break;
-        case OpKind::Exp2: r.f = x.unaryExpr([](double v) { return std::exp2(v); }); break;
-        case OpKind::Log: r.f = x.log(); break;
-        case OpKind::Log2: r.f = x.unaryExpr([](double v) { return std::log2(v); }); break;
         case OpKind::Sqrt: r.f = x.sqrt(); break;
         case OpKind::Rsqrt: r.f = x.rsqrt(); break;
-        case OpKind::Tanh: r.f = x.tanh(); break;
-        case OpKind::Erf: r.f = x.unaryExpr([](double v) { return std::erf(v); }); break;
         case OpKind::Floor: r.f = x.floor(); break;
         case OpKind::Ceil: r.f = x.ceil(); break;
-        default: throw InternalError("interpreter: unary " + std::string(op.mnemonic()));
+        default: r.f = x.unaryExpr(mathFn(op)); break;
       }
       roundInPlace(r);
     } else {
@@ -268,6 +297,10 @@ void Machine::execArith(const Op& op) {
       case OpKind::Mul: r.f = x * y; break;
       case OpKind::Div: r.f = x / y; break;
       case OpKind::Rem: r.f = x.binaryExpr(y, [](double p, double q) { return std::fmod(p, q); }); break;
+      case OpKind::Atan2: r.f = x.binaryExpr(y, [](double p, double q) { return std::atan2(p, q); }); break;
+      case OpKind::Pow: r.f = x.binaryExpr(y, [](double p, double q) { return std::pow(p, q); }); break;
+      case OpKind::Hypot: r.f = x.binaryExpr(y, [](double p, double q) { return std::hypot(p, q); }); break;
+      case OpKind::Copysign: r.f = x.binaryExpr(y, [](double p, double q) { return std::copysign(p, q); }); break;
       case OpKind::Min: r.f = x.binaryExpr(y, [](double p, double q) { return std::fmin(p, q); }); break;
       case OpKind::Max: r.f = x.binaryExpr(y, [](double p, double q) { return std::fmax(p, q); }); break;
       case OpKind::Fma: {

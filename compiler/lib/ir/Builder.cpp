@@ -146,6 +146,7 @@ Value* Builder::binary(OpKind kind, Value* a, Value* b) {
          "; cast to f16, bf16 or f32 first");
   if (opInfo(kind).has(IntOnly) && !isInt(*d))
     fail("'" + name + "' needs integer operands, got " + a->type().str() + " and " + b->type().str());
+  if (opInfo(kind).has(FloatOnly) && isInt(*d)) d = DType::F32;  // as unary math: ints compute in f32
   a = castTo(a, *d);
   b = castTo(b, *d);
   std::tie(a, b) = broadcastPair(a, b);

@@ -1,15 +1,53 @@
 // Elementwise arithmetic, libdevice math, casts and the rounding of number formats.
 #include "Lowering.h"
 
-namespace tilefuse::lower::detail {
+#include <unordered_map>
 
-LVal* Lowering::mathCall(const Op& op, const char* f32name, const char* f64name, LVal* x, DType d) {
-  bool wide = d == DType::F64;
+namespace tilefuse::lower::detail {
+namespace {
+
+// The libdevice functions (f32, f64) of the math ops that are one call.
+const std::pair<const char*, const char*>* libdeviceNames(OpKind k) {
+  static const std::unordered_map<OpKind, std::pair<const char*, const char*>> names = {
+      {OpKind::Exp, {"__nv_expf", "__nv_exp"}},       {OpKind::Exp2, {"__nv_exp2f", "__nv_exp2"}},
+      {OpKind::Log, {"__nv_logf", "__nv_log"}},       {OpKind::Log2, {"__nv_log2f", "__nv_log2"}},
+      {OpKind::Rsqrt, {"__nv_rsqrtf", "__nv_rsqrt"}}, {OpKind::Tanh, {"__nv_tanhf", "__nv_tanh"}},
+      {OpKind::Erf, {"__nv_erff", "__nv_erf"}},       {OpKind::Sin, {"__nv_sinf", "__nv_sin"}},
+      {OpKind::Cos, {"__nv_cosf", "__nv_cos"}},       {OpKind::Tan, {"__nv_tanf", "__nv_tan"}},
+      {OpKind::Asin, {"__nv_asinf", "__nv_asin"}},    {OpKind::Acos, {"__nv_acosf", "__nv_acos"}},
+      {OpKind::Atan, {"__nv_atanf", "__nv_atan"}},    {OpKind::Sinh, {"__nv_sinhf", "__nv_sinh"}},
+      {OpKind::Cosh, {"__nv_coshf", "__nv_cosh"}},    {OpKind::Asinh, {"__nv_asinhf", "__nv_asinh"}},
+      {OpKind::Acosh, {"__nv_acoshf", "__nv_acosh"}}, {OpKind::Atanh, {"__nv_atanhf", "__nv_atanh"}},
+      {OpKind::Erfc, {"__nv_erfcf", "__nv_erfc"}},    {OpKind::Exp10, {"__nv_exp10f", "__nv_exp10"}},
+      {OpKind::Expm1, {"__nv_expm1f", "__nv_expm1"}}, {OpKind::Log10, {"__nv_log10f", "__nv_log10"}},
+      {OpKind::Log1p, {"__nv_log1pf", "__nv_log1p"}}, {OpKind::Cbrt, {"__nv_cbrtf", "__nv_cbrt"}},
+      {OpKind::Atan2, {"__nv_atan2f", "__nv_atan2"}}, {OpKind::Pow, {"__nv_powf", "__nv_pow"}},
+      {OpKind::Hypot, {"__nv_hypotf", "__nv_hypot"}},
+  };
+  auto it = names.find(k);
+  return it == names.end() ? nullptr : &it->second;
+}
+
+}  // namespace
+
+// A libdevice function; f16 and bf16 compute in f32 (one more rounding, within an ulp of theirs).
+LVal* Lowering::mathCall(const Op& op, const char* f32name, const char* f64name, std::vector<LVal*> xs, DType d) {
+  bool wide = d == DType::F64, narrow = d == DType::F16 || d == DType::BF16;
   llvm::Type* ft = wide ? b_.getDoubleTy() : b_.getFloatTy();
-  LVal* in = (d == DType::F16 || d == DType::BF16) ? b_.CreateFPExt(x, ft) : x;
-  auto callee = mod_.getOrInsertFunction(wide ? f64name : f32name, llvm::FunctionType::get(ft, {ft}, false));
-  LVal* r = b_.CreateCall(callee, {in});
-  return (d == DType::F16 || d == DType::BF16) ? b_.CreateFPTrunc(r, elemType(d)) : r;
+  if (narrow)
+    for (LVal*& x : xs) x = b_.CreateFPExt(x, ft);
+  std::vector<llvm::Type*> params(xs.size(), ft);
+  auto callee = mod_.getOrInsertFunction(wide ? f64name : f32name, llvm::FunctionType::get(ft, params, false));
+  LVal* r = b_.CreateCall(callee, xs);
+  return narrow ? b_.CreateFPTrunc(r, elemType(d)) : r;
+}
+
+// An intrinsic whose result is exact (rounding to integers, copysign): f16 and bf16 go
+// through f32, where it is the same value, so no target needs the narrow form.
+LVal* Lowering::exactInF32(llvm::Intrinsic::ID id, std::vector<LVal*> xs, DType d) {
+  if (d != DType::F16 && d != DType::BF16) return b_.CreateIntrinsic(id, {elemType(d)}, xs);
+  for (LVal*& x : xs) x = b_.CreateFPExt(x, b_.getFloatTy());
+  return b_.CreateFPTrunc(b_.CreateIntrinsic(id, {b_.getFloatTy()}, xs), elemType(d));
 }
 
 LVal* Lowering::arith(const Op& op, const std::vector<LVal*>& a, const Type& t) {
@@ -26,8 +64,8 @@ LVal* Lowering::arith(const Op& op, const std::vector<LVal*>& a, const Type& t) 
       return f ? b_.CreateFMul(a[0], a[1]) : b_.CreateMul(a[0], a[1]);
     case OpKind::Div:
       return f ? b_.CreateFDiv(a[0], a[1]) : b_.CreateSDiv(a[0], a[1]);
-    case OpKind::Rem:
-      return f ? b_.CreateFRem(a[0], a[1]) : b_.CreateSRem(a[0], a[1]);
+    case OpKind::Rem:  // fmod, exact like the interpreter's (LLVM's frem is x - y * trunc(x / y) here)
+      return f ? mathCall(op, "__nv_fmodf", "__nv_fmod", a, d) : b_.CreateSRem(a[0], a[1]);
     case OpKind::And:
       return b_.CreateAnd(a[0], a[1]);
     case OpKind::Or:
@@ -60,21 +98,16 @@ LVal* Lowering::arith(const Op& op, const std::vector<LVal*>& a, const Type& t) 
       return intr(llvm::Intrinsic::floor, a);
     case OpKind::Ceil:
       return intr(llvm::Intrinsic::ceil, a);
-    case OpKind::Exp:
-      return mathCall(op, "__nv_expf", "__nv_exp", a[0], d);
-    case OpKind::Exp2:
-      return mathCall(op, "__nv_exp2f", "__nv_exp2", a[0], d);
-    case OpKind::Log:
-      return mathCall(op, "__nv_logf", "__nv_log", a[0], d);
-    case OpKind::Log2:
-      return mathCall(op, "__nv_log2f", "__nv_log2", a[0], d);
-    case OpKind::Rsqrt:
-      return mathCall(op, "__nv_rsqrtf", "__nv_rsqrt", a[0], d);
-    case OpKind::Tanh:
-      return mathCall(op, "__nv_tanhf", "__nv_tanh", a[0], d);
-    case OpKind::Erf:
-      return mathCall(op, "__nv_erff", "__nv_erf", a[0], d);
+    case OpKind::Trunc:
+      return exactInF32(llvm::Intrinsic::trunc, a, d);
+    case OpKind::Round:
+      return exactInF32(llvm::Intrinsic::round, a, d);
+    case OpKind::Rint:
+      return exactInF32(llvm::Intrinsic::rint, a, d);
+    case OpKind::Copysign:
+      return exactInF32(llvm::Intrinsic::copysign, a, d);
     default:
+      if (const auto* names = libdeviceNames(op.kind())) return mathCall(op, names->first, names->second, a, d);
       unsupported(op, "'" + std::string(op.mnemonic()) + "'");
   }
 }

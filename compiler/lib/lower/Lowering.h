@@ -267,7 +267,8 @@ class Lowering {
   LVal* decodeF4(LVal* v);
   Regs dequantize(const Op& op, const Type& t, const Regs& vals, const Type& st, const Regs& scales, bool kIsColumn);
   void lowerDotScaled(const Op& op);
-  LVal* mathCall(const Op& op, const char* f32name, const char* f64name, LVal* x, DType d);
+  LVal* mathCall(const Op& op, const char* f32name, const char* f64name, std::vector<LVal*> xs, DType d);
+  LVal* exactInF32(llvm::Intrinsic::ID id, std::vector<LVal*> xs, DType d);
   void lowerMemory(const Op& op);
   void lowerVectorAccess(const Op& op, const Regs& p, const Regs* mask, const Regs* other, const Regs& value,
                          int64_t width, Regs& out);

@@ -1,5 +1,6 @@
 """tilefuse.language (imported as `tl`): the ops kernels are written with."""
 
+from . import extra, math  # noqa: F401 - tl.math, tl.extra.cuda.libdevice
 from .core import (  # noqa: F401
     DESCRIPTOR_METHODS,
     TENSOR_METHODS,
@@ -7,6 +8,7 @@ from .core import (  # noqa: F401
     arange,
     argmax,
     argmin,
+    assume,
     atomic_add,
     atomic_max,
     bfloat16,
@@ -76,5 +78,6 @@ from .core import (  # noqa: F401
     zeros,
     zeros_like,
 )
+from .math import cos, div_rn, fdiv, sin, sqrt_rn  # noqa: F401 - Triton's top-level math names
 
 bool = int1  # noqa: A001 - Triton's alias

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 
 from .. import _C
 
@@ -116,13 +117,70 @@ def dtype_of(t: _ir.Type) -> dtype:
 
 
 class constexpr:
-    """Marks a kernel parameter as compile-time; also wraps compile-time values."""
+    """Marks a kernel parameter as compile-time; also wraps compile-time values, which
+    compare and compute like the values themselves (BLOCK == 16, BLOCK // 2)."""
 
     def __init__(self, value):
         self.value = value.value if isinstance(value, constexpr) else value
 
     def __repr__(self):
         return f"constexpr[{self.value!r}]"
+
+    def __hash__(self):
+        return hash(self.value)
+
+    def __bool__(self):
+        return bool(self.value)
+
+    def __index__(self):
+        return operator.index(self.value)
+
+    def __int__(self):
+        return int(self.value)
+
+    def __float__(self):
+        return float(self.value)
+
+    def __neg__(self):
+        return constexpr(-self.value)
+
+    def __invert__(self):
+        return constexpr(~self.value)
+
+
+def _constexpr_op(fn, reflected=False):
+    def method(self, other):
+        if isinstance(other, tensor):
+            return NotImplemented
+        a, b = self.value, _unwrap(other)
+        return constexpr(fn(b, a) if reflected else fn(a, b))
+
+    return method
+
+
+for _name, _fn in (
+    ("eq", operator.eq),
+    ("ne", operator.ne),
+    ("lt", operator.lt),
+    ("le", operator.le),
+    ("gt", operator.gt),
+    ("ge", operator.ge),
+    ("add", operator.add),
+    ("sub", operator.sub),
+    ("mul", operator.mul),
+    ("truediv", operator.truediv),
+    ("floordiv", operator.floordiv),
+    ("mod", operator.mod),
+    ("pow", operator.pow),
+    ("and", operator.and_),
+    ("or", operator.or_),
+    ("xor", operator.xor),
+    ("lshift", operator.lshift),
+    ("rshift", operator.rshift),
+):
+    setattr(constexpr, f"__{_name}__", _constexpr_op(_fn))
+    if _name not in ("eq", "ne", "lt", "le", "gt", "ge"):
+        setattr(constexpr, f"__r{_name}__", _constexpr_op(_fn, reflected=True))
 
 
 def _unwrap(v):
@@ -191,6 +249,24 @@ class tensor:
     def split(self, _builder=None):
         return split(self, _builder=_builder)
 
+    def permute(self, *dims, _builder=None):
+        return permute(self, *dims, _builder=_builder)
+
+    def view(self, *shape, _builder=None):
+        return view(self, *shape, _builder=_builder)
+
+    def cast(self, dtype, fp_downcast_rounding=None, bitcast=False, _builder=None):
+        return cast(self, dtype, fp_downcast_rounding, bitcast, _builder=_builder)
+
+    def ravel(self, can_reorder=False, _builder=None):
+        return reshape(self, self.numel, _builder=_builder)
+
+    def abs(self, _builder=None):
+        return abs(self, _builder=_builder)
+
+    def sigmoid(self, _builder=None):
+        return sigmoid(self, _builder=_builder)
+
     def __getattr__(self, name):
         if name == "T":
             raise AttributeError("x.T is handled by the code generator")
@@ -209,6 +285,12 @@ TENSOR_METHODS = {
     "argmax",
     "argmin",
     "split",
+    "permute",
+    "view",
+    "cast",
+    "ravel",
+    "abs",
+    "sigmoid",
 }
 
 
@@ -310,7 +392,15 @@ def num_programs(axis, _builder=None):
 
 @builtin
 def arange(start, end, _builder=None):
-    return tensor(_builder.arange(int(_unwrap(start)), int(_unwrap(end))))
+    bounds = [_unwrap(start), _unwrap(end)]
+    for name, v in zip(("start", "end"), bounds):
+        if not isinstance(v, int) or isinstance(v, bool):
+            what = f"a runtime {v.dtype!r} value" if isinstance(v, tensor) else repr(v)
+            raise TypeError(
+                f"arange's arguments must be of type tl.constexpr: its {name} is {what}; "
+                "pass it as a tl.constexpr kernel parameter or a literal"
+            )
+    return tensor(_builder.arange(*bounds))
 
 
 @builtin
@@ -322,10 +412,19 @@ def full(shape, value, dtype, _builder=None):
         if value.shape:
             raise ValueError(f"tl.full needs a scalar value, got a tile of shape {value.shape}")
         v = value if value.dtype == d else cast(value, d, _builder=_builder)
-        return tensor(_builder.splat(v.handle, shape))
+        return tensor(_builder.splat(v.handle, shape)) if shape else v
     if d.is_int() and isinstance(value, int):  # exact beyond 2**53
         return tensor(_builder.const_int(value, _ir.Type.tile(d.ir, shape)))
     return tensor(_builder.full(shape, float(value), d.ir))
+
+
+@builtin
+def assume(cond, _builder=None):
+    """A fact for the optimizer (Triton's llvm.assume). Checked to be a boolean; the
+    compiler does not use it yet, and a false assumption is not detected."""
+    c = to_tensor(cond, _builder)
+    if c.type.is_ptr or c.dtype != int1:
+        raise TypeError(f"tl.assume needs a boolean condition, got {c.type}")
 
 
 @builtin

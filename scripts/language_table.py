@@ -1,0 +1,145 @@
+"""Writes docs/language.md: every name of Triton's `triton.language` and whether
+`tilefuse.language` has it (checked by importing it, so the table cannot drift:
+tests/python/test_language_table.py fails when the file is stale).
+
+    python scripts/language_table.py          # rewrite docs/language.md
+    python scripts/language_table.py --check  # exit 1 if it is stale
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# `__all__` of Triton's python/triton/language/__init__.py (the 3.x line, as of the
+# release that added tl.topk, tl.tuple and tl.constexpr_function).
+TRITON_NAMES = """
+PropagateNan TRITON_MAX_TENSOR_NUMEL load_tensor_descriptor store_tensor_descriptor make_tensor_descriptor
+tensor_descriptor abs add advance arange argmax argmin associative_scan assume atomic_add atomic_and atomic_cas
+atomic_max atomic_min atomic_or atomic_xchg atomic_xor bfloat16 bitonic_merge block_type broadcast broadcast_to cat
+cast cdiv ceil clamp const constexpr constexpr_function cos cumprod cumsum debug_barrier device_assert device_print
+div_rn dot dot_scaled dtype erf exp exp2 expand_dims extra fdiv flip float16 float32 float64 float8e4b15 float8e4nv
+float8e4b8 float8e5 float8e5b16 floor fma full gather histogram inline_asm_elementwise interleave int1 int16 int32
+int64 int8 join load log log2 make_block_ptr math max max_constancy max_contiguous maximum min minimum multiple_of
+num_programs pair_uniform_to_normal permute philox philox_impl pi32_t pointer_type program_id rand rand4x randint
+randint4x randn randn4x range ravel reduce reduce_or reshape rsqrt slice sigmoid sin softmax sort split sqrt sqrt_rn
+static_assert static_print static_range store sum swizzle2d tensor topk trans tuple uint16 uint32 uint64 uint8
+uint_to_uniform_float umulhi view void warp_id where xor_sum zeros zeros_like
+""".split()
+
+# Why a name is missing. Issue 16 is "Triton's language, complete"; "part N" is its item.
+MISSING = {
+    "PropagateNan": "tl.maximum/minimum's propagate_nan (issue 16 part 4)",
+    "TRITON_MAX_TENSOR_NUMEL": "not yet: tile sizes are limited by the verifier, not by this constant",
+    "load_tensor_descriptor": "not yet: use desc.load(offsets)",
+    "store_tensor_descriptor": "not yet: use desc.store(offsets, value)",
+    "add": "not yet: use +",
+    "advance": "block pointers (issue 16 part 7)",
+    "make_block_ptr": "block pointers (issue 16 part 7)",
+    "associative_scan": "scans (issue 16 part 4)",
+    "cumsum": "scans (issue 16 part 4)",
+    "cumprod": "scans (issue 16 part 4)",
+    "reduce": "reductions with a combine_fn (issue 16 part 4)",
+    "reduce_or": "reductions with a combine_fn (issue 16 part 4)",
+    "xor_sum": "not yet (issue 16 part 9)",
+    "sort": "issue 16 part 4",
+    "topk": "issue 16 part 4",
+    "bitonic_merge": "issue 16 part 4",
+    "flip": "issue 16 part 4",
+    "histogram": "issue 16 part 4",
+    "gather": "issue 16 part 4",
+    "interleave": "issue 16 part 4",
+    "umulhi": "issue 16 part 4",
+    "atomic_and": "atomics (issue 16 part 5)",
+    "atomic_cas": "atomics (issue 16 part 5)",
+    "atomic_min": "atomics (issue 16 part 5)",
+    "atomic_or": "atomics (issue 16 part 5)",
+    "atomic_xchg": "atomics (issue 16 part 5)",
+    "atomic_xor": "atomics (issue 16 part 5)",
+    "debug_barrier": "issue 16 part 5",
+    "uint8": "unsigned integers (issue 16 part 1)",
+    "uint16": "unsigned integers (issue 16 part 1)",
+    "uint32": "unsigned integers (issue 16 part 1)",
+    "uint64": "unsigned integers (issue 16 part 1)",
+    "rand": "random numbers (issue 16 part 3)",
+    "rand4x": "random numbers (issue 16 part 3)",
+    "randint": "random numbers (issue 16 part 3)",
+    "randint4x": "random numbers (issue 16 part 3)",
+    "randn": "random numbers (issue 16 part 3)",
+    "randn4x": "random numbers (issue 16 part 3)",
+    "philox": "random numbers (issue 16 part 3)",
+    "philox_impl": "random numbers (issue 16 part 3)",
+    "pair_uniform_to_normal": "random numbers (issue 16 part 3)",
+    "uint_to_uniform_float": "random numbers (issue 16 part 3)",
+    "cat": "issue 16 part 9",
+    "float8e4b15": "issue 16 part 9",
+    "float8e4b8": "an AMD format (fnuz); NVIDIA GPUs have no arithmetic on it",
+    "float8e5b16": "an AMD format (fnuz); NVIDIA GPUs have no arithmetic on it",
+    "tuple": "tuples in kernels (issue 16 part 9)",
+    "block_type": "a type object of Triton's frontend; tilefuse's tile types live in the C++ IR",
+    "const": "const pointers: not yet",
+    "constexpr_function": "not yet",
+    "pi32_t": "a type alias of Triton's frontend, not used in kernels",
+    "void": "a type of Triton's frontend, not used in kernels",
+    "slice": "not yet: tiles are indexed with ':' and None",
+    "inline_asm_elementwise": "not planned: PTX text has no meaning on the interpreter",
+    "max_constancy": "not yet (tl.multiple_of and tl.max_contiguous are there)",
+    "softmax": "not yet (kernels_dsl/tutorials/softmax.py writes it with tl.exp and tl.sum)",
+    "swizzle2d": "not yet",
+    "warp_id": "not yet",
+}
+
+# What differs for names that are there.
+NOTES = {
+    "sqrt": "correctly rounded on both backends (Triton's is approximate on the GPU)",
+    "fdiv": "correctly rounded on both backends (Triton's default is approximate)",
+    "math": "Triton's tl.math names, plus the libdevice functions of tl.extra.cuda.libdevice",
+    "extra": "tl.extra.cuda.libdevice (and tl.extra.libdevice): the libdevice math functions",
+    "assume": "accepted and checked to be boolean; not used by the optimizer yet",
+    "float8e4nv": "f8e4m3 (OCP)",
+    "float8e5": "f8e5m2 (OCP)",
+}
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "language.md"
+
+
+def render() -> str:
+    sys.path.insert(0, str(ROOT / "frontend"))
+    import tilefuse.language as tl
+
+    rows = []
+    for name in sorted(TRITON_NAMES, key=str.lower):
+        has = hasattr(tl, name)
+        if has and name in MISSING:
+            raise SystemExit(f"tl.{name} exists now: remove it from MISSING in {__file__}")
+        if not has and name not in MISSING:
+            raise SystemExit(f"tl.{name} is missing: say why in MISSING in {__file__}")
+        rows.append(f"| `{name}` | {'yes' if has else 'no'} | {NOTES.get(name, '') if has else MISSING[name]} |")
+    n = sum(hasattr(tl, name) for name in TRITON_NAMES)
+    head = [
+        "# triton.language in tilefuse",
+        "",
+        "Every name of Triton's `triton.language` (its `__all__`) and whether `tilefuse.language`",
+        f"has it: {n} of {len(TRITON_NAMES)}. Generated by `scripts/language_table.py`, which imports",
+        "`tilefuse.language`; `tests/python/test_language_table.py` fails when this file is stale.",
+        "",
+        "| name | tilefuse | note |",
+        "|---|---|---|",
+    ]
+    return "\n".join(head + rows) + "\n"
+
+
+def main(argv) -> int:
+    text = render()
+    if "--check" in argv:
+        if not DOC.exists() or DOC.read_text() != text:
+            print(f"{DOC} is stale: run python scripts/language_table.py", file=sys.stderr)
+            return 1
+        return 0
+    DOC.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
