@@ -59,6 +59,7 @@ from .core import (  # noqa: F401
     pointer_type,
     program_id,
     range,
+    ravel,
     reshape,
     rsqrt,
     sigmoid,

@@ -259,7 +259,7 @@ class tensor:
         return cast(self, dtype, fp_downcast_rounding, bitcast, _builder=_builder)
 
     def ravel(self, can_reorder=False, _builder=None):
-        return reshape(self, self.numel, _builder=_builder)
+        return ravel(self, can_reorder, _builder=_builder)
 
     def abs(self, _builder=None):
         return abs(self, _builder=_builder)
@@ -606,6 +606,12 @@ def cast(input, dtype, fp_downcast_rounding=None, bitcast=False, rounding=None, 
 @builtin
 def reshape(input, *shape, can_reorder=False, _builder=None):
     return tensor(_builder.reshape(to_tensor(input, _builder).handle, _shape_arg(shape)))
+
+
+@builtin
+def ravel(x, can_reorder=False, _builder=None):
+    t = to_tensor(x, _builder)
+    return reshape(t, t.numel, _builder=_builder)
 
 
 @builtin

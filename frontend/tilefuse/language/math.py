@@ -155,3 +155,45 @@ def signbit(x, _builder=None):
 for _f in (exp, exp2, log, log2, cos, sin, sqrt, sqrt_rn, rsqrt, erf, floor, ceil):
     setattr(tensor, _f.__name__, lambda self, _builder=None, _f=_f: _f(self, _builder=_builder))
     core.TENSOR_METHODS.add(_f.__name__)
+
+
+# libdevice's conversions and reinterpretations, as casts.
+
+
+@builtin
+def saturatef(x, _builder=None):
+    """x clamped to [0, 1]; NaN gives 0 (fmax returns the non-NaN operand)."""
+    return fmin(fmax(_as_float(x, _builder), 0.0, _builder=_builder), 1.0, _builder=_builder)
+
+
+@builtin
+def llrint(x, _builder=None):
+    return core.cast(rint(x, _builder=_builder), core.int64, _builder=_builder)
+
+
+@builtin
+def llround(x, _builder=None):
+    return core.cast(round(x, _builder=_builder), core.int64, _builder=_builder)
+
+
+@builtin
+def double2float_rn(x, _builder=None):
+    return core.cast(x, core.float32, _builder=_builder)
+
+
+@builtin
+def double2float_rz(x, _builder=None):
+    return core.cast(x, core.float32, rounding="rtz", _builder=_builder)
+
+
+def _reinterpret(name, to):
+    def fn(x, _builder=None):
+        return core.cast(x, to, bitcast=True, _builder=_builder)
+
+    return _named(name, fn)
+
+
+float_as_int = _reinterpret("float_as_int", core.int32)
+int_as_float = _reinterpret("int_as_float", core.float32)
+double_as_longlong = _reinterpret("double_as_longlong", core.int64)
+longlong_as_double = _reinterpret("longlong_as_double", core.float64)

@@ -7,10 +7,12 @@ copysign, ...) must match bit for bit; the others within one ulp for f32 and nar
 
 import numpy as np
 import pytest
+import tilefuse as tf
 import tilefuse.language as tl
 from ops_common import NP, assert_ulp, to_dtype
 
 from tests.math_cases import BINARY, UNARY, binary_kernel, inputs, reference, unary_kernel
+from tests.ptxas import assert_assembles
 
 DTYPES = [tl.float32, tl.float64, tl.float16, tl.bfloat16]
 N = 2000
@@ -56,7 +58,6 @@ def test_rounding_ties_exactly(rng):
 @pytest.mark.parametrize("d", [tl.float32, tl.float64, tl.float16], ids=str)
 def test_classification(d, rng):
     """isnan / isinf / isfinited give int1, signbit an int32 that sees -0.0 and -nan."""
-    import tilefuse as tf
 
     @tf.jit
     def classify(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
@@ -94,7 +95,6 @@ def test_names_are_the_same_functions():
 
 def test_methods_and_integer_inputs(rng):
     """x.sin() and friends are tensor methods; integer inputs compute in float32."""
-    import tilefuse as tf
 
     @tf.jit
     def methods(x_ptr, i_ptr, out_ptr, BLOCK: tl.constexpr):
@@ -114,3 +114,73 @@ def test_methods_and_integer_inputs(rng):
     np.testing.assert_allclose(out[:64], ref, rtol=0, atol=8 * np.finfo(np.float32).eps * 4)
     i64 = i.astype(np.float64)
     np.testing.assert_array_equal(out[64:], (i64**2 + np.fmod(i64, 7) + i64 / 4).astype(np.float32))
+
+
+@tf.jit
+def _every_function(x_ptr, y_ptr, out_ptr, UNARY_NAMES: tl.constexpr, BINARY_NAMES: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    y = tl.load(y_ptr + offs)
+    for i in tl.static_range(len(UNARY_NAMES)):
+        tl.store(out_ptr + i * BLOCK + offs, getattr(tl.math, UNARY_NAMES[i])(x))
+    for j in tl.static_range(len(BINARY_NAMES)):
+        tl.store(out_ptr + (len(UNARY_NAMES) + j) * BLOCK + offs, getattr(tl.math, BINARY_NAMES[j])(x, y))
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("d", DTYPES, ids=str)
+def test_every_function_assembles_with_libdevice_linked(d, target, tmp_path):
+    npd = NP[d]
+    x = np.ones(64, npd)
+    out = np.zeros(64 * (len(UNARY) + len(BINARY)), npd)
+    names = dict(UNARY_NAMES=tuple(c.name for c in UNARY), BINARY_NAMES=tuple(c.name for c in BINARY))
+    k = _every_function.warmup(x, x, out, **names, BLOCK=64, grid=(1,), target=target)
+    ptx = k.asm["ptx"]
+    assert "__nv_" not in ptx, "a libdevice call was left unresolved"
+    assert_assembles(ptx, target, tmp_path)
+
+
+@tf.jit
+def _conversions(x_ptr, d_ptr, f_out, i_out, d_out, l_out, BLOCK: tl.constexpr):
+    lib = tl.extra.cuda.libdevice
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    d = tl.load(d_ptr + offs)
+    tl.store(f_out + offs, lib.saturatef(x))
+    tl.store(f_out + BLOCK + offs, lib.double2float_rn(d))
+    tl.store(f_out + 2 * BLOCK + offs, lib.double2float_rz(d))
+    tl.store(f_out + 3 * BLOCK + offs, lib.int_as_float(lib.float_as_int(x) ^ 1))
+    tl.store(i_out + offs, lib.float_as_int(x))
+    tl.store(l_out + offs, lib.llrint(x))
+    tl.store(l_out + BLOCK + offs, lib.llround(x))
+    tl.store(l_out + 2 * BLOCK + offs, lib.double_as_longlong(d))
+    tl.store(d_out + offs, lib.longlong_as_double(lib.double_as_longlong(d) + 1))
+
+
+def test_libdevice_conversions_are_exact(rng):
+    n = 256
+    x = (rng.standard_normal(n) * 3).astype(np.float32)
+    x[:6] = [0.0, -0.5, 0.5, 1.5, 2.5, -3.0]  # ties of both roundings; finite (llrint of inf is undefined)
+    d = rng.standard_normal(n) * 1e3
+    f_out, i_out = np.zeros(4 * n, np.float32), np.zeros(n, np.int32)
+    d_out, l_out = np.zeros(n, np.float64), np.zeros(3 * n, np.int64)
+    _conversions[(1,)](x, d, f_out, i_out, d_out, l_out, BLOCK=n)
+    bits = x.view(np.int32)
+    np.testing.assert_array_equal(f_out[:n], np.clip(x, 0, 1))
+    np.testing.assert_array_equal(f_out[n : 2 * n], d.astype(np.float32))
+    rtz = d.astype(np.float32)
+    rtz = np.where(np.abs(rtz.astype(np.float64)) > np.abs(d), np.nextafter(rtz, np.float32(0)), rtz)
+    np.testing.assert_array_equal(f_out[2 * n : 3 * n], rtz)
+    np.testing.assert_array_equal(f_out[3 * n :].view(np.int32), bits ^ 1)
+    np.testing.assert_array_equal(i_out, bits)
+    np.testing.assert_array_equal(l_out[:n], np.rint(x).astype(np.int64))
+    np.testing.assert_array_equal(l_out[n : 2 * n], (np.sign(x) * np.floor(np.abs(x) + 0.5)).astype(np.int64))
+    np.testing.assert_array_equal(l_out[2 * n :], d.view(np.int64))
+    np.testing.assert_array_equal(d_out.view(np.int64), d.view(np.int64) + 1)
+
+
+def test_saturatef_maps_nan_to_zero():
+    x = np.array([np.nan, -1.0, 2.0, 0.5] * 16, np.float32)
+    out = np.zeros_like(x)
+    unary_kernel[(1,)](x, out, x.size, NAME="saturatef", BLOCK=64)
+    np.testing.assert_array_equal(out, np.array([0.0, 0.0, 1.0, 0.5] * 16, np.float32))

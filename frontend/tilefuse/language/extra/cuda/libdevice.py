@@ -1,6 +1,5 @@
 """tl.extra.cuda.libdevice: the libdevice functions under Triton's names (the subset
-tilefuse computes on both backends; docs/language.md lists the rest). Each is the
-tl.math function of the same name."""
+tilefuse computes on both backends). Each is the tl.math function of the same name."""
 
 from ...math import (  # noqa: F401
     abs,
@@ -18,6 +17,9 @@ from ...math import (  # noqa: F401
     cos,
     cosh,
     div_rn,
+    double2float_rn,
+    double2float_rz,
+    double_as_longlong,
     erf,
     erfc,
     exp,
@@ -26,6 +28,7 @@ from ...math import (  # noqa: F401
     expm1,
     fabs,
     finitef,
+    float_as_int,
     floor,
     fma,
     fma_rn,
@@ -33,13 +36,17 @@ from ...math import (  # noqa: F401
     fmin,
     fmod,
     hypot,
+    int_as_float,
     isfinited,
     isinf,
     isnan,
+    llrint,
+    llround,
     log,
     log1p,
     log2,
     log10,
+    longlong_as_double,
     mul_rn,
     nearbyint,
     pow,
@@ -47,6 +54,7 @@ from ...math import (  # noqa: F401
     rint,
     round,
     rsqrt,
+    saturatef,
     signbit,
     sin,
     sinh,
