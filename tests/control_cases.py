@@ -220,6 +220,69 @@ def _short_circuit_ref(arrays, scalars):
     return [x, out]
 
 
+@tf.jit
+def _double_until_negative(x_ptr, out_ptr, n):
+    for i in range(n):
+        v = tl.load(x_ptr + i)
+        if v < 0:
+            return
+        tl.store(out_ptr + i, v * 2)
+
+
+@tf.jit
+def mixed_exits(x_ptr, out_ptr, out2_ptr, n, BLOCK: tl.constexpr):
+    """continue in a while loop, a break in an else-branch leaving a loop that carries a
+    tile, and a device function returning from inside its loop."""
+    pid = tl.program_id(0)
+    base = x_ptr + pid * n
+    i = 0
+    odd = 0
+    while i < n:
+        i += 1
+        if tl.load(base + i - 1) % 2 == 0:
+            continue
+        odd += 1
+    offs = tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK,), tl.int32)
+    rows = 0
+    for r in range(n // BLOCK):
+        if tl.sum(acc) < 40:
+            acc += tl.load(base + r * BLOCK + offs)
+            rows += 1
+        else:
+            break
+    out = out_ptr + pid * (BLOCK + 2)
+    tl.store(out + offs, acc)
+    tl.store(out + BLOCK, odd)
+    tl.store(out + BLOCK + 1, rows)
+    _double_until_negative(base, out2_ptr + pid * n, n)
+
+
+def _mixed_ref(arrays, scalars, block=8):
+    x, out, out2 = arrays
+    (n,) = scalars
+    for p in range(out.size // (block + 2)):
+        row = x[p * n : (p + 1) * n]
+        acc, rows = np.zeros(block, np.int32), 0
+        for r in range(n // block):
+            if acc.sum() >= 40:
+                break
+            acc += row[r * block : (r + 1) * block]
+            rows += 1
+        out[p * (block + 2) : (p + 1) * (block + 2)] = [*acc, int((row % 2 != 0).sum()), rows]
+        for i, v in enumerate(row):
+            if v < 0:
+                break
+            out2[p * n + i] = 2 * v
+    return [x, out, out2]
+
+
+def _make_mixed(rng):
+    progs, n = 6, 8 * int(rng.integers(3, 9))
+    x = rng.integers(-1, 9, progs * n).astype(np.int32)
+    return (progs,), [x, np.zeros(progs * 10, np.int32), np.full(progs * n, -99, np.int32)], [n], {"BLOCK": 8}
+
+
 def _make_first_above(rng):
     rows, n = 16, int(rng.integers(20, 60))
     x = rng.standard_normal(rows * n).astype(np.float32)
@@ -263,4 +326,5 @@ CASES = [
     Case("early_return", early_return, _make_early_return, _early_return_ref),
     Case("nested_and_static", nested_and_static, _make_nested, _nested_ref),
     Case("short_circuit", short_circuit, _make_short_circuit, _short_circuit_ref),
+    Case("mixed_exits", mixed_exits, _make_mixed, _mixed_ref),
 ]

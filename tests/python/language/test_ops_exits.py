@@ -9,6 +9,7 @@ import tilefuse as tf
 import tilefuse.language as tl
 
 from tests.control_cases import CASES
+from tests.ptxas import assert_assembles
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -114,3 +115,36 @@ def test_exit_errors_name_the_line(kernel, marker, words):
     with pytest.raises(tf.CompilationError) as info:
         kernel[(1,)](*args)
     assert info.value.line == _line(marker) and words in info.value.message, str(info.value)
+
+
+@tf.jit
+def _nested_return(c_ptr, v_ptr, out_ptr):
+    val = 0
+    if tl.load(c_ptr):
+        if tl.load(c_ptr + 1):
+            val = tl.load(v_ptr)
+        else:
+            return
+    elif tl.load(c_ptr + 2):
+        val = tl.load(v_ptr + 1)
+    else:
+        val = tl.load(v_ptr + 2)
+    tl.store(out_ptr, val)
+
+
+@pytest.mark.parametrize("conds", [(a, b, c) for a in (0, 1) for b in (0, 1) for c in (0, 1)])
+def test_return_from_nested_ifs(conds):
+    v = np.random.default_rng().integers(10, 99, 3).astype(np.int32)
+    out = np.full(1, -1, np.int32)
+    _nested_return[(1,)](np.array(conds, np.int32), v, out)
+    a, b, c = conds
+    want = (v[0] if b else -1) if a else (v[1] if c else v[2])
+    assert out[0] == want
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_exits_lower_to_ptx_that_assembles(case, target, tmp_path):
+    grid, arrays, scalars, constexprs = case.make(np.random.default_rng(1))
+    k = case.kernel.warmup(*arrays, *scalars, **constexprs, grid=grid, target=target)
+    assert_assembles(k.asm["ptx"], target, tmp_path)
