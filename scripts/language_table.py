@@ -127,7 +127,18 @@ def render() -> str:
         "| name | tilefuse | note |",
         "|---|---|---|",
     ]
-    return "\n".join(head + rows) + "\n"
+    lib = sorted(n for n in dir(tl.extra.cuda.libdevice) if not n.startswith("_"))
+    tail = [
+        "",
+        "## tl.extra.cuda.libdevice",
+        "",
+        "The libdevice functions tilefuse has (each is the `tl.math` function of that name; on",
+        "the GPU libdevice or an exact instruction, on the interpreter libm in float64 rounded once; ulp bounds in",
+        "`tests/math_cases.py`); other libdevice names are not there yet:",
+        "",
+        ", ".join(f"`{n}`" for n in lib),
+    ]
+    return "\n".join(head + rows + tail) + "\n"
 
 
 def main(argv) -> int:
