@@ -283,6 +283,37 @@ def _make_mixed(rng):
     return (progs,), [x, np.zeros(progs * 10, np.int32), np.full(progs * n, -99, np.int32)], [n], {"BLOCK": 8}
 
 
+@tf.jit
+def while_and(init_ptr, bound_ptr, cut_ptr, out_ptr):
+    """A while condition that loads behind 'and' (evaluated under an if in the condition)."""
+    pid = tl.program_id(0)
+    init = tl.load(init_ptr + pid)
+    curr = init
+    j = 0
+    while curr == init and j < tl.load(bound_ptr + pid):
+        curr = curr + (j == tl.load(cut_ptr + pid))
+        j += 1
+    tl.store(out_ptr + 2 * pid, curr)
+    tl.store(out_ptr + 2 * pid + 1, j)
+
+
+def _while_and_ref(arrays, scalars):
+    init, bound, cut, out = arrays
+    for p in range(init.size):
+        curr, j = int(init[p]), 0
+        while curr == init[p] and j < bound[p]:
+            curr += int(j == cut[p])
+            j += 1
+        out[2 * p : 2 * p + 2] = [curr, j]
+    return [init, bound, cut, out]
+
+
+def _make_while_and(rng):
+    n = 16
+    ints = [rng.integers(lo, hi, n).astype(np.int32) for lo, hi in ((-5, 5), (0, 20), (0, 25))]
+    return (n,), [*ints, np.zeros(2 * n, np.int32)], [], {}
+
+
 def _make_first_above(rng):
     rows, n = 16, int(rng.integers(20, 60))
     x = rng.standard_normal(rows * n).astype(np.float32)
@@ -327,4 +358,5 @@ CASES = [
     Case("nested_and_static", nested_and_static, _make_nested, _nested_ref),
     Case("short_circuit", short_circuit, _make_short_circuit, _short_circuit_ref),
     Case("mixed_exits", mixed_exits, _make_mixed, _mixed_ref),
+    Case("while_and", while_and, _make_while_and, _while_and_ref),
 ]
