@@ -209,7 +209,7 @@ class CodeGenerator(ast.NodeVisitor):
         anyf = flags[0][1]
         for _, v in flags[1:]:
             anyf = tl.tensor(b.binary(_K.Or, anyf.handle, v.handle))
-        cond = tl.tensor(b.cmp("eq", anyf.handle, tl.to_tensor(False, b).handle))
+        cond = self._not(anyf)
 
         def run():
             self.scope.update({n: False for n, _ in flags})
@@ -220,6 +220,9 @@ class CodeGenerator(ast.NodeVisitor):
                 self.scope[flags[0][0]] = True
 
         self._structured_if(node, cond, run, taken)
+
+    def _not(self, flag):
+        return tl.tensor(self.b.binary(_K.Xor, flag.handle, tl.to_tensor(True, self.b).handle))
 
     @property
     def returned(self) -> list:
@@ -473,7 +476,7 @@ class CodeGenerator(ast.NodeVisitor):
         b.set_insertion_point_to_end(before)
         cond = tl.tensor(b.cmp("lt", before.args[0], ub.handle))
         for a in before.args[1 : 1 + len(flags)]:
-            cond = tl.tensor(b.binary(_K.And, cond.handle, b.cmp("eq", a, tl.to_tensor(False, b).handle)))
+            cond = tl.tensor(b.binary(_K.And, cond.handle, self._not(tl.tensor(a)).handle))
         b.condition(cond.handle, list(before.args))
         iv = after.args[0]
         iv.name = node.target.id
@@ -578,7 +581,7 @@ class CodeGenerator(ast.NodeVisitor):
         anyf = before.args[0]
         for a in before.args[1 : len(flags)]:
             anyf = b.binary(_K.Or, anyf, a)
-        go = tl.tensor(b.cmp("eq", anyf, tl.to_tensor(False, b).handle))
+        go = self._not(tl.tensor(anyf))
 
         def test():
             c = tl.to_tensor(self.visit(node.test), b)
