@@ -11,8 +11,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# `__all__` of Triton's python/triton/language/__init__.py (the 3.x line, as of the
-# release that added tl.topk, tl.tuple and tl.constexpr_function).
+# `__all__` of Triton's python/triton/language/__init__.py on its main branch of the 3.x line, as
+# intel/intel-xpu-backend-for-triton carries it at commit 2700f94ef4cb (with tl.topk and tl.tuple).
 TRITON_NAMES = """
 PropagateNan TRITON_MAX_TENSOR_NUMEL load_tensor_descriptor store_tensor_descriptor make_tensor_descriptor
 tensor_descriptor abs add advance arange argmax argmin associative_scan assume atomic_add atomic_and atomic_cas

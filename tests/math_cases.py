@@ -106,6 +106,13 @@ BINARY = [
     Case("fmod", np.fmod, _pair(_uniform(-1000, 1000), _log_uniform(0.1, 10, signed=True)), (0, 0), 0),
     Case("fmin", np.fmin, _pair(_uniform(-10, 10), _uniform(-10, 10)), (0, 0), 0),
     Case("fmax", np.fmax, _pair(_uniform(-10, 10), _uniform(-10, 10)), (0, 0), 0),
+    Case(
+        "fdim",
+        lambda x, y: np.where(np.isnan(x) | np.isnan(y), np.nan, np.where(x > y, x - y, 0.0)),
+        _pair(_uniform(-10, 10), _uniform(-10, 10)),
+        (0, 0),
+        0,
+    ),
     Case("div_rn", np.divide, _pair(_uniform(-10, 10), _log_uniform(1e-3, 1e3, signed=True)), (0, 0), 0),
 ]
 

@@ -157,6 +157,17 @@ for _f in (exp, exp2, log, log2, cos, sin, sqrt, sqrt_rn, rsqrt, erf, floor, cei
     core.TENSOR_METHODS.add(_f.__name__)
 
 
+@builtin
+def fdim(x, y, _builder=None):
+    """x - y where x > y, else +0; NaN when either is NaN (x + y carries it)."""
+    a, b = (_as_float(v, _builder) for v in to_tensors(x, y, _builder))
+    diff = core.where(
+        tensor(_builder.cmp("gt", a.handle, b.handle)), sub_rn(a, b, _builder=_builder), 0.0, _builder=_builder
+    )
+    nan = tensor(_builder.binary(_K.Or, isnan(a, _builder=_builder).handle, isnan(b, _builder=_builder).handle))
+    return core.where(nan, add_rn(a, b, _builder=_builder), diff, _builder=_builder)
+
+
 # libdevice's conversions and reinterpretations, as casts.
 
 

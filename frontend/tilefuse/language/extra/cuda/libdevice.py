@@ -27,6 +27,7 @@ from ...math import (  # noqa: F401
     exp10,
     expm1,
     fabs,
+    fdim,
     finitef,
     float_as_int,
     floor,
