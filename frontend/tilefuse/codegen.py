@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import builtins as _py
 import operator
+import warnings
 
 from . import _C
 from .errors import CompilationError
@@ -724,7 +725,8 @@ class CodeGenerator(ast.NodeVisitor):
 
     def visit_BoolOp(self, node):
         """Python's short-circuit: an operand is evaluated only when the ones before do
-        not decide the result, at compile time or, for runtime scalars, under an if."""
+        not decide the result, at compile time or, for runtime scalars, under an if.
+        On tiles (as Triton, which deprecates it) they are elementwise and evaluate both."""
         is_and = isinstance(node.op, ast.And)
         acc = tl._unwrap(self.visit(node.values[0]))
         for operand in node.values[1:]:
@@ -739,18 +741,27 @@ class CodeGenerator(ast.NodeVisitor):
     def _as_bool(self, node, v):
         t = tl.to_tensor(v, self.b)
         if t.shape:
-            raise self.error(node, "'and'/'or' work on scalars; use '&' and '|' on tiles")
+            line, _ = self.src.pos(node)
+            warnings.warn(
+                f"{self.src.file}:{line}: 'and'/'or' on tiles are elementwise and do not short-circuit; "
+                "write '&' / '|'",
+                stacklevel=1,
+            )
         if t.dtype != tl.int1:
             t = tl.tensor(self.b.cmp("ne", t.handle, tl.to_tensor(0, self.b, like=t).handle))
         return t
 
     def _runtime_bool_op(self, node, lhs, operand, is_and):
-        if not any(isinstance(n, ast.Call) for n in ast.walk(operand)):  # no side effects: evaluate it
+        kind = _K.And if is_and else _K.Or
+        if lhs.shape or not any(isinstance(n, ast.Call) for n in ast.walk(operand)):  # evaluate it
             rhs = self._as_bool(node, tl._unwrap(self.visit(operand)))
-            return tl.tensor(self.b.binary(_K.And if is_and else _K.Or, lhs.handle, rhs.handle))
+            return tl.tensor(self.b.binary(kind, lhs.handle, rhs.handle))
 
         def evaluate():
-            self.scope["@cond"] = self._as_bool(node, tl._unwrap(self.visit(operand)))
+            rhs = self._as_bool(node, tl._unwrap(self.visit(operand)))
+            if rhs.shape:
+                raise self.error(node, "a runtime scalar 'and'/'or' a tile: write '&' / '|'")
+            self.scope["@cond"] = rhs
 
         def decided():
             self.scope["@cond"] = not is_and

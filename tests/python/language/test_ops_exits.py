@@ -148,3 +148,20 @@ def test_exits_lower_to_ptx_that_assembles(case, target, tmp_path):
     grid, arrays, scalars, constexprs = case.make(np.random.default_rng(1))
     k = case.kernel.warmup(*arrays, *scalars, **constexprs, grid=grid, target=target)
     assert_assembles(k.asm["ptx"], target, tmp_path)
+
+
+def test_continue_in_a_static_range_skips_one_iteration():
+    @tf.jit
+    def k(x_ptr, out_ptr, STEPS: tl.constexpr):
+        total = 0
+        for s in tl.static_range(STEPS):
+            v = tl.load(x_ptr + s)
+            if v < 0:
+                continue
+            total += v * (s + 1)
+        tl.store(out_ptr, total)
+
+    x = np.random.default_rng().integers(-5, 6, 8).astype(np.int32)
+    out = np.zeros(1, np.int32)
+    k[(1,)](x, out, STEPS=8)
+    assert out[0] == sum(int(v) * (s + 1) for s, v in enumerate(x) if v >= 0)

@@ -99,3 +99,19 @@ def test_assume_needs_a_boolean():
 
     with pytest.raises(tf.CompilationError, match="tl.assume needs a boolean"):
         k[(1,)](np.zeros(1, np.float32))
+
+
+def test_and_or_on_tiles_are_elementwise_with_a_warning(rng):
+    @tf.jit
+    def k(x_ptr, out_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs)
+        both = (x > 0) and (x < 5)
+        either = (x < -3) or (x == 2)
+        tl.store(out_ptr + offs, both.to(tl.int32) + 2 * either.to(tl.int32))
+
+    x = rng.integers(-6, 8, 64).astype(np.int32)
+    out = np.zeros(64, np.int32)
+    with pytest.warns(UserWarning, match="elementwise and do not short-circuit"):
+        k[(1,)](x, out, BLOCK=64)
+    np.testing.assert_array_equal(out, ((x > 0) & (x < 5)) + 2 * ((x < -3) | (x == 2)))
