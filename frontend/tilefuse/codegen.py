@@ -394,8 +394,11 @@ class CodeGenerator(ast.NodeVisitor):
             saved = {f: self.scope.get(f) for f in (_BREAK, _CONTINUE)}
             self.scope[_BREAK] = False
             self._unrolled(node, list(_py.range(*vals)))
-            for f, v in saved.items():
-                self.scope.pop(f, None) if v is None else self.scope.__setitem__(f, v)
+            for f, v in saved.items():  # the enclosing loop's flags again
+                if v is None:
+                    self.scope.pop(f, None)
+                else:
+                    self.scope[f] = v
             return
         if fn is _py.range or fn is tl.range:
             r = tl.range(*args, **kwargs) if fn is tl.range else tl.range(*args)
