@@ -27,6 +27,8 @@ void init_runtime(py::module_& m) {
       .def_readonly("minor", &DeviceInfo::minor)
       .def_readonly("multiprocessors", &DeviceInfo::multiprocessors)
       .def_readonly("max_shared_per_block_optin", &DeviceInfo::maxSharedPerBlockOptin)
+      .def_readonly("max_registers_per_block", &DeviceInfo::maxRegistersPerBlock)
+      .def_readonly("l2_cache_bytes", &DeviceInfo::l2CacheBytes)
       .def("__repr__", [](const DeviceInfo& d) {
         return "<DeviceInfo " + std::to_string(d.ordinal) + ": " + d.name + " sm_" + std::to_string(d.major) +
                std::to_string(d.minor) + ">";
@@ -79,6 +81,10 @@ void init_runtime(py::module_& m) {
       .def_readonly("spec", &CachedKernel::spec)
       .def_readonly("ptx", &CachedKernel::ptx)
       .def_property_readonly("image", [](const CachedKernel& k) { return py::bytes(k.image); });
+  py::class_<FuncResources>(r, "FuncResources")
+      .def_readonly("num_regs", &FuncResources::numRegs)
+      .def_readonly("local_bytes", &FuncResources::localBytes)
+      .def_readonly("max_threads_per_block", &FuncResources::maxThreadsPerBlock);
   py::class_<LoadedKernel, std::shared_ptr<LoadedKernel>>(r, "LoadedKernel")
       .def(py::init([](int device, py::bytes image, LaunchSpec spec) {
              return std::make_shared<LoadedKernel>(device, std::string(image), std::move(spec));
@@ -112,6 +118,7 @@ void init_runtime(py::module_& m) {
           },
           py::arg("grid"), py::arg("stream"), py::arg("values"))
       .def_property_readonly("spec", &LoadedKernel::spec)
+      .def("resources", &LoadedKernel::resources)
       .def_property_readonly("device", &LoadedKernel::device);
 
   // The checks of a tensor map with these values (no GPU needed): raises TensorMapError

@@ -22,6 +22,13 @@ inline int64_t f32Arg(double v) {
   return bits;
 }
 
+// What the loaded function uses of the device, as the driver reports it.
+struct FuncResources {
+  int numRegs;             // registers per thread
+  int localBytes;          // local memory per thread (register spills, local arrays)
+  int maxThreadsPerBlock;  // the most threads a launch may have with these registers
+};
+
 class LoadedKernel {
  public:
   // `image` is PTX text (JIT-compiled by the driver) or a cubin holding `spec.kernel`.
@@ -35,6 +42,7 @@ class LoadedKernel {
   // values the copy engine cannot take) and makes the kernel's context current when
   // another one is.
   void launch(std::array<uint32_t, 3> grid, uint64_t stream, const int64_t* args) const;
+  FuncResources resources() const;
   const LaunchSpec& spec() const { return spec_; }
   int device() const { return device_; }
 
