@@ -300,12 +300,16 @@ class Autotuner(_Launchable):
         """Compiles every config that pruning keeps (for the GPU: see JITFunction.warmup)."""
         self.nargs = dict(zip(self.arg_names, args))
         try:
-            return [self.fn.warmup(*args, grid=grid, **kwargs, **c.all_kwargs()) for c in self.prune_configs(kwargs)]
+            return [
+                self.fn.warmup(*args, grid=grid, **kwargs, **c.all_kwargs())
+                for c in self.prune_configs(dict(kwargs, grid=grid))
+            ]
         finally:
             self.nargs = None
 
     def prune_configs(self, kwargs) -> list:
-        """The configs early_config_prune keeps, then perf_model's top_k best (in its order)."""
+        """The configs early_config_prune keeps, then perf_model's top_k best (in its order);
+        both see the launch's keyword arguments, grid among them, as Triton's do."""
         configs = self.configs
         if self.early_config_prune:
             configs = list(self.early_config_prune(configs, self.nargs, **kwargs))
@@ -333,7 +337,7 @@ class Autotuner(_Launchable):
                 if os.environ.get("TILEFUSE_PRINT_AUTOTUNING") == "1":
                     print(f"tilefuse autotuning of {self.base_fn.__name__}, key {key}: cached {cached} ({store.path})")
                 return cached
-        screened = self._screen(self.prune_configs(kwargs), args, kwargs, grid, backend)
+        screened = self._screen(self.prune_configs(dict(kwargs, grid=grid)), args, kwargs, grid, backend)
         if not timed or len(screened) == 1:
             return screened[0]
         choice = self._tune(screened, args, kwargs, grid, backend)
