@@ -460,13 +460,13 @@ def _screen_gpu(kernels: dict, args, kwargs) -> dict:
         try:
             loaded = gpu.load(kernels[c], device, c.num_warps, c.num_stages)  # checks shared memory
         except (LaunchError, _C.runtime.DriverError) as e:
-            reasons[c] = str(e)
+            reasons[c] = str(e).removeprefix(f"{kernels[c].name}: ")
             continue
         res, threads = loaded.resources(), entry.spec.num_threads
         if res.max_threads_per_block < threads:
             reasons[c] = (
-                f"needs {res.num_regs} registers per thread: {threads} threads exceed {info.name}'s "
-                f"{info.max_registers_per_block} registers per block"
+                f"needs {res.num_regs} registers per thread, which allows {res.max_threads_per_block} threads per "
+                f"block on {info.name} ({info.max_registers_per_block} registers per block); it has {threads}"
             )
             continue
         slow[c] = [h[3] for h in hints if _is_fallback(h[3])]
