@@ -247,6 +247,7 @@ class Autotuner(_Launchable):
         self.cache = {}  # key -> Config
         self.configs_timings = {}  # Config -> [median, p20, p80] ms of the first pass
         self.remeasured = {}  # Config -> the finalists' re-measured medians
+        self.rejected = {}  # Config -> why it was not timed
         self.bench_time = 0.0
         self.best_config = None
         self.nargs = None
@@ -368,6 +369,7 @@ class Autotuner(_Launchable):
             reasons.update(_screen_gpu(kernels, args, kwargs))
         for c, why in reasons.items():
             _say(f"{self.base_fn.__name__}: rejected {{{c}}}: {why}")
+        self.rejected = reasons
         fit = [c for c in configs if c in kernels and c not in reasons]
         if not fit:
             raise LaunchError(f"{self.base_fn.__name__}: no config of the autotuner can run (reasons above)")
@@ -439,6 +441,8 @@ class Autotuner(_Launchable):
         for c, (m, p20, p80) in sorted(self.configs_timings.items(), key=lambda kv: kv[1][0]):
             again = f"{statistics.median(self.remeasured[c]):9.4f}" if self.remeasured.get(c) else " " * 9
             print(f"  {m:10.4f} {p20:9.4f} {p80:9.4f} {again}  {c}")
+        for c, why in self.rejected.items():
+            print(f"  {'rejected':>10} {'':9} {'':9} {'':9}  {c}: {why.splitlines()[0]}")  # stderr has all of it
         print(f"best config: {choice}")
 
 

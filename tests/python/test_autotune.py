@@ -228,6 +228,20 @@ def test_a_later_process_reuses_the_decision(cache_dir):
     assert "config 3 of 3" in runs[0].stderr and "config" not in runs[1].stderr
 
 
+def test_print_autotuning_table(monkeypatch, capsys):
+    monkeypatch.setenv("TILEFUSE_PRINT_AUTOTUNING", "1")
+    bench = Bench(lambda b, k: {64: 2.0, 128: 1.0}[b])
+    k = tf.autotune(bench.configs((64, 48, 128)), key=["n"], do_bench=bench)(add_twice)
+    x, out = data(100, 12)
+    k[grid](x, out, 100)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("tilefuse autotuning of add_twice, key (100, 'float32', 'float32', 'interp', None)")
+    assert lines[2].split()[:4] == ["1.0000", "0.9000", "1.1000", "1.0000"] and "BLOCK: 128," in lines[2]
+    assert lines[3].split()[:4] == ["2.0000", "1.8000", "2.2000", "2.0000"] and "BLOCK: 64," in lines[3]
+    assert lines[4].split()[0] == "rejected" and "BLOCK: 48," in lines[4] and "does not compile" in lines[4]
+    assert lines[5] == "best config: BLOCK: 128, num_warps: 4, num_stages: 3"
+
+
 def test_fake_clock_through_do_bench(monkeypatch):
     # The whole path with Triton's do_bench and a fake clock in which BLOCK b costs b/64 ms.
     clock = FakeClock()
