@@ -431,7 +431,7 @@ def test_gpu_screening_rejects_before_timing(fake_driver, tmp_path):
         return f"rejected {{{c}}}: "
 
     assert (
-        rejected(128, 128, 64, 8, 3) + "needs 128 registers per thread: 256 threads exceed fake's 65536 registers"
+        rejected(128, 128, 64, 8, 3) + "needs 128 registers per thread, which allows 128 threads per block on fake"
         in err
     )
     assert rejected(256, 256, 128, 4, 4) + "needs 524288 bytes of shared memory with num_warps=4, num_stages=4" in err
