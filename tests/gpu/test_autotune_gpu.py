@@ -56,13 +56,19 @@ print(json.dumps(out))
 def test_tuned_matmuls_are_right_and_the_decisions_cached(tmp_path):
     env = dict(os.environ, TILEFUSE_CACHE_DIR=str(tmp_path / "cache"), TILEFUSE_PRINT_AUTOTUNING="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(ROOT)) if p)
-    runs = []
+    runs, logs = [], []
     for _ in range(2):
         r = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, cwd=ROOT)
         assert r.returncode == 0, r.stdout + r.stderr
         print(r.stdout + r.stderr)  # the tables of timings, rejections and choices
         runs.append(json.loads(r.stdout.splitlines()[-1]))
+        logs.append(r.stderr)
     first, second = runs
+    # The 2-warp configs cannot use wgmma (a warpgroup is 4 warps): rejected before timing, and said.
+    two_warps = "BLOCK_SIZE_M: 64, BLOCK_SIZE_N: 32, BLOCK_SIZE_K: 32, GROUP_SIZE_M: 8, num_warps: 2, num_stages: 5"
+    assert f"matmul_kernel: rejected {{{two_warps}}}: falls back: dot not on wgmma" in logs[0]
+    assert f"matmul_desc_kernel: rejected {{{two_warps}}}: falls back: dot not on wgmma" in logs[0]
+    assert "rejected" not in logs[1] and "best so far" not in logs[1]
     for case, (n_timed, choice, worst, n_configs) in first.items():
         assert worst <= 1.0, f"{case}: error {worst:.3g} x the tolerance with {choice}"
         # Every surviving config timed once, the finalists three more times each.
