@@ -2,12 +2,14 @@
 the same source: kernels_dsl/tutorials/*.py with the import replaced) over the same 10
 configs (matmul.autotune_configs) at 4096^3 bf16 from cold caches. Prints, as JSON, each
 tuner's wall time (compiles included) and the chosen config with its TFLOP/s, measured
-alike (triton.testing.do_bench, median) after tuning.
+alike (triton.testing.do_bench, median) after tuning; and our compile of the 10 configs
+serially and in parallel threads.
 
     python3 bench/autotune_bench.py --out autotune.json
 """
 
 import argparse
+import concurrent.futures
 import json
 import os
 import tempfile
@@ -20,6 +22,7 @@ os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-autotune-")
 import tilefuse as tf  # noqa: E402
 import torch  # noqa: E402
 import triton  # noqa: E402
+from tilefuse import gpu  # noqa: E402
 
 from bench.gpu_bench import triton_same_source  # noqa: E402
 from kernels_dsl.tutorials import matmul  # noqa: E402
@@ -54,6 +57,30 @@ def tune(kind, tuner, a, b, c, flop):
     return {"tuning_s": round(seconds, 2), "config": str(best), "tflops": round(flop / ms / 1e9, 1)}
 
 
+def compile_times(kind, kernel, a, b, c):
+    """Seconds to build (lower + ptxas) the configs from empty caches: serially, then one
+    thread per config (the tuner's way: the C++ lowering runs without the GIL)."""
+    M, K = a.shape
+    N = b.shape[1]
+    args = (
+        (a, b, c, M, N, K, a.stride(0), 1, b.stride(0), 1, c.stride(0), 1)
+        if kind == "ptr"
+        else (a, b, c, M, N, K, K, N, N)
+    )
+    extra = {"ACTIVATION": ""} if kind == "ptr" else {}
+    configs = matmul.autotune_configs()
+    kernels = [kernel.compile(*args, **cfg.kwargs, **extra) for cfg in configs]
+    arch = gpu.arch_of_device(0)
+    out = {}
+    for label, workers in (("serial_s", 1), ("parallel_s", len(configs))):
+        os.environ["TILEFUSE_CACHE_DIR"] = tempfile.mkdtemp(prefix="tilefuse-compile-")
+        t0 = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            list(pool.map(lambda kc: gpu.build(kc[0], arch, kc[1].num_warps, kc[1].num_stages), zip(kernels, configs)))
+        out[label] = round(time.perf_counter() - t0, 2)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="autotune.json")
@@ -68,6 +95,7 @@ def main():
     flop = 2.0 * n**3
     res = {"device": torch.cuda.get_device_name(), "triton": triton.__version__, "shape": [n, n, n], "dtype": "bf16"}
     for kind, kernel in (("ptr", matmul.matmul_kernel), ("desc", matmul_desc_kernel)):
+        os.environ["TILEFUSE_CACHE_DIR"] = tempfile.mkdtemp(prefix="tilefuse-autotune-")
         theirs = triton_same_source(kernel)
         their_configs = [
             triton.Config(cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
@@ -79,6 +107,7 @@ def main():
         ref = a.float() @ b.float()
         launcher(kind, ours, a, b, c)()
         row["tilefuse"]["max_abs_err_vs_fp32"] = float((c.float() - ref).abs().max())
+        row["tilefuse_compile_10_configs"] = compile_times(kind, kernel, a, b, c)
         res[kind] = row
         print(kind, json.dumps(row), flush=True)
     with open(opts.out, "w") as f:
