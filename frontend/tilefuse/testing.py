@@ -1,4 +1,4 @@
-"""tilefuse.testing, as triton.testing: do_bench and assert_close.
+"""tilefuse.testing, as triton.testing: do_bench, assert_close, perf_report and Benchmark.
 
 do_bench times with CUDA events and flushes the L2 cache (a buffer of twice the device's L2,
 zeroed) before every timed run when kernels run on the GPU; on the interpreter it reads
@@ -7,9 +7,12 @@ replace it with a fake one)."""
 
 from __future__ import annotations
 
+import csv
 import math
+import os
 import statistics
 import time
+import warnings
 
 import numpy as np
 
@@ -156,3 +159,134 @@ def assert_close(x, y, atol=None, rtol=None, err_msg=""):
         np.testing.assert_allclose(a, b, atol=atol, rtol=rtol, equal_nan=True, err_msg=err_msg)
     elif not np.allclose(a, b, atol=atol, rtol=rtol, equal_nan=True):
         raise AssertionError(f"{err_msg} {a} is not close to {b} (atol={atol}, rtol={rtol})".strip())
+
+
+class Benchmark:
+    """One table of triton.testing.perf_report: fn(**{x_name: x}, **{line_arg: line}, **args) for
+    every x of x_vals (one value for all x_names, or one per name) and every line of line_vals."""
+
+    def __init__(
+        self,
+        x_names,
+        x_vals,
+        line_arg,
+        line_vals,
+        line_names,
+        plot_name,
+        args,
+        xlabel="",
+        ylabel="",
+        x_log=False,
+        y_log=False,
+        styles=None,
+    ):
+        self.x_names, self.x_vals, self.line_arg = list(x_names), list(x_vals), line_arg
+        self.line_vals, self.line_names, self.plot_name, self.args = list(line_vals), list(line_names), plot_name, args
+        self.xlabel, self.ylabel, self.x_log, self.y_log, self.styles = xlabel, ylabel, x_log, y_log, styles
+        if len(self.line_names) != len(self.line_vals):
+            raise ValueError(
+                f"Benchmark {plot_name!r}: {len(self.line_vals)} line_vals but {len(self.line_names)} line_names"
+            )
+
+
+class Mark:
+    """A function under perf_report: run() measures every Benchmark, prints (print_data) and
+    saves (save_path: <plot_name>.csv, and .png with matplotlib) the tables."""
+
+    def __init__(self, fn, benchmarks):
+        self.fn, self.benchmarks = fn, benchmarks
+
+    def _table(self, bench: Benchmark, **kwargs):
+        """Columns (the x_names, each line's name, then its -min and -max) and rows."""
+        rows = []
+        for x in bench.x_vals:
+            xs = list(x) if isinstance(x, (list, tuple)) else [x] * len(bench.x_names)
+            if len(xs) != len(bench.x_names):
+                raise ValueError(f"Benchmark {bench.plot_name!r}: expected {len(bench.x_names)} x values, got {x}")
+            means, lows, highs = [], [], []
+            for line in bench.line_vals:
+                ret = self.fn(**dict(zip(bench.x_names, xs)), **{bench.line_arg: line}, **bench.args, **kwargs)
+                m, lo, hi = ret if isinstance(ret, (list, tuple)) else (ret, None, None)
+                means.append(m)
+                lows.append(lo)
+                highs.append(hi)
+            rows.append(xs + means + lows + highs)
+        names = bench.line_names
+        return bench.x_names + names + [f"{n}-min" for n in names] + [f"{n}-max" for n in names], rows
+
+    def run(self, show_plots=False, print_data=False, save_path="", return_df=False, **kwargs):
+        benches = [self.benchmarks] if isinstance(self.benchmarks, Benchmark) else self.benchmarks
+        frames = []
+        for bench in benches:
+            columns, rows = self._table(bench, **kwargs)
+            shown = len(bench.x_names) + len(bench.line_names)  # the -min/-max columns are for plots
+            if print_data:
+                print(bench.plot_name + ":")
+                print(_format_table(columns[:shown], [r[:shown] for r in rows]))
+            if save_path:
+                os.makedirs(save_path, exist_ok=True)
+                with open(os.path.join(save_path, f"{bench.plot_name}.csv"), "w", newline="") as f:
+                    w = csv.writer(f)
+                    w.writerow(columns[:shown])
+                    w.writerows(r[:shown] for r in rows)
+            if show_plots or save_path:
+                _plot(bench, columns, rows, show_plots, save_path)
+            if return_df:
+                frames.append(_data_frame(columns[:shown], [r[:shown] for r in rows]))
+        if return_df:
+            return frames[0] if len(frames) == 1 else frames
+
+
+def perf_report(benchmarks):
+    """@tilefuse.testing.perf_report(Benchmark(...) or a list of them) over a function that
+    returns a number, or (value, min, max), per point."""
+    return lambda fn: Mark(fn, benchmarks)
+
+
+def _format_table(columns, rows) -> str:
+    cells = [[str(c) for c in columns]] + [[f"{v:.6g}" if isinstance(v, float) else str(v) for v in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    index = max(len(str(len(rows) - 1)), 1)
+    lines = [" " * index + "".join(f"  {c:>{w}}" for c, w in zip(cells[0], widths))]
+    lines += [f"{i:<{index}}" + "".join(f"  {c:>{w}}" for c, w in zip(row, widths)) for i, row in enumerate(cells[1:])]
+    return "\n".join(lines)
+
+
+def _plot(bench, columns, rows, show, save_path):
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError:
+        if show:
+            raise ImportError("perf_report's show_plots needs matplotlib") from None
+        warnings.warn(f"matplotlib is not installed: {bench.plot_name}.png not saved (the .csv is)", stacklevel=3)
+        return
+    n, lines = len(bench.x_names), len(bench.line_names)
+    xs = [r[0] for r in rows]
+    plt.figure()
+    ax = plt.subplot()
+    for i, name in enumerate(bench.line_names):
+        col, lo, hi = (n + i, n + lines + i, n + 2 * lines + i)
+        style = bench.styles[i] if bench.styles else None
+        ax.plot(
+            xs, [r[col] for r in rows], label=name, color=style[0] if style else None, ls=style[1] if style else None
+        )
+        if rows and rows[0][lo] is not None and rows[0][hi] is not None:
+            ax.fill_between(xs, [r[lo] for r in rows], [r[hi] for r in rows], alpha=0.15)
+    ax.legend()
+    ax.set_xlabel(bench.xlabel or bench.x_names[0])
+    ax.set_ylabel(bench.ylabel)
+    ax.set_xscale("log" if bench.x_log else "linear")
+    ax.set_yscale("log" if bench.y_log else "linear")
+    if show:
+        plt.show()
+    if save_path:
+        plt.savefig(os.path.join(save_path, f"{bench.plot_name}.png"))
+    plt.close()
+
+
+def _data_frame(columns, rows):
+    try:
+        import pandas as pd
+    except ImportError:
+        raise ImportError("perf_report's run(return_df=True) needs pandas") from None
+    return pd.DataFrame(rows, columns=columns)

@@ -439,3 +439,75 @@ def test_gpu_screening_rejects_before_timing(fake_driver, tmp_path):
     # The chosen config launched once after tuning (and once per timed call), 128 threads.
     lines = (tmp_path / "launches.log").read_text().splitlines()
     assert lines[-1].startswith("grid=16,1,1 block=128 ")
+
+
+PORTED = """
+import numpy as np
+import tilefuse as triton
+import tilefuse.language as tl
+
+
+@triton.autotune(
+    configs=[triton.Config({"BLOCK_SIZE": 128}, num_warps=4), triton.Config({"BLOCK_SIZE": 1024}, num_warps=8)],
+    key=["n_elements"],
+)
+@triton.jit
+def add_kernel(x_ptr, y_ptr, output_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+    pid = tl.program_id(axis=0)
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    x = tl.load(x_ptr + offsets, mask=mask)
+    y = tl.load(y_ptr + offsets, mask=mask)
+    tl.store(output_ptr + offsets, x + y, mask=mask)
+
+
+def add(x, y):
+    output = np.empty_like(x)
+    n_elements = output.size
+    grid = lambda meta: (triton.cdiv(n_elements, meta["BLOCK_SIZE"]),)
+    add_kernel[grid](x, y, output, n_elements)
+    return output
+
+
+rng = np.random.default_rng(0)
+x, y = rng.random(98432, dtype=np.float32), rng.random(98432, dtype=np.float32)
+triton.testing.assert_close(add(x, y), x + y, atol=0, rtol=0)
+
+
+@triton.testing.perf_report(
+    triton.testing.Benchmark(
+        x_names=["size"],
+        x_vals=[2**i for i in range(12, 15)],
+        x_log=True,
+        line_arg="provider",
+        line_vals=["triton", "numpy"],
+        line_names=["Triton", "Numpy"],
+        styles=[("blue", "-"), ("green", "-")],
+        ylabel="GB/s",
+        plot_name="vector-add-performance",
+        args={},
+    )
+)
+def benchmark(size, provider):
+    x, y = rng.random(size, dtype=np.float32), rng.random(size, dtype=np.float32)
+    fn = (lambda: add(x, y)) if provider == "triton" else (lambda: x + y)
+    ms, min_ms, max_ms = triton.testing.do_bench(fn, warmup=1, rep=5, quantiles=[0.5, 0.2, 0.8])
+    gbps = lambda ms: 3 * x.size * x.itemsize * 1e-9 / (ms * 1e-3)
+    return gbps(ms), gbps(max_ms), gbps(min_ms)
+
+
+benchmark.run(print_data=True, show_plots=False)
+"""
+
+
+def test_a_ported_triton_tutorial_runs(tmp_path):
+    # Tutorial 01 as Triton users write it (numpy arrays for torch), with only the imports changed.
+    path = tmp_path / "vector_add_ported.py"
+    path.write_text(PORTED)
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "frontend"))
+    r = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.splitlines()
+    assert out[0] == "vector-add-performance:" and out[1].split() == ["size", "Triton", "Numpy"]
+    assert [line.split()[1] for line in out[2:]] == ["4096", "8192", "16384"]
+    assert all(float(v) > 0 for line in out[2:] for v in line.split()[2:])

@@ -1,6 +1,10 @@
 """tilefuse.testing: do_bench's schedule and statistics with a fake clock (as Triton's:
 a budget-derived number of warm-up and timed runs, an L2 flush before each timed run,
-linear-interpolated quantiles), and assert_close's checks and messages."""
+linear-interpolated quantiles), assert_close's checks and messages, perf_report's tables."""
+
+import contextlib
+import csv
+import importlib.util
 
 import ml_dtypes
 import numpy as np
@@ -98,3 +102,49 @@ def test_assert_close():
     tf.testing.assert_close(b, x, atol=lambda dt: 2**-8 * np.abs(x).max() if dt == b.dtype else 0.0)
     with pytest.raises(AssertionError):
         tf.testing.assert_close(b, x, atol=lambda dt: 0.0)
+
+
+def test_perf_report(tmp_path, capsys):
+    calls = []
+    bench = tf.testing.Benchmark(
+        x_names=["N"],
+        x_vals=[128, 1024],
+        line_arg="provider",
+        line_vals=["a", "b"],
+        line_names=["A", "B"],
+        plot_name="demo",
+        args={"scale": 2},
+        ylabel="GB/s",
+    )
+
+    @tf.testing.perf_report(bench)
+    def measure(N, provider, scale):
+        calls.append((N, provider, scale))
+        v = N * scale * (1 if provider == "a" else 3)
+        return (float(v), v - 1.0, v + 1.0) if provider == "a" else v
+
+    has_plots = importlib.util.find_spec("matplotlib") is not None
+    with contextlib.nullcontext() if has_plots else pytest.warns(UserWarning, match="demo.png not saved"):
+        measure.run(print_data=True, save_path=str(tmp_path))
+    assert calls == [(128, "a", 2), (128, "b", 2), (1024, "a", 2), (1024, "b", 2)]
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "demo:" and out[1].split() == ["N", "A", "B"]
+    assert out[2].split() == ["0", "128", "256", "768"] and out[3].split() == ["1", "1024", "2048", "6144"]
+    with open(tmp_path / "demo.csv") as f:
+        assert list(csv.reader(f)) == [["N", "A", "B"], ["128", "256.0", "768"], ["1024", "2048.0", "6144"]]
+    # One value per x_name, or one for all; a wrong count is named.
+    two = tf.testing.Benchmark(["M", "N"], [(3, 4), 5], "p", [1], ["P"], "two", {})
+    assert tf.testing.perf_report(two)(lambda M, N, p: M * N + p)._table(two)[1] == [
+        [3, 4, 13, None, None],
+        [5, 5, 26, None, None],
+    ]
+    bad = tf.testing.Benchmark(["M", "N"], [(1, 2, 3)], "p", [1], ["P"], "bad", {})
+    with pytest.raises(ValueError, match=r"'bad': expected 2 x values, got \(1, 2, 3\)"):
+        tf.testing.perf_report(bad)(lambda M, N, p: 0).run()
+    with pytest.raises(ValueError, match="2 line_vals but 1 line_names"):
+        tf.testing.Benchmark(["N"], [1], "p", [1, 2], ["P"], "lines", {})
+    if importlib.util.find_spec("pandas") is None:
+        with pytest.raises(ImportError, match=r"run\(return_df=True\) needs pandas"):
+            measure.run(return_df=True)
+    else:
+        assert measure.run(return_df=True).shape == (2, 3)
