@@ -317,14 +317,14 @@ class Autotuner(_Launchable):
             if not configs:
                 raise ValueError(f"{self.base_fn.__name__}: early_config_prune kept no config")
         if self.perf_model:
-            top_k = len(configs) if self.top_k is None else self.top_k
+            top_k = 10 if self.top_k is None else self.top_k  # Triton's default
             if isinstance(top_k, float) and top_k <= 1.0:
                 top_k = max(1, int(len(self.configs) * top_k))
             elif not isinstance(top_k, int):
                 raise TypeError("prune_configs_by's top_k must be a float <= 1.0 or an int")
-            if len(configs) > top_k:
-                est = {c: self.perf_model(**self.nargs, **kwargs, **c.all_kwargs()) for c in configs}
-                configs = sorted(configs, key=est.get)[:top_k]
+            # Ranked even when none is pruned: the interpreter runs the model's first choice.
+            est = {c: self.perf_model(**self.nargs, **kwargs, **c.all_kwargs()) for c in configs}
+            configs = sorted(configs, key=est.get)[:top_k]
         return configs
 
     # --- deciding ---
@@ -338,13 +338,14 @@ class Autotuner(_Launchable):
                 if os.environ.get("TILEFUSE_PRINT_AUTOTUNING") == "1":
                     print(f"tilefuse autotuning of {self.base_fn.__name__}, key {key}: cached {cached} ({store.path})")
                 return cached
-        screened = self._screen(self.prune_configs(dict(kwargs, grid=grid)), args, kwargs, grid, backend)
+        screened = self._screen(self.prune_configs(dict(kwargs, grid=grid)), args, kwargs, grid, backend, timed)
         if not timed or len(screened) == 1:
-            return screened[0]
-        choice = self._tune(screened, args, kwargs, grid, backend)
-        self.pre_hook({**self.nargs, **kwargs, **choice.all_kwargs()}, reset_only=True)
-        if os.environ.get("TILEFUSE_PRINT_AUTOTUNING") == "1":
-            self._print_table(key, choice)
+            choice = screened[0]
+        else:
+            choice = self._tune(screened, args, kwargs, grid, backend)
+            self.pre_hook({**self.nargs, **kwargs, **choice.all_kwargs()}, reset_only=True)
+            if os.environ.get("TILEFUSE_PRINT_AUTOTUNING") == "1":
+                self._print_table(key, choice)
         if store is not None:
             store.save(choice)
         return choice
@@ -357,14 +358,18 @@ class Autotuner(_Launchable):
         del meta["grid"]
         return meta
 
-    def _screen(self, configs, args, kwargs, grid, backend) -> list:
-        """The configs that compile and fit the device, in order; the others are said and dropped."""
+    def _screen(self, configs, args, kwargs, grid, backend, all_of_them) -> list:
+        """The configs that compile and fit the device, in order (without all_of_them, only the
+        first: nothing is timed); the others are said and dropped."""
         kernels, reasons = {}, {}
         for c in configs:
             try:
                 kernels[c] = self.base_fn.compile(*args, **self._launch_kwargs(args, kwargs, grid, c))
             except CompilationError as e:
                 reasons[c] = f"does not compile: {e}"
+                continue
+            if not all_of_them:
+                break
         if backend == "cuda":
             reasons.update(_screen_gpu(kernels, args, kwargs))
         for c, why in reasons.items():
