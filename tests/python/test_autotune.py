@@ -511,3 +511,26 @@ def test_a_ported_triton_tutorial_runs(tmp_path):
     assert out[0] == "vector-add-performance:" and out[1].split() == ["size", "Triton", "Numpy"]
     assert [line.split()[1] for line in out[2:]] == ["4096", "8192", "16384"]
     assert all(float(v) > 0 for line in out[2:] for v in line.split()[2:])
+
+
+def test_user_hooks_replace_the_default_ones():
+    # pre_hook / post_hook of autotune run around every timed launch (and pre_hook once with
+    # reset_only after tuning), in place of the reset_to_zero / restore_value hooks.
+    events = []
+    bench = Bench(calls=2)
+    k = tf.autotune(
+        bench.configs((64, 128)),
+        key=["n"],
+        reset_to_zero=["out_ptr"],
+        pre_hook=lambda nargs, reset_only=False: events.append(("pre", nargs["BLOCK"], reset_only)),
+        post_hook=lambda nargs, exception: events.append(("post", nargs["BLOCK"], exception)),
+        do_bench=bench,
+    )(add_twice)
+    x, out0 = data(256, 13)
+    out = out0.copy()
+    k[grid](x, out, 256)
+    launches = 2 * len(bench.measured)
+    assert events[:4] == [("pre", 64, False), ("post", 64, None)] * 2
+    assert len(events) == 2 * launches + 1 and events[-1] == ("pre", 64, True)
+    # The default reset did not run: out holds every launch's addition.
+    np.testing.assert_allclose(out, out0 + (launches + 1) * 2 * x, rtol=1e-5, atol=1e-4)
