@@ -534,3 +534,18 @@ def test_user_hooks_replace_the_default_ones():
     assert len(events) == 2 * launches + 1 and events[-1] == ("pre", 64, True)
     # The default reset did not run: out holds every launch's addition.
     np.testing.assert_allclose(out, out0 + (launches + 1) * 2 * x, rtol=1e-5, atol=1e-4)
+
+
+def test_warmup_compiles_every_kept_config():
+    def early(configs, nargs, **kwargs):
+        return configs[:2]
+
+    k = tf.autotune(
+        [tf.Config({"BLOCK": b}, num_warps=w) for b, w in ((64, 4), (128, 8), (256, 4))],
+        key=["n"],
+        prune_configs_by={"early_config_prune": early},
+    )(add_twice)
+    x, out = data(100, 14)
+    compiled = k.warmup(x, out, 100, grid=grid, target="sm_90a")
+    assert len(compiled) == 2 and all(".target sm_90a" in c.asm["ptx"] for c in compiled)
+    assert ".maxntid 128" in compiled[0].asm["ptx"] and ".maxntid 256" in compiled[1].asm["ptx"]
