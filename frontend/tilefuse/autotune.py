@@ -458,11 +458,13 @@ def _screen_gpu(kernels: dict, args, kwargs) -> dict:
     _C.runtime.use_device(device)
     arch, info = gpu.arch_of_device(device), _C.runtime.device_info(device)
     reasons, slow = {}, {}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(len(kernels), os.cpu_count() or 1))) as pool:
-        built = {c: pool.submit(gpu.build, k, arch, c.num_warps, c.num_stages) for c, k in kernels.items()}
-    for c, future in built.items():
+    # One build per (kernel, num_warps, num_stages): configs differing only in their pre_hook share it.
+    jobs = {(id(k), c.num_warps, c.num_stages): (k, c.num_warps, c.num_stages) for c, k in kernels.items()}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+        built = {job: pool.submit(gpu.build, k, arch, w, s) for job, (k, w, s) in jobs.items()}
+    for c, k in kernels.items():
         try:
-            entry, hints = future.result()
+            entry, hints = built[(id(k), c.num_warps, c.num_stages)].result()
         except CompilationError as e:
             reasons[c] = f"does not compile: {e}"
             continue
