@@ -55,11 +55,6 @@ inline std::string mmaTypeName(DType d) {
       return "s8";
   }
 }
-// Shared-memory bytes of a wgmma dot's staged A and B.
-struct WgmmaOperandBytes {
-  int64_t a, b;
-};
-
 // Shared bytes [0, kBarrierBytes) hold the mbarriers of kernels with tensor maps.
 constexpr int64_t kBarrierBytes = 1024;
 
@@ -327,7 +322,7 @@ class Lowering {
   SharedTile wgmmaOperandTile(const Op& dot, unsigned which, const WgmmaShape& w) const {
     return detail::wgmmaOperandTile(dot, which, w, threads_);
   }
-  WgmmaOperandBytes wgmmaOperandBytes(const Op& dot);
+  WgmmaOperandBytes wgmmaOperandBytes(const Op& dot) const { return detail::wgmmaOperandBytes(dot, threads_); }
   void reserveWgmmaOperands(const Block& body);
   void lowerWgmma(const Op& op, const WgmmaShape& w);
   void stageOperand(const Regs& r, const Type& t, LVal* base, bool transpose, const SharedTile& tile);
