@@ -43,7 +43,14 @@ void init_runtime(py::module_& m) {
       .value("i1", ParamKind::I1)
       .value("i32", ParamKind::I32)
       .value("i64", ParamKind::I64)
-      .value("f32", ParamKind::F32);
+      .value("f32", ParamKind::F32)
+      .value("i8", ParamKind::I8)
+      .value("i16", ParamKind::I16)
+      .value("u8", ParamKind::U8)
+      .value("u16", ParamKind::U16)
+      .value("u32", ParamKind::U32)
+      .value("u64", ParamKind::U64)
+      .value("f64", ParamKind::F64);
   using Map = LaunchSpec::TensorMap;
   py::class_<Map::Dim>(r, "TensorMapDim")
       .def_readonly("param", &Map::Dim::param)
@@ -105,7 +112,11 @@ void init_runtime(py::module_& m) {
                   args.push_back(static_cast<int64_t>(v.cast<uint64_t>()));
                   break;
                 case ParamKind::F32:
-                  args.push_back(f32Arg(v.cast<double>()));
+                case ParamKind::F64:
+                  args.push_back(floatArg(params[i].kind, v.cast<double>()));
+                  break;
+                case ParamKind::U64:
+                  args.push_back(static_cast<int64_t>(v.cast<uint64_t>()));
                   break;
                 case ParamKind::I1:
                   args.push_back(v.cast<bool>());

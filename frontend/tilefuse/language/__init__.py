@@ -17,6 +17,7 @@ from .core import (  # noqa: F401
     ceil,
     clamp,
     constexpr,
+    cos,
     device_assert,
     device_print,
     dot,
@@ -60,6 +61,7 @@ from .core import (  # noqa: F401
     reshape,
     rsqrt,
     sigmoid,
+    sin,
     split,
     sqrt,
     static_assert,
@@ -71,10 +73,27 @@ from .core import (  # noqa: F401
     tensor,
     tensor_descriptor,
     trans,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+    umulhi,
     view,
     where,
     zeros,
     zeros_like,
+)
+from .random import (  # noqa: F401
+    pair_uniform_to_normal,
+    philox,
+    philox_impl,
+    rand,
+    rand4x,
+    randint,
+    randint4x,
+    randn,
+    randn4x,
+    uint_to_uniform_float,
 )
 
 bool = int1  # noqa: A001 - Triton's alias
