@@ -305,3 +305,23 @@ def test_numpy_bool_scalar():
     add_scalar[(1,)](np.arange(N, dtype=np.int32), out, np.bool_(True), N=N)
     np.testing.assert_array_equal(out, np.arange(N) + 1)
 
+
+@tf.jit
+def folded(out_ptr, A: tl.constexpr, B: tl.constexpr, D: tl.constexpr, N: tl.constexpr):
+    # Constant operands: canonicalize folds these, so the folds must be unsigned too.
+    a, b = tl.full((N,), A, D), tl.full((N,), B, D)
+    r = tl.arange(0, N)
+    vals = [a // b, a % b, a >> 3, tl.maximum(a, b), tl.minimum(a, b), (a < b).to(D), a.to(tl.uint64).to(D)]
+    for j in tl.static_range(len(vals)):
+        tl.store(out_ptr + j * N + r, vals[j])
+    tl.store(out_ptr + len(vals) * N + r, a.to(tl.float64).to(tl.uint64).to(D))
+
+
+@pytest.mark.parametrize("d", UINTS)
+def test_constant_folding_is_unsigned(d):
+    info = np.iinfo(d)
+    a, b = int(info.max) - 6, (1 << (info.bits - 1)) + 3  # both beyond the signed range
+    out = np.zeros(8 * 16, d)
+    folded[(1,)](out, A=a, B=b, D=TL[np.dtype(d)], N=16)
+    want = [a // b, a % b, a >> 3, max(a, b), min(a, b), int(a < b), a, int(float(a)) if d != np.uint64 else info.max]
+    np.testing.assert_array_equal(out.reshape(8, 16), np.repeat(np.array(want, dtype=object)[:, None], 16, 1).astype(d))
