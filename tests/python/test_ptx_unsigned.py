@@ -4,6 +4,7 @@ these ops that emits invalid or signed PTX fails on a machine without a GPU."""
 
 import shutil
 
+import ml_dtypes
 import numpy as np
 import pytest
 import tilefuse.language as tl
@@ -53,3 +54,13 @@ def test_other_kernels_assemble(arch, tmp_path):
     assert "setp.lt.u32" in kernels[0].asm["ptx"]
     assert "cvt.rz.f64.u64" in kernels[3].asm["ptx"]
     assert any(c in kernels[4].asm["ptx"] for c in ("cvt.rzi.sat.u32.f32", "cvt.rzi.u32.f32"))
+
+
+@pytest.mark.parametrize("src", [np.float64, np.int64, np.uint64, np.uint32])
+def test_bf16_casts_round_once_on_sm80(src, tmp_path):
+    # sm_80 has no cvt.rn.bf16 from these; a detour through f32 would round twice. The one
+    # rounding is rint in f64 (cvt.rni.f64.f64) of the exact value; what follows is exact.
+    out = np.zeros(N, ml_dtypes.bfloat16)
+    k = convert.warmup(np.zeros(N, src), out, grid=(1,), target="sm_80", TO=tl.bfloat16, N=N)
+    assert_assembles(k.asm["ptx"], "sm_80", tmp_path)
+    assert "cvt.rni.f64.f64" in k.asm["ptx"]

@@ -120,11 +120,11 @@ LVal* Lowering::castElem(const Op& op, LVal* v, const Type& from, const Type& to
     Type f16 = Type::scalar(DType::F16);
     return d == DType::F16 ? h : castElem(op, h, f16, to);
   }
+  // Before sm_90 PTX has no cvt.rn.bf16 from f64 or integers and LLVM goes through f32,
+  // rounding twice; castRounded rounds once (integers through f64, rounded to odd).
+  bool viaF32 = d == DType::BF16 && (s == DType::F64 || (isInt(s) && s != DType::I1));
+  if (viaF32 && opts_.arch.rfind("sm_9", 0) != 0) return castRounded(op, v, from, to, nullptr);
   if (isFloat(s) && isFloat(d)) return b_.CreateFPCast(v, dt);
-  // Before sm_90 PTX has no cvt.rn.bf16 from integers and LLVM goes through f32, rounding
-  // twice; castRounded rounds once (through f64, rounded to odd beyond 2^53).
-  if (isInt(s) && s != DType::I1 && d == DType::BF16 && opts_.arch.rfind("sm_9", 0) != 0)
-    return castRounded(op, v, from, to, nullptr);
   // Integers extend by the source's signedness (i1 and unsigned types zero-extend), as in C.
   bool zext = s == DType::I1 || isUnsigned(s);
   if (isInt(s) && isInt(d)) {
