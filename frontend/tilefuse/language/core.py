@@ -274,6 +274,8 @@ def to_tensor(v, b, like: tensor | None = None) -> tensor:
                         "Perform a explicit cast on one of them."
                     )
                 raise ValueError(f"Scalar {v} is out of range for type {d!r}")
+            if d.is_int() and -(2**63) <= v < 2**63:  # beside a signed tensor: widened to int64
+                return _const(v, int64, b)
         return _const(v, _int_type(v), b)
     if isinstance(v, float):
         d = like.dtype if like is not None and not like.type.is_ptr and like.dtype.is_floating() else float32

@@ -235,6 +235,22 @@ def test_literals_take_the_unsigned_type(d, rng):
 
 
 @tf.jit
+def widened(x_ptr, out_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    r = tl.load(x_ptr + offs) + 3000000000  # uint32 alone, but beside an int32 tensor: int64
+    tl.static_assert(r.dtype == tl.int64)
+    tl.store(out_ptr + offs, r + (2**32 + 7))
+
+
+def test_big_literals_beside_signed_tensors_widen_to_int64(rng):
+    # Triton rejects these (out of range for int32); tilefuse keeps the value, as before unsigned types.
+    x = edge_values(np.int32, rng)
+    out = np.zeros(N, np.int64)
+    widened[(1,)](x, out, N=N)
+    np.testing.assert_array_equal(out, x.astype(np.int64) + 3000000000 + 2**32 + 7)
+
+
+@tf.jit
 def add_literal(x_ptr, V: tl.constexpr):
     tl.store(x_ptr, tl.load(x_ptr) + V)
 
