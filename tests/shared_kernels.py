@@ -144,6 +144,30 @@ def gated_dot_loop(a_ptr, gt_ptr, ut_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: 
 
 
 @tf.jit
+def two_dot_loops(
+    a_ptr, bt_ptr, d_ptr, et_ptr, c_ptr, M, N, K1, K2, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr
+):
+    # C = (A B^T) * (D E^T): two pipelined K loops one after the other (as FC1 then FC2 of
+    # a fused MLP), whose shared-memory rings share their bytes; edges masked with other=0.0.
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K1, BK):
+        kk = (k + rk)[None, :]
+        a = tl.load(a_ptr + rm[:, None] * K1 + kk, mask=(rm[:, None] < M) & (kk < K1), other=0.0)
+        b = tl.load(bt_ptr + rn[:, None] * K1 + kk, mask=(rn[:, None] < N) & (kk < K1), other=0.0)
+        acc = tl.dot(a, tl.trans(b), acc)
+    acc2 = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K2, BK):
+        kk = (k + rk)[None, :]
+        d = tl.load(d_ptr + rm[:, None] * K2 + kk, mask=(rm[:, None] < M) & (kk < K2), other=0.0)
+        e = tl.load(et_ptr + rn[:, None] * K2 + kk, mask=(rn[:, None] < N) & (kk < K2), other=0.0)
+        acc2 = tl.dot(d, tl.trans(e), acc2)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc * acc2, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@tf.jit
 def strided_dot_loop(
     a_ptr, b_ptr, c_ptr, M, N, K, stride_bk, stride_bn, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr
 ):

@@ -7,6 +7,9 @@
 #include <Python.h>
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
+#include <utility>
 
 #include "tilefuse/ir/Types.h"
 
@@ -39,9 +42,51 @@ inline ArgSpec intSpec(int64_t v, bool specialize) {
 
 enum class Scalar : uint8_t { Ok, NotScalar, TooWide };
 
-// A bool (i1), int or float (f32) argument: its spec, and its value in `i` (ints and
-// bools) or `f` (floats). TooWide: an int beyond 64 bits.
+// The dtype of a numpy scalar (np.int32(3), np.float64(0.5), ...), by its type's name;
+// nullopt for other objects and numpy scalars without a kernel type (np.float16, complex).
+inline std::optional<DType> numpyScalarType(PyObject* v) {
+  std::string_view name = Py_TYPE(v)->tp_name;
+  if (!name.starts_with("numpy.")) return std::nullopt;
+  name.remove_prefix(6);
+  static constexpr std::pair<std::string_view, DType> kTypes[] = {
+      {"bool", DType::I1},     {"bool_", DType::I1},    {"int8", DType::I8},      {"int16", DType::I16},
+      {"int32", DType::I32},   {"int64", DType::I64},   {"longlong", DType::I64}, {"uint8", DType::U8},
+      {"uint16", DType::U16},  {"uint32", DType::U32},  {"uint64", DType::U64},   {"ulonglong", DType::U64},
+      {"float32", DType::F32}, {"float64", DType::F64},
+  };
+  for (const auto& [n, d] : kTypes)
+    if (n == name) return d;
+  return std::nullopt;
+}
+
+// A numpy scalar argument keeps its dtype (no specialization of 1; the %16 hint for ints).
+inline Scalar numpyScalarSpec(PyObject* v, DType d, bool specialize, ArgSpec& spec, int64_t& i, double& f) {
+  spec = {ArgSpec::Kind::Scalar, d};
+  if (isFloat(d)) {
+    f = PyFloat_AsDouble(v);
+    return PyErr_Occurred() ? (PyErr_Clear(), Scalar::NotScalar) : Scalar::Ok;
+  }
+  if (d == DType::I1) {  // numpy bools have no __index__
+    int t = PyObject_IsTrue(v);
+    i = t > 0;
+    return t < 0 ? (PyErr_Clear(), Scalar::NotScalar) : Scalar::Ok;
+  }
+  PyObject* n = PyNumber_Index(v);
+  if (!n) {
+    PyErr_Clear();
+    return Scalar::NotScalar;
+  }
+  i = d == DType::U64 ? static_cast<int64_t>(PyLong_AsUnsignedLongLong(n)) : PyLong_AsLongLong(n);
+  Py_DECREF(n);
+  spec.divisible = specialize && d != DType::I1 && i % 16 == 0;
+  return Scalar::Ok;
+}
+
+// A bool (i1), int (i32, i64, or u64 from 2^63 on, as Triton) or float (f32) argument,
+// or a numpy scalar (its own dtype): its spec, and its value in `i` (ints and bools; a
+// u64 as its bits) or `f` (floats). TooWide: an int beyond 64 bits.
 inline Scalar scalarSpec(PyObject* v, bool specialize, ArgSpec& spec, int64_t& i, double& f) {
+  if (auto d = numpyScalarType(v)) return numpyScalarSpec(v, *d, specialize, spec, i, f);
   if (PyBool_Check(v)) {  // before ints: bool is an int subclass
     spec = {ArgSpec::Kind::Scalar, DType::I1};
     i = v == Py_True;
@@ -50,6 +95,16 @@ inline Scalar scalarSpec(PyObject* v, bool specialize, ArgSpec& spec, int64_t& i
   if (PyLong_Check(v)) {
     int overflow = 0;
     long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow > 0) {
+      unsigned long long u = PyLong_AsUnsignedLongLong(v);
+      if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return Scalar::TooWide;
+      }
+      spec = {ArgSpec::Kind::Scalar, DType::U64, specialize && u % 16 == 0};
+      i = static_cast<int64_t>(u);
+      return Scalar::Ok;
+    }
     if (overflow) return Scalar::TooWide;
     spec = intSpec(x, specialize);
     i = x;

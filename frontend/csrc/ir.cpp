@@ -18,12 +18,14 @@ void init_ir(py::module_& m) {
   auto ir = m.def_submodule("ir", "the tile IR");
 
   auto dtype = py::enum_<DType>(ir, "DType");
-  for (int i = 0; i <= static_cast<int>(DType::F4E2M1); ++i) {
+  for (int i = 0; i <= static_cast<int>(DType::U64); ++i) {
     auto d = static_cast<DType>(i);
     dtype.value(std::string(dtypeName(d)).c_str(), d);
   }
   ir.def("dtype_name", [](DType d) { return std::string(dtypeName(d)); });
   ir.def("bit_width", &bitWidth);
+  ir.def("is_int", &isInt);
+  ir.def("is_unsigned", &isUnsigned);
 
   py::enum_<OpKind> kind(ir, "OpKind");
 #define TF_OP(Name, Mnemonic, MinOps, MaxOps, NumRes, NumRegions, Traits) kind.value(#Name, OpKind::Name);

@@ -54,10 +54,13 @@ struct Bound {
 };
 
 // Where a kernel parameter's value comes from: the call's parameter `param`, read as
-// a float or an int.
+// a float (f32 or f64, by kind) or an int.
 struct Source {
   int param;
-  bool isFloat;
+  tilefuse::runtime::ParamKind kind;
+  bool isFloat() const {
+    return kind == tilefuse::runtime::ParamKind::F32 || kind == tilefuse::runtime::ParamKind::F64;
+  }
 };
 
 struct Entry {
@@ -135,7 +138,7 @@ class FastPath {
       int64_t args[kMaxArgs];  // a kernel has at most the call's parameters
       for (size_t i = 0; i < e.sources.size(); ++i) {
         const Source& src = e.sources[i];
-        args[i] = src.isFloat ? tilefuse::runtime::f32Arg(b.floats[src.param]) : b.ints[src.param];
+        args[i] = src.isFloat() ? tilefuse::runtime::floatArg(src.kind, b.floats[src.param]) : b.ints[src.param];
       }
       uint64_t stream = 0;
       if (!stream_.is_none()) {
@@ -168,7 +171,7 @@ class FastPath {
     for (const auto& p : kernel->spec().params) {
       auto it = std::find(names_.begin(), names_.end(), p.name);
       if (it == names_.end()) return false;
-      e.sources.push_back({static_cast<int>(it - names_.begin()), p.kind == tilefuse::runtime::ParamKind::F32});
+      e.sources.push_back({static_cast<int>(it - names_.begin()), p.kind});
     }
     e.kernel = std::move(kernel);
     e.device = py::int_(e.kernel->device());

@@ -31,6 +31,20 @@ runtime::ParamKind paramKind(const Type& t) {
       return runtime::ParamKind::I64;
     case DType::F32:
       return runtime::ParamKind::F32;
+    case DType::I8:
+      return runtime::ParamKind::I8;
+    case DType::I16:
+      return runtime::ParamKind::I16;
+    case DType::U8:
+      return runtime::ParamKind::U8;
+    case DType::U16:
+      return runtime::ParamKind::U16;
+    case DType::U32:
+      return runtime::ParamKind::U32;
+    case DType::U64:
+      return runtime::ParamKind::U64;
+    case DType::F64:
+      return runtime::ParamKind::F64;
     default:
       throw InternalError("a kernel parameter of type " + t.str() + " has no launch form");
   }

@@ -27,6 +27,8 @@ void init_runtime(py::module_& m) {
       .def_readonly("minor", &DeviceInfo::minor)
       .def_readonly("multiprocessors", &DeviceInfo::multiprocessors)
       .def_readonly("max_shared_per_block_optin", &DeviceInfo::maxSharedPerBlockOptin)
+      .def_readonly("max_registers_per_block", &DeviceInfo::maxRegistersPerBlock)
+      .def_readonly("l2_cache_bytes", &DeviceInfo::l2CacheBytes)
       .def("__repr__", [](const DeviceInfo& d) {
         return "<DeviceInfo " + std::to_string(d.ordinal) + ": " + d.name + " sm_" + std::to_string(d.major) +
                std::to_string(d.minor) + ">";
@@ -41,7 +43,14 @@ void init_runtime(py::module_& m) {
       .value("i1", ParamKind::I1)
       .value("i32", ParamKind::I32)
       .value("i64", ParamKind::I64)
-      .value("f32", ParamKind::F32);
+      .value("f32", ParamKind::F32)
+      .value("i8", ParamKind::I8)
+      .value("i16", ParamKind::I16)
+      .value("u8", ParamKind::U8)
+      .value("u16", ParamKind::U16)
+      .value("u32", ParamKind::U32)
+      .value("u64", ParamKind::U64)
+      .value("f64", ParamKind::F64);
   using Map = LaunchSpec::TensorMap;
   py::class_<Map::Dim>(r, "TensorMapDim")
       .def_readonly("param", &Map::Dim::param)
@@ -79,6 +88,10 @@ void init_runtime(py::module_& m) {
       .def_readonly("spec", &CachedKernel::spec)
       .def_readonly("ptx", &CachedKernel::ptx)
       .def_property_readonly("image", [](const CachedKernel& k) { return py::bytes(k.image); });
+  py::class_<FuncResources>(r, "FuncResources")
+      .def_readonly("num_regs", &FuncResources::numRegs)
+      .def_readonly("local_bytes", &FuncResources::localBytes)
+      .def_readonly("max_threads_per_block", &FuncResources::maxThreadsPerBlock);
   py::class_<LoadedKernel, std::shared_ptr<LoadedKernel>>(r, "LoadedKernel")
       .def(py::init([](int device, py::bytes image, LaunchSpec spec) {
              return std::make_shared<LoadedKernel>(device, std::string(image), std::move(spec));
@@ -99,7 +112,11 @@ void init_runtime(py::module_& m) {
                   args.push_back(static_cast<int64_t>(v.cast<uint64_t>()));
                   break;
                 case ParamKind::F32:
-                  args.push_back(f32Arg(v.cast<double>()));
+                case ParamKind::F64:
+                  args.push_back(floatArg(params[i].kind, v.cast<double>()));
+                  break;
+                case ParamKind::U64:
+                  args.push_back(static_cast<int64_t>(v.cast<uint64_t>()));
                   break;
                 case ParamKind::I1:
                   args.push_back(v.cast<bool>());
@@ -112,6 +129,7 @@ void init_runtime(py::module_& m) {
           },
           py::arg("grid"), py::arg("stream"), py::arg("values"))
       .def_property_readonly("spec", &LoadedKernel::spec)
+      .def("resources", &LoadedKernel::resources)
       .def_property_readonly("device", &LoadedKernel::device);
 
   // The checks of a tensor map with these values (no GPU needed): raises TensorMapError

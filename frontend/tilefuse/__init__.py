@@ -12,8 +12,9 @@ def add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
 add[(tf.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
 """
 
-from . import _C, language  # noqa: F401
+from . import _C, language, testing  # noqa: F401
 from . import jit as jit_module  # noqa: F401 - the module, for tests that patch it
+from .autotune import Config, autotune, heuristics  # noqa: F401
 from .defaults import __version__  # noqa: F401
 from .errors import CompilationError, KernelRuntimeError, LaunchError, TilefuseError  # noqa: F401
 from .jit import CompiledKernel, JITFunction, jit, select_backend  # noqa: F401

@@ -22,6 +22,10 @@ _NUMPY_DTYPES = {
     np.dtype(np.int16): _D.i16,
     np.dtype(np.int32): _D.i32,
     np.dtype(np.int64): _D.i64,
+    np.dtype(np.uint8): _D.u8,
+    np.dtype(np.uint16): _D.u16,
+    np.dtype(np.uint32): _D.u32,
+    np.dtype(np.uint64): _D.u64,
     np.dtype(np.float16): _D.f16,
     np.dtype(np.float32): _D.f32,
     np.dtype(np.float64): _D.f64,
@@ -41,6 +45,10 @@ _TORCH_DTYPES = {
     "torch.int16": _D.i16,
     "torch.int32": _D.i32,
     "torch.int64": _D.i64,
+    "torch.uint8": _D.u8,
+    "torch.uint16": _D.u16,
+    "torch.uint32": _D.u32,
+    "torch.uint64": _D.u64,
     "torch.float16": _D.f16,
     "torch.bfloat16": _D.bf16,
     "torch.float32": _D.f32,
@@ -55,6 +63,10 @@ _CAI_DTYPES = {
     "<i2": _D.i16,
     "<i4": _D.i32,
     "<i8": _D.i64,
+    "|u1": _D.u8,
+    "<u2": _D.u16,
+    "<u4": _D.u32,
+    "<u8": _D.u64,
     "<f2": _D.f16,
     "<f4": _D.f32,
     "<f8": _D.f64,
@@ -81,6 +93,10 @@ class DLPackArg:
         (0, 16): _D.i16,
         (0, 32): _D.i32,
         (0, 64): _D.i64,
+        (1, 8): _D.u8,
+        (1, 16): _D.u16,
+        (1, 32): _D.u32,
+        (1, 64): _D.u64,
         (2, 16): _D.f16,
         (2, 32): _D.f32,
         (2, 64): _D.f64,
@@ -92,10 +108,7 @@ class DLPackArg:
         first, low, nbytes, dev_type, dev_id, code, bits, lanes = _C.dlpack.describe(v.__dlpack__())
         d = self._DTYPES.get((code, bits))
         if d is None or lanes != 1:
-            hint = " (tilefuse has no unsigned types)" if code == 1 else ""
-            raise LaunchError(
-                f"argument '{name}': DLPack dtype code {code}, {bits} bits x{lanes} is not supported{hint}"
-            )
+            raise LaunchError(f"argument '{name}': DLPack dtype code {code}, {bits} bits x{lanes} is not supported")
         if dev_type not in (1, 2, 3):
             raise LaunchError(f"argument '{name}': DLPack device type {dev_type} is neither CPU nor CUDA")
         self.ptr, self.low, self.nbytes, self.dtype = first, low, nbytes, d
@@ -108,8 +121,7 @@ def array_arg(name, v):
     if isinstance(v, np.ndarray):
         d = _NUMPY_DTYPES.get(v.dtype)
         if d is None:
-            hint = " (tilefuse has no unsigned types: pass arr.view(np.int8) and mask)" if v.dtype.kind == "u" else ""
-            raise LaunchError(f"argument '{name}': arrays of dtype {v.dtype} are not supported{hint}")
+            raise LaunchError(f"argument '{name}': arrays of dtype {v.dtype} are not supported")
         return d, v.ctypes.data
     if is_torch_tensor(v):
         d = _TORCH_DTYPES.get(str(v.dtype))

@@ -707,7 +707,8 @@ class CodeGenerator(ast.NodeVisitor):
         if isinstance(node.op, ast.UAdd):
             return v
         if isinstance(node.op, ast.Invert):
-            return tl.tensor(self.b.binary(_K.Xor, v.handle, tl.to_tensor(-1, self.b, like=v).handle))
+            ones = 2**v.dtype.primitive_bitwidth - 1 if v.dtype.is_int_unsigned() else -1
+            return tl.tensor(self.b.binary(_K.Xor, v.handle, tl.to_tensor(ones, self.b, like=v).handle))
         zero = tl.to_tensor(0, self.b, like=v)
         return tl.tensor(self.b.cmp("eq", v.handle, zero.handle))
 

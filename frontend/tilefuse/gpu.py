@@ -4,6 +4,7 @@ disk) -> launch through the C++ runtime on the current torch stream."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -109,16 +110,30 @@ def _ptxas(ptx: str, arch: str) -> bytes | None:
 def binary(kernel, arch: str, num_warps: int, num_stages: int):
     """The runtime.CachedKernel (launch spec, PTX, loadable image: a cubin, or PTX when ptxas
     is absent) from the disk cache, compiled and stored when missing or corrupted."""
+    return build(kernel, arch, num_warps, num_stages)[0]
+
+
+def build(kernel, arch: str, num_warps: int, num_stages: int):
+    """binary's CachedKernel and the perf hints of its compile (as lower's "hints", lists);
+    the hints are cached beside the kernel, so that a cached kernel still reports them.
+    Thread-safe: the C++ lowering runs without the GIL, so threads compile in parallel."""
     cache = _R.DiskCache()
     key = _cache_key(kernel, arch, num_warps, num_stages)
     entry = None if perf_hints() else cache.get_kernel(key)
-    if entry is None:
-        low = lower(kernel, arch, num_warps, num_stages, keep_ir=False)  # a launch needs no LLVM IR text
-        # A forced target's cubin may not run on this GPU; its PTX does, through the driver JIT.
-        image = (None if _TARGET else _ptxas(low["ptx"], arch)) or (low["ptx"].encode() + b"\0")
-        entry = _R.CachedKernel(low["spec"], low["ptx"], image)
-        cache.put_kernel(key, entry)
-    return entry
+    stored = None if entry is None else cache.get(key + "-hints")
+    if entry is not None and stored is not None:
+        try:
+            return entry, json.loads(stored)
+        except ValueError:
+            pass  # unreadable hints: compile again, which rewrites both
+    low = lower(kernel, arch, num_warps, num_stages, keep_ir=False)  # a launch needs no LLVM IR text
+    # A forced target's cubin may not run on this GPU; its PTX does, through the driver JIT.
+    image = (None if _TARGET else _ptxas(low["ptx"], arch)) or (low["ptx"].encode() + b"\0")
+    entry = _R.CachedKernel(low["spec"], low["ptx"], image)
+    hints = [list(h) for h in low["hints"]]
+    cache.put(key + "-hints", json.dumps(hints).encode())
+    cache.put_kernel(key, entry)
+    return entry, hints
 
 
 def _address(name, v, device) -> int:
@@ -183,10 +198,9 @@ def stream_function():
     return getattr(_torch._C, "_cuda_getCurrentRawStream", None) or _current_stream
 
 
-def launch(kernel, bound, grid, num_warps: int, num_stages: int):
-    """Launches on the GPU of the arguments; returns the runtime.LoadedKernel."""
-    device = device_of(bound.values())
-    _R.use_device(device)
+def load(kernel, device: int, num_warps: int, num_stages: int):
+    """The runtime.LoadedKernel of `kernel` on `device` (loaded once); LaunchError when it
+    needs more shared memory than the device allows per block."""
     loaded = kernel.loaded.get((device, num_warps, num_stages))
     if loaded is None:
         entry = binary(kernel, arch_of_device(device), num_warps, num_stages)
@@ -199,6 +213,14 @@ def launch(kernel, bound, grid, num_warps: int, num_stages: int):
                 "(use fewer stages or smaller tiles)"
             )
         loaded = kernel.loaded[(device, num_warps, num_stages)] = _R.LoadedKernel(device, entry.image, entry.spec)
+    return loaded
+
+
+def launch(kernel, bound, grid, num_warps: int, num_stages: int):
+    """Launches on the GPU of the arguments; returns the runtime.LoadedKernel."""
+    device = device_of(bound.values())
+    _R.use_device(device)
+    loaded = load(kernel, device, num_warps, num_stages)
     ptr = _R.ParamKind.ptr
     values = [_address(p.name, bound[p.name], device) if p.kind == ptr else bound[p.name] for p in loaded.spec.params]
     try:

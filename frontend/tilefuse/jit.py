@@ -367,10 +367,11 @@ def _launch_interp(kernel: CompiledKernel, params, bound, grid):
                 hi = lo + v.untyped_storage().nbytes() - v.storage_offset() * v.element_size()
                 args.append(I.Arg.ptr(lo))
             buffers.append(I.Buffer(lo, hi - lo, name))
-        elif t.elem == _D.f32:
+        elif t.elem in (_D.f32, _D.f64):
             args.append(I.Arg.float(float(v)))
         else:
-            args.append(I.Arg.int(int(v)))
+            i = int(v)
+            args.append(I.Arg.int(i - 2**64 if i >= 2**63 else i))  # a u64 as its bits
     try:
         I.launch(kernel.module, kernel.name, grid, args, buffers)
     except _C.UserError as e:

@@ -126,3 +126,25 @@ def matmul(
         ACTIVATION=activation,
     )
     return c
+
+
+def autotune_configs():
+    """Tile configs to autotune the kernels over (`tf.autotune(autotune_configs(), key=["M", "N",
+    "K"])(matmul_kernel)`): Triton's tutorial set and two 8-warp 64-deep wgmma tiles. Written
+    with `tf.Config`, so that a copy of this file importing triton as tf builds Triton's."""
+    tiles = [
+        (128, 256, 64, 8, 3),
+        (64, 256, 32, 4, 4),
+        (128, 128, 32, 4, 4),
+        (128, 64, 32, 4, 4),
+        (64, 128, 32, 4, 4),
+        (128, 32, 32, 4, 4),
+        (64, 32, 32, 2, 5),
+        (32, 64, 32, 2, 5),
+        (256, 128, 64, 8, 3),
+        (128, 256, 64, 8, 4),
+    ]
+    return [
+        tf.Config(dict(BLOCK_SIZE_M=m, BLOCK_SIZE_N=n, BLOCK_SIZE_K=k, GROUP_SIZE_M=8), num_warps=w, num_stages=s)
+        for m, n, k, w, s in tiles
+    ]

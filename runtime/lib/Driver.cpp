@@ -93,6 +93,8 @@ DeviceInfo deviceInfo(int ordinal) {
   TF_CU_CHECK(d.cuDeviceGetAttribute(&info.multiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
   TF_CU_CHECK(
       d.cuDeviceGetAttribute(&info.maxSharedPerBlockOptin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev));
+  TF_CU_CHECK(d.cuDeviceGetAttribute(&info.maxRegistersPerBlock, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK, dev));
+  TF_CU_CHECK(d.cuDeviceGetAttribute(&info.l2CacheBytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev));
   return info;
 }
 

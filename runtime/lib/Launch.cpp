@@ -74,6 +74,15 @@ LoadedKernel::~LoadedKernel() {
   if (module_ && driverAvailable()) driver().cuModuleUnload(module_);
 }
 
+FuncResources LoadedKernel::resources() const {
+  const DriverApi& d = driver();
+  FuncResources r{};
+  TF_CU_CHECK(d.cuFuncGetAttribute(&r.numRegs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn_));
+  TF_CU_CHECK(d.cuFuncGetAttribute(&r.localBytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn_));
+  TF_CU_CHECK(d.cuFuncGetAttribute(&r.maxThreadsPerBlock, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn_));
+  return r;
+}
+
 void LoadedKernel::launch(std::array<uint32_t, 3> grid, uint64_t stream, const int64_t* args) const {
   // Parameters by pointer, as the driver takes tensor maps (__grid_constant__); the
   // little-endian int64 slots hold narrower values in their low bytes. On the stack up

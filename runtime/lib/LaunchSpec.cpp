@@ -10,7 +10,7 @@
 namespace tilefuse::runtime {
 namespace {
 
-constexpr std::string_view kKinds[] = {"ptr", "i1", "i32", "i64", "f32"};
+constexpr std::string_view kKinds[] = {"ptr", "i1", "i32", "i64", "f32", "i8", "i16", "u8", "u16", "u32", "u64", "f64"};
 
 void quote(std::string& o, std::string_view s) {
   o += '"';

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine (repo root, .gpu carried): GPU tests, then benchmarks.
-# Results go to $OUT (gpu-tests.log, bench.json) when OUT is set.
+# Results go to $OUT (gpu-tests.log, bench.json, autotune.json) when OUT is set.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD/.gpu/pkg:$PWD" PYTHONUNBUFFERED=1 TILEFUSE_CACHE_DIR=/tmp/tilefuse-cache
@@ -11,4 +11,5 @@ python3 -c "import tilefuse, torch; print('tilefuse', tilefuse.__version__, 'tor
 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu "$@" 2>&1 | tee "$OUT/gpu-tests.log"
 rc=${PIPESTATUS[0]}
 python3 bench/gpu_bench.py --out "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
+python3 bench/autotune_bench.py --out "$OUT/autotune.json" 2>&1 | tee "$OUT/autotune.log"
 exit $rc

@@ -145,6 +145,12 @@ TEST_F(BuilderTest, PromotionTable) {
       {DType::F16, DType::BF16, OpKind::Max, DType::F32}, {DType::BF16, DType::BF16, OpKind::Add, DType::BF16},
       {DType::I1, DType::I1, OpKind::Add, DType::I32},    {DType::I1, DType::I1, OpKind::And, DType::I1},
       {DType::I1, DType::I1, OpKind::Max, DType::I1},     {DType::I1, DType::I8, OpKind::Add, DType::I8},
+      // Unsigned (C's usual arithmetic conversions, as Triton): equal widths go unsigned,
+      // a wider signed type wins over a narrower unsigned one.
+      {DType::I32, DType::U32, OpKind::Add, DType::U32},  {DType::I8, DType::U32, OpKind::Mul, DType::U32},
+      {DType::U8, DType::I32, OpKind::Add, DType::I32},   {DType::U32, DType::I64, OpKind::Sub, DType::I64},
+      {DType::I64, DType::U64, OpKind::Add, DType::U64},  {DType::U8, DType::U16, OpKind::Add, DType::U16},
+      {DType::I1, DType::U8, OpKind::Add, DType::U8},     {DType::U32, DType::F16, OpKind::Add, DType::F16},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(std::string(dtypeName(c.a)) + " " + std::string(opInfo(c.kind).mnemonic) + " " +

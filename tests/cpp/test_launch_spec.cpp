@@ -22,7 +22,11 @@ LaunchSpec sample() {
               {"M", ParamKind::I32},
               {"K", ParamKind::I64},
               {"alpha", ParamKind::F32},
-              {"flag", ParamKind::I1}};
+              {"flag", ParamKind::I1},
+              {"seed", ParamKind::U64},
+              {"scale", ParamKind::F64},
+              {"bits", ParamKind::U32},
+              {"tag", ParamKind::I8}};
   // dim 0: M * K (a product the launch evaluates)
   s.tensorMaps = {{0, 2, {{1, 0, 2}, {2, 0}}, {{2, 0}, {-1, 1}}, {128, 64}, 128, "dir \"q\"\\x\t/k.py:32"}};
   return s;
@@ -42,7 +46,7 @@ TEST(LaunchSpec, JsonRoundTripsWithNamedKeys) {
   EXPECT_EQ(launchSpecFromJson(j), s);
   for (const char* key :
        {"\"kernel\":", "\"arch\":\"sm_90a\"", "\"num_warps\":8", "\"num_stages\":4", "\"num_threads\":256",
-        "\"shared_bytes\":197632", "\"params\":[{\"name\":\"a_ptr\"", "\"kind\":\"f32\"",
+        "\"shared_bytes\":197632", "\"params\":[{\"name\":\"a_ptr\"", "\"kind\":\"f32\"", "\"kind\":\"u64\"", "\"kind\":\"f64\"",
         "\"tensor_maps\":[{\"base\":0", "\"sizes\":[{\"param\":1,\"value\":0,\"factor\":2}", "\"swizzle_bytes\":128",
         "\"where\":\"dir \\\"q\\\"\\\\x\\u0009/k.py:32\""})
     EXPECT_NE(j.find(key), std::string::npos) << key << " in " << j;
@@ -52,7 +56,7 @@ TEST(LaunchSpec, JsonRoundTripsWithNamedKeys) {
 TEST(LaunchSpec, MalformedJsonIsRejected) {
   std::string j = toJson(sample());
   std::string unknownKind = j, extraKey = j;
-  unknownKind.replace(unknownKind.find("\"i64\""), 5, "\"u64\"");
+  unknownKind.replace(unknownKind.find("\"i64\""), 5, "\"q64\"");
   extraKey.insert(1, "\"spare\":1,");
   for (const std::string& bad :
        {j.substr(0, j.size() - 1), j + "x", unknownKind, extraKey, std::string("{}"), std::string("[]"), std::string()})

@@ -21,7 +21,9 @@ const DTypeCase kDTypes[] = {
     {DType::BF16, "bf16", 16, false, false},   {DType::F32, "f32", 32, false, false},
     {DType::F64, "f64", 64, false, false},     {DType::F8E4M3, "f8e4m3", 8, false, true},
     {DType::F8E5M2, "f8e5m2", 8, false, true}, {DType::E8M0, "e8m0", 8, false, true},
-    {DType::F4E2M1, "f4e2m1", 4, false, true},
+    {DType::F4E2M1, "f4e2m1", 4, false, true}, {DType::U8, "u8", 8, true, false},
+    {DType::U16, "u16", 16, true, false},      {DType::U32, "u32", 32, true, false},
+    {DType::U64, "u64", 64, true, false},
 };
 
 TEST(DTypes, NamesWidthsAndClasses) {
@@ -33,6 +35,7 @@ TEST(DTypes, NamesWidthsAndClasses) {
     EXPECT_EQ(isInt(c.d), c.isInt);
     EXPECT_EQ(isFloat(c.d), !c.isInt);
     EXPECT_EQ(isStorageOnly(c.d), c.storageOnly);
+    EXPECT_EQ(isUnsigned(c.d), c.name[0] == 'u');
   }
 }
 
@@ -88,6 +91,8 @@ TEST(Types, StrAndParseRoundTrip) {
       {Type::tile(DType::F32, {64, 32}), "tile<64x32xf32>"},
       {Type::tile(DType::E8M0, {128, 4}), "tile<128x4xe8m0>"},
       {Type::tile(DType::I1, {1, 2, 4}), "tile<1x2x4xi1>"},
+      {Type::tile(DType::U32, {16}), "tile<16xu32>"},
+      {Type::ptrTile(DType::U64, {4, 8}), "tile<4x8xptr<u64>>"},
       {Type::ptrTile(DType::F16, {64}), "tile<64xptr<f16>>"},
       {Type::ptrTile(DType::F4E2M1, {16, 16}), "tile<16x16xptr<f4e2m1>>"},
       {Type::desc(DType::BF16, {64, 64}), "desc<64x64xbf16>"},

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tilefuse as tf
 
-from tests.shared_kernels import gated_dot_loop, masked_dot_loop, scaled_dot_loop, strided_dot_loop
+from tests.shared_kernels import gated_dot_loop, masked_dot_loop, scaled_dot_loop, strided_dot_loop, two_dot_loops
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
@@ -52,6 +52,31 @@ def test_gated_dot_loop(mnk, dtype, stages):
     g, u = a64 @ g64.T, a64 @ u64.T
     bg, bu = a64.abs() @ g64.abs().T, a64.abs() @ u64.abs().T
     e = 2**-9 if dtype.itemsize == 1 else k * 2**-23  # per accumulator, relative to its bound
+    tol = e * (bg * u.abs() + bu * g.abs() + e * bg * bu) + 2**-23 * (g * u).abs()
+    err = (c.double() - g * u).abs()
+    assert (err <= tol).all(), f"max error {err.max().item()}"
+
+
+@pytest.mark.parametrize("warps,stages", [(4, 2), (8, 3), (8, 4)])
+@pytest.mark.parametrize("mnk", [(200, 176, 208), (256, 256, 640)])
+def test_two_dot_loops(mnk, warps, stages):
+    # Two pipelined K loops in one kernel share one ring (allocate-shared); the second
+    # loop's prologue synchronizes the block first (ring_sync). K2 = K/2 + 40: the loops
+    # run different trip counts, so the first loop's last stage is one the second rewrites.
+    m, n, k = mnk
+    k2 = k // 2 + 40
+    a, bt = (torch.randn(r, k, device="cuda").to(torch.bfloat16) for r in (m, n))
+    d, et = (torch.randn(r, k2, device="cuda").to(torch.bfloat16) for r in (m, n))
+    c = torch.full((m, n), float("nan"), device="cuda")
+    meta = dict(BM=128, BN=128, BK=64)
+    args = (a, bt, d, et, c, m, n, k, k2)
+    kernel = two_dot_loops.warmup(*args, grid=(1,), num_warps=warps, num_stages=stages, **meta)
+    assert kernel.asm["gpu"].count("ring_at = 0") == 2 and "ring_sync = true" in kernel.asm["gpu"]
+    two_dot_loops[(tf.cdiv(m, 128), tf.cdiv(n, 128))](*args, num_warps=warps, num_stages=stages, **meta)
+    a64, b64, d64, e64 = (x.double() for x in (a, bt, d, et))
+    g, u = a64 @ b64.T, d64 @ e64.T
+    bg, bu = a64.abs() @ b64.abs().T, d64.abs() @ e64.abs().T
+    e = k * 2**-23
     tol = e * (bg * u.abs() + bu * g.abs() + e * bg * bu) + 2**-23 * (g * u).abs()
     err = (c.double() - g * u).abs()
     assert (err <= tol).all(), f"max error {err.max().item()}"

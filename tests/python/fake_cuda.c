@@ -34,6 +34,8 @@ CUresult cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice d) {
   *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR            ? 9
        : a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR          ? 0
        : a == CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN ? 232448
+       : a == CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK           ? 65536
+       : a == CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE                     ? 52428800
                                                                     : 132;
   return ok();
 }
@@ -76,6 +78,15 @@ CUresult cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
   return ok();
 }
 CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v) { return ok(); }
+// 128 registers per thread, so that a block of more than $FAKE_CUDA_MAX_THREADS (default
+// 512) threads exceeds the register file.
+CUresult cuFuncGetAttribute(int* v, CUfunction_attribute a, CUfunction f) {
+  const char* max = getenv("FAKE_CUDA_MAX_THREADS");
+  *v = a == CU_FUNC_ATTRIBUTE_NUM_REGS                ? 128
+       : a == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK ? (max ? atoi(max) : 512)
+                                                      : 0;
+  return ok();
+}
 
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shared, CUstream s, void** params, void** extra) {

@@ -4,8 +4,9 @@ sharing A) on the interpreter against float64: what the GPU pipelines must match
 import ml_dtypes
 import numpy as np
 import pytest
+from tilefuse import gpu
 
-from tests.shared_kernels import gated_dot_loop, masked_dot_loop, scaled_dot_loop, strided_dot_loop
+from tests.shared_kernels import gated_dot_loop, masked_dot_loop, scaled_dot_loop, strided_dot_loop, two_dot_loops
 
 M, N, K = 70, 40, 80
 META = dict(BM=32, BN=32, BK=32)
@@ -38,6 +39,41 @@ def test_gated_dot_loop(dtype):
     # Each accumulator within K * 2^-23 of its bound, then one fp32 product.
     tol = K * 2**-23 * (bg * np.abs(u) + bu * np.abs(g) + bg * bu) + 2**-23 * np.abs(g * u)
     assert (np.abs(c - g * u) <= tol).all()
+
+
+def _two_loops_reference(a, bt, d, et):
+    a64, b64, d64, e64 = (x.astype(np.float64) for x in (a, bt, d, et))
+    g, u = a64 @ b64.T, d64 @ e64.T
+    bg, bu = np.abs(a64) @ np.abs(b64).T, np.abs(d64) @ np.abs(e64).T
+    k = max(a.shape[1], d.shape[1])
+    # Each accumulator within K * 2^-23 of its bound, then one fp32 product.
+    return g * u, k * 2**-23 * (bg * np.abs(u) + bu * np.abs(g) + bg * bu) + 2**-23 * np.abs(g * u)
+
+
+def test_two_dot_loops():
+    rng = np.random.default_rng(5)
+    a, bt = operands(ml_dtypes.bfloat16, rng, (M, K), (N, K))
+    d, et = operands(ml_dtypes.bfloat16, rng, (M, 48), (N, 48))
+    c = np.full((M, N), np.nan, np.float32)
+    two_dot_loops[GRID](a, bt, d, et, c, M, N, K, 48, **META)
+    ref, tol = _two_loops_reference(a, bt, d, et)
+    assert (np.abs(c - ref) <= tol).all()
+
+
+def test_two_dot_loops_share_one_ring():
+    # Both K loops pipeline (sm_90a), in one ring of 3 stages x (A + B tiles) that their
+    # loops use in turn: the kernel needs one ring's bytes and the scratch after it, not two rings.
+    bf = np.zeros((128, 128), ml_dtypes.bfloat16)
+    meta = dict(BM=128, BN=128, BK=64)
+    kernel = two_dot_loops.warmup(
+        bf, bf, bf, bf, np.zeros((128, 128), np.float32), 128, 128, 128, 128, grid=(1,), **meta
+    )
+    low = gpu.lower(kernel, "sm_90a", 8, 3)
+    assert not low["hints"]
+    ring = 3 * (128 * 64 * 2 + 128 * 64 * 2)
+    assert low["gpu"].count("ring_at = 0") == 2 and "ring_sync = true" in low["gpu"]
+    assert ring <= low["spec"].shared_bytes < 2 * ring
+    assert low["ptx"].count("cp.async.wait_group 0;") == 2  # each loop drains its copies
 
 
 @pytest.mark.parametrize("k_contiguous", [True, False])

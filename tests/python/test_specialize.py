@@ -79,7 +79,8 @@ def spec_text(fn, v):
 
 
 SCALARS = [1, 16, 17, -16, -17, 0, 2**31, 2**31 - 1, -(2**31), -(2**31) - 1, 2**63 - 1, -(2**63), True, False]
-SCALARS += [1.0, 0.5, -0.0, np.float64(2.0), _Color.RED]
+SCALARS += [1.0, 0.5, -0.0, np.float64(2.0), _Color.RED, 2**63, 2**64 - 16]
+SCALARS += [np.int32(5), np.int32(16), np.uint32(5), np.int64(5), np.uint8(5), np.float32(0.5), np.bool_(True)]
 
 
 @pytest.mark.parametrize(
@@ -96,8 +97,20 @@ SCALARS += [1.0, 0.5, -0.0, np.float64(2.0), _Color.RED]
         (-(2**31) - 1, "i64"),
         (True, "i1"),
         (1.0, "f32"),
-        (np.float64(2.0), "f32"),
         (_Color.RED, "i32 %16"),
+        # Ints from 2^63 on are u64 (Triton's rule); numpy scalars keep their dtype.
+        (2**63, "u64 %16"),
+        (2**64 - 1, "u64"),
+        (np.int32(1), "i32"),
+        (np.int32(16), "i32 %16"),
+        (np.int16(-3), "i16"),
+        (np.int64(5), "i64"),
+        (np.uint8(200), "u8"),
+        (np.uint32(4000000000), "u32 %16"),
+        (np.uint64(2**64 - 1), "u64"),
+        (np.float32(0.5), "f32"),
+        (np.float64(2.0), "f64"),
+        (np.bool_(True), "i1"),
     ],
 )
 def test_each_scalar_specializes_by_the_rules(value, want):
@@ -143,11 +156,12 @@ def test_numpy_arrays_are_aligned_by_address_and_left_to_the_full_path():
 
 
 def test_the_fast_path_leaves_other_arguments_to_the_full_path():
-    with pytest.raises(tf.LaunchError, match="does not fit in 64 bits"):
-        python_key(one_arg, 2**63)
+    for v in (2**64, -(2**63) - 1):
+        with pytest.raises(tf.LaunchError, match="does not fit in 64 bits"):
+            python_key(one_arg, v)
     with pytest.raises(tf.LaunchError, match="cannot pass a complex"):
         python_key(one_arg, 1j)
-    for v in (2**63, -(2**63) - 1, 1j, "text", None):
+    for v in (2**64, -(2**63) - 1, 1j, "text", None):
         assert fast_key(one_arg, v) is None
 
 

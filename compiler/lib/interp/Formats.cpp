@@ -102,6 +102,11 @@ int64_t floatToInt(double x, DType d) {
   double t = std::trunc(x);
   if (d == DType::I1) return t != 0;
   int bits = bitWidth(d);
+  if (isUnsigned(d)) {  // saturating to [0, 2^bits - 1], as cvt.rzi.u*.f* does
+    if (t <= 0) return 0;
+    if (t >= std::ldexp(1.0, bits)) return bits == 64 ? -1 : static_cast<int64_t>((uint64_t{1} << bits) - 1);
+    return static_cast<int64_t>(static_cast<uint64_t>(t));
+  }
   double lo = -std::ldexp(1.0, bits - 1), hi = std::ldexp(1.0, bits - 1);
   if (t <= lo) return bits == 64 ? std::numeric_limits<int64_t>::min() : static_cast<int64_t>(lo);
   if (t >= hi) return bits == 64 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(hi) - 1;
@@ -114,6 +119,9 @@ int64_t wrapInt(int64_t v, DType d) {
     case DType::I8: return static_cast<int8_t>(v);
     case DType::I16: return static_cast<int16_t>(v);
     case DType::I32: return static_cast<int32_t>(v);
+    case DType::U8: return static_cast<uint8_t>(v);
+    case DType::U16: return static_cast<uint16_t>(v);
+    case DType::U32: return static_cast<uint32_t>(v);
     default: return v;
   }
 }

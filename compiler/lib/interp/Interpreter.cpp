@@ -1,6 +1,7 @@
 // Executes tile IR on the CPU. Every value is a tile (a scalar is a tile of one
 // element) stored row-major: floats as doubles rounded to their dtype after each
-// op, integers, booleans and pointers as int64 wrapped to their width.
+// op, integers, booleans and pointers as int64 wrapped to their width (unsigned types
+// zero-extended, u64 as its bit pattern).
 #include "tilefuse/interp/Interpreter.h"
 
 #include <Eigen/Dense>
@@ -129,6 +130,56 @@ double (*mathFn(const Op& op))(double) {
   }
 }
 
+// A u64 (held as its bits) as a double rounded to odd, as intToOddDouble.
+double u64ToOddDouble(uint64_t v) {
+  double d = static_cast<double>(v);
+  if (d < 0x1p53) return d;
+  int above = d >= 0x1p64 ? 1 : (static_cast<uint64_t>(d) > v) - (static_cast<uint64_t>(d) < v);
+  uint64_t bits;
+  std::memcpy(&bits, &d, 8);
+  if (above == 0 || (bits & 1)) return d;
+  return std::nextafter(d, above > 0 ? -INFINITY : INFINITY);
+}
+
+// An integer as an f64 rounded in `mode` (rne, rtz or ru): the cast's own rounding.
+double intToF64(int64_t v, DType from, Rounding mode) {
+  bool u = from == DType::U64;
+  double d = u ? static_cast<double>(static_cast<uint64_t>(v)) : static_cast<double>(v);  // nearest
+  int above;  // the sign of d - v, exactly: d is 2^64 (2^63 when signed) or converts back
+  if (u) {
+    uint64_t x = static_cast<uint64_t>(v);
+    above = d >= 0x1p64 ? 1 : (static_cast<uint64_t>(d) > x) - (static_cast<uint64_t>(d) < x);
+  } else {
+    above = d >= 0x1p63 ? 1 : (static_cast<int64_t>(d) > v) - (static_cast<int64_t>(d) < v);
+  }
+  bool awayFromZero = (d < 0 && above < 0) || (d > 0 && above > 0);
+  if (mode == Rounding::TowardZero && awayFromZero) return std::nextafter(d, 0.0);
+  if (mode == Rounding::Up && above < 0) return std::nextafter(d, INFINITY);
+  return d;
+}
+
+// An integer element as a double for a cast to `to` in `mode`: f64 targets rounded once
+// in the mode, others exact to 2^53 and rounded to odd beyond, for their own rounding.
+double intToDouble(int64_t v, DType from, DType to, Rounding mode) {
+  if (to == DType::F64) return intToF64(v, from, mode);
+  return from == DType::U64 ? u64ToOddDouble(v) : intToOddDouble(v);
+}
+
+// Integer order: unsigned values compare as unsigned (narrower ones are non-negative anyway).
+inline bool lessInt(int64_t x, int64_t y, bool u) {
+  return u ? static_cast<uint64_t>(x) < static_cast<uint64_t>(y) : x < y;
+}
+
+// The high half of the unsigned product of two `width`-bit values.
+int64_t umulhi(int64_t x, int64_t y, int width) {
+  if (width == 64) {
+    unsigned __int128 p = static_cast<unsigned __int128>(static_cast<uint64_t>(x)) * static_cast<uint64_t>(y);
+    return static_cast<int64_t>(static_cast<uint64_t>(p >> 64));
+  }
+  uint64_t mask = (uint64_t{1} << width) - 1;
+  return static_cast<int64_t>(((static_cast<uint64_t>(x) & mask) * (static_cast<uint64_t>(y) & mask)) >> width);
+}
+
 void wrapInPlace(TV& v) {
   DType d = v.type.elem;
   if (v.isF() || d == DType::I64 || v.type.isPtr()) return;
@@ -240,6 +291,9 @@ class Machine {
       case DType::I8: return *reinterpret_cast<const int8_t*>(addr);
       case DType::I16: return *reinterpret_cast<const int16_t*>(addr);
       case DType::I32: return *reinterpret_cast<const int32_t*>(addr);
+      case DType::U8: return *reinterpret_cast<const uint8_t*>(addr);
+      case DType::U16: return *reinterpret_cast<const uint16_t*>(addr);
+      case DType::U32: return *reinterpret_cast<const uint32_t*>(addr);
       default: return *reinterpret_cast<const int64_t*>(addr);
     }
   }
@@ -250,9 +304,12 @@ class Machine {
   void writeI(uint64_t addr, DType d, int64_t v) const {
     switch (d) {
       case DType::I1: *reinterpret_cast<uint8_t*>(addr) = v != 0; break;
-      case DType::I8: *reinterpret_cast<int8_t*>(addr) = static_cast<int8_t>(v); break;
-      case DType::I16: *reinterpret_cast<int16_t*>(addr) = static_cast<int16_t>(v); break;
-      case DType::I32: *reinterpret_cast<int32_t*>(addr) = static_cast<int32_t>(v); break;
+      case DType::I8:
+      case DType::U8: *reinterpret_cast<uint8_t*>(addr) = static_cast<uint8_t>(v); break;
+      case DType::I16:
+      case DType::U16: *reinterpret_cast<uint16_t*>(addr) = static_cast<uint16_t>(v); break;
+      case DType::I32:
+      case DType::U32: *reinterpret_cast<uint32_t*>(addr) = static_cast<uint32_t>(v); break;
       default: *reinterpret_cast<int64_t*>(addr) = v;
     }
   }
@@ -282,7 +339,8 @@ void Machine::execArith(const Op& op) {
       }
       roundInPlace(r);
     } else {
-      r.i = op.kind() == OpKind::Neg ? ArrI(-a.i) : ArrI(a.i.abs());
+      bool keep = op.kind() == OpKind::Abs && isUnsigned(t.elem);
+      r.i = op.kind() == OpKind::Neg ? ArrI(-a.i) : keep ? a.i : ArrI(a.i.abs());
       wrapInPlace(r);
     }
     set(op.result(), std::move(r));
@@ -316,6 +374,7 @@ void Machine::execArith(const Op& op) {
   } else {
     const ArrI &x = a.i, &y = b.i;
     int width = bitWidth(t.elem);
+    bool u = isUnsigned(t.elem);
     switch (op.kind()) {
       case OpKind::Add: r.i = x + y; break;
       case OpKind::Sub: r.i = x - y; break;
@@ -327,6 +386,11 @@ void Machine::execArith(const Op& op) {
       case OpKind::Rem:
         for (Eigen::Index k = 0; k < x.size(); ++k) {
           if (y[k] == 0) fail(op, "integer division by zero at element " + idxStr(t.shape, k));
+          if (u) {
+            uint64_t p = static_cast<uint64_t>(x[k]), q = static_cast<uint64_t>(y[k]);
+            r.i[k] = static_cast<int64_t>(op.kind() == OpKind::Div ? p / q : p % q);
+            continue;
+          }
           bool overflow = y[k] == -1 && x[k] == std::numeric_limits<int64_t>::min();
           r.i[k] = op.kind() == OpKind::Div ? (overflow ? x[k] : x[k] / y[k]) : (overflow ? 0 : x[k] % y[k]);
         }
@@ -340,10 +404,15 @@ void Machine::execArith(const Op& op) {
         });
         break;
       case OpKind::Shr:
-        r.i = x.binaryExpr(y, [width](int64_t p, int64_t q) { return q < 0 || q >= width ? (p < 0 ? -1 : 0) : p >> q; });
+        // Logical for unsigned types: their bits shift in zeros.
+        r.i = x.binaryExpr(y, [width, u](int64_t p, int64_t q) {
+          if (u) return q < 0 || q >= width ? int64_t{0} : static_cast<int64_t>(static_cast<uint64_t>(p) >> q);
+          return q < 0 || q >= width ? (p < 0 ? -1 : 0) : p >> q;
+        });
         break;
-      case OpKind::Min: r.i = x.min(y); break;
-      case OpKind::Max: r.i = x.max(y); break;
+      case OpKind::Min: r.i = x.binaryExpr(y, [u](int64_t p, int64_t q) { return lessInt(q, p, u) ? q : p; }); break;
+      case OpKind::Max: r.i = x.binaryExpr(y, [u](int64_t p, int64_t q) { return lessInt(p, q, u) ? q : p; }); break;
+      case OpKind::Umulhi: r.i = x.binaryExpr(y, [width](int64_t p, int64_t q) { return umulhi(p, q, width); }); break;
       default: throw InternalError("interpreter: int " + std::string(op.mnemonic()));
     }
     wrapInPlace(r);
@@ -405,7 +474,7 @@ void Machine::execCast(const Op& op) {
   const TV* rbits = op.numOperands() == 2 ? &get(op.operand(1)) : nullptr;
   for (int64_t k = 0; k < n; ++k) {
     if (r.isF()) {
-      double x = a.isF() ? a.f[k] : to.elem == DType::F64 ? static_cast<double>(a.i[k]) : intToOddDouble(a.i[k]);
+      double x = a.isF() ? a.f[k] : intToDouble(a.i[k], a.type.elem, to.elem, mode);
       uint32_t rb = rbits ? static_cast<uint32_t>(rbits->i[k]) : 0;
       r.f[k] = formats::roundToFloat(x, to.elem, mode, rb);
     } else if (to.elem == DType::I1) {
@@ -588,7 +657,8 @@ void Machine::execMemory(const Op& op) {
     } else {
       int64_t old = readI(addr, d);
       r.i[k] = old;
-      writeI(addr, d, formats::wrapInt(add ? old + v.i[k] : std::max(old, v.i[k]), d));
+      int64_t big = lessInt(old, v.i[k], isUnsigned(d)) ? v.i[k] : old;
+      writeI(addr, d, formats::wrapInt(add ? old + v.i[k] : big, d));
     }
   }
   if (op.numResults()) set(op.result(), std::move(r));
@@ -665,11 +735,12 @@ void Machine::execReduce(const Op& op) {
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t in = 0; in < inner; ++in) {
       int64_t base = o * len * inner + in, out = o * inner + in;
+      bool u = isUnsigned(a.type.elem);
       if (op.kind() == OpKind::Argmax) {
         int64_t best = 0;
         for (int64_t k = 1; k < len; ++k) {
           bool better = a.isF() ? a.f[base + k * inner] > a.f[base + best * inner]
-                                : a.i[base + k * inner] > a.i[base + best * inner];
+                                : lessInt(a.i[base + best * inner], a.i[base + k * inner], u);
           if (better) best = k;
         }
         r.i[out] = best;
@@ -686,7 +757,8 @@ void Machine::execReduce(const Op& op) {
         int64_t acc = a.i[base];
         for (int64_t k = 1; k < len; ++k) {
           int64_t x = a.i[base + k * inner];
-          acc = op.kind() == OpKind::ReduceSum ? acc + x : op.kind() == OpKind::ReduceMax ? std::max(acc, x) : std::min(acc, x);
+          bool take = op.kind() == OpKind::ReduceMax ? lessInt(acc, x, u) : lessInt(x, acc, u);
+          acc = op.kind() == OpKind::ReduceSum ? static_cast<int64_t>(static_cast<uint64_t>(acc) + x) : take ? x : acc;
         }
         r.i[out] = acc;
       }
@@ -803,7 +875,8 @@ void Machine::execDebug(const Op& op) {
         std::snprintf(buf, sizeof buf, "%.9g", t.f[k]);
         return std::string(buf);
       }()
-                                : std::to_string(t.i[k]);
+                    : t.type.isNumeric() && isUnsigned(t.type.elem) ? std::to_string(static_cast<uint64_t>(t.i[k]))
+                                                                     : std::to_string(t.i[k]);
       std::printf("pid (%lld, %lld, %lld) idx %s %s%s\n", static_cast<long long>(pid_[0]), static_cast<long long>(pid_[1]),
                   static_cast<long long>(pid_[2]), t.type.isTile() ? idxStr(t.type.shape, k).c_str() : "()",
                   prefix.c_str(), val.c_str());

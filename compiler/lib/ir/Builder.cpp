@@ -82,6 +82,8 @@ Value* Builder::constInt(int64_t v, Type t) {
   if (!t.isNumeric()) fail("an integer constant needs a numeric type, got " + t.str());
   if (isFloat(t.elem)) return constFloat(static_cast<double>(v), t);
   if (t.elem == DType::I1) v = v != 0;
+  // Unsigned constants hold their value (zero-extended), so the IR text reads as written.
+  if (isUnsigned(t.elem) && bitWidth(t.elem) < 64) v &= (int64_t{1} << bitWidth(t.elem)) - 1;
   return checked(create(OpKind::Constant, {}, {t}, {{"value", Attr(int64_t(v))}}));
 }
 
@@ -97,7 +99,10 @@ std::optional<DType> Builder::promote(DType a, DType b, OpKind kind) const {
   if (a == b) {
     r = a;
   } else if (isInt(a) && isInt(b)) {
-    r = bitWidth(a) >= bitWidth(b) ? a : b;
+    // C's usual arithmetic conversions, as Triton: the wider type, and on equal widths
+    // (or a wider unsigned one) the unsigned type.
+    int wa = bitWidth(a), wb = bitWidth(b);
+    r = isUnsigned(b) && !isUnsigned(a) ? (wb >= wa ? b : a) : (wa >= wb ? a : b);
   } else if (isInt(a) != isInt(b)) {
     r = isInt(a) ? b : a;
   } else if (floatRank(a) != floatRank(b)) {
@@ -140,7 +145,11 @@ Value* Builder::binary(OpKind kind, Value* a, Value* b) {
     if (kind == OpKind::Sub && a->type().isPtr() && !b->type().isPtr()) return ptrAdd(a, neg(b));
     fail("'" + name + "' is not defined on pointers " + a->type().str() + " and " + b->type().str());
   }
-  auto d = promote(a->type().elem, b->type().elem, kind);
+  DType ea = a->type().elem, eb = b->type().elem;
+  if ((kind == OpKind::Div || kind == OpKind::Rem) && isInt(ea) && isInt(eb) && isUnsigned(ea) != isUnsigned(eb))
+    fail("'" + name + "' of " + a->type().str() + " and " + b->type().str() +
+         ": the operands have different signedness; cast them to the same signedness");
+  auto d = promote(ea, eb, kind);
   if (!d)
     fail("'" + name + "' does not compute on " + a->type().str() + " and " + b->type().str() +
          "; cast to f16, bf16 or f32 first");
@@ -185,7 +194,10 @@ Value* Builder::cmp(const std::string& predicate, Value* a, Value* b) {
     b = castTo(b, *d);
     std::tie(a, b) = broadcastPair(a, b);
   }
-  return checked(create(OpKind::Cmp, {a, b}, {Type::tile(DType::I1, a->type().shape)}, {{"predicate", predicate}}));
+  // Unsigned operands order as unsigned: the predicate names it (lt -> ult).
+  bool order = predicate != "eq" && predicate != "ne" && predicate[0] != 'u';
+  std::string pred = order && a->type().isNumeric() && isUnsigned(a->type().elem) ? "u" + predicate : predicate;
+  return checked(create(OpKind::Cmp, {a, b}, {Type::tile(DType::I1, a->type().shape)}, {{"predicate", pred}}));
 }
 
 Value* Builder::select(Value* cond, Value* a, Value* b) {
@@ -209,6 +221,7 @@ Value* Builder::unary(OpKind kind, Value* a) {
   if (isStorageOnly(a->type().elem))
     fail("'" + std::string(info.mnemonic) + "' does not compute on " + a->type().str() + "; cast to f16, bf16 or f32 first");
   if (info.has(FloatOnly) && isInt(a->type().elem)) a = cast(a, DType::F32);
+  if (kind == OpKind::Abs && isUnsigned(a->type().elem)) return a;
   return checked(create(kind, {a}, {a->type()}));
 }
 
@@ -405,7 +418,8 @@ Value* Builder::reduce(OpKind kind, Value* v, int axis) {
   if (!t.isTile()) fail("reductions need a tile, got " + t.str());
   if (axis < 0) axis += t.rank();
   if (axis < 0 || axis >= t.rank()) fail("reduction axis " + std::to_string(axis) + " is out of range for " + t.str());
-  if (kind == OpKind::ReduceSum && isInt(t.elem) && bitWidth(t.elem) < 32) v = castTo(v, DType::I32);
+  if (kind == OpKind::ReduceSum && isInt(t.elem) && bitWidth(t.elem) < 32)
+    v = castTo(v, isUnsigned(t.elem) ? DType::U32 : DType::I32);
   auto s = v->type().shape;
   s.erase(s.begin() + axis);
   DType d = kind == OpKind::Argmax ? DType::I32 : v->type().elem;

@@ -93,6 +93,8 @@ void verifyCmp(const Op& op) {
   if (a.isNumeric() && isStorageOnly(a.elem))
     fail(op, "does not compute on " + std::string(dtypeName(a.elem)) + "; cast to f16, bf16 or f32 first");
   if (p[0] == 'u' && !a.isIntLike()) fail(op, "predicate '" + p + "' needs integer operands, got " + a.str());
+  if (p != "eq" && p != "ne" && p[0] != 'u' && a.isNumeric() && isUnsigned(a.elem))
+    fail(op, "predicate '" + p + "' orders signed values; unsigned operands " + a.str() + " need 'u" + p + "'");
   if (ty(op.result()) != Type::tile(DType::I1, a.shape))
     fail(op, "result must be " + Type::tile(DType::I1, a.shape).str() + ", got " + ty(op.result()).str());
 }

@@ -263,6 +263,13 @@ void checkStage(const Op& op, const Op* func) {
     requireAttr(op, "pipeline_stage_bytes", 1);
     if (op.intAttr("pipeline_stages") < 2 || op.intAttr("pipeline_stages") > 8)
       fail(op, "pipeline_stages must be from 2 to 8, got " + std::to_string(op.intAttr("pipeline_stages")));
+    if (op.hasAttr("ring_at")) {  // allocate-shared's placement of the ring
+      const Op* f = enclosingFunc(op);
+      int64_t end = op.intAttr("ring_at") + op.intAttr("pipeline_stages") * op.intAttr("pipeline_stage_bytes");
+      int64_t rings = f && f->hasAttr("smem_rings") ? f->intAttr("smem_rings") : 0;
+      if (op.intAttr("ring_at") < 0 || end > rings)
+        fail(op, "ring_at places the ring outside the function's smem_rings of " + std::to_string(rings) + " bytes");
+    }
   }
 }
 

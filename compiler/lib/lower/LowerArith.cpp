@@ -53,6 +53,7 @@ LVal* Lowering::exactInF32(llvm::Intrinsic::ID id, std::vector<LVal*> xs, DType 
 LVal* Lowering::arith(const Op& op, const std::vector<LVal*>& a, const Type& t) {
   bool f = isFloat(t.elem);
   DType d = t.elem;
+  bool u = isUnsigned(d);
   llvm::Type* ty = elemType(d);
   auto intr = [&](llvm::Intrinsic::ID id, std::vector<LVal*> args) { return b_.CreateIntrinsic(id, {ty}, args); };
   switch (op.kind()) {
@@ -63,9 +64,9 @@ LVal* Lowering::arith(const Op& op, const std::vector<LVal*>& a, const Type& t) 
     case OpKind::Mul:
       return f ? b_.CreateFMul(a[0], a[1]) : b_.CreateMul(a[0], a[1]);
     case OpKind::Div:
-      return f ? b_.CreateFDiv(a[0], a[1]) : b_.CreateSDiv(a[0], a[1]);
+      return f ? b_.CreateFDiv(a[0], a[1]) : u ? b_.CreateUDiv(a[0], a[1]) : b_.CreateSDiv(a[0], a[1]);
     case OpKind::Rem:  // fmod, exact like the interpreter's (LLVM's frem is x - y * trunc(x / y) here)
-      return f ? mathCall(op, "__nv_fmodf", "__nv_fmod", a, d) : b_.CreateSRem(a[0], a[1]);
+      return f ? mathCall(op, "__nv_fmodf", "__nv_fmod", a, d) : u ? b_.CreateURem(a[0], a[1]) : b_.CreateSRem(a[0], a[1]);
     case OpKind::And:
       return b_.CreateAnd(a[0], a[1]);
     case OpKind::Or:
@@ -74,23 +75,34 @@ LVal* Lowering::arith(const Op& op, const std::vector<LVal*>& a, const Type& t) 
       return b_.CreateXor(a[0], a[1]);
     case OpKind::Shl:
     case OpKind::Shr: {
-      // Shifts by the width or more give 0 (or the sign) as in the interpreter, not poison.
+      // Shifts by the width or more give 0 (or the sign) as in the interpreter, not poison;
+      // unsigned types shift right logically.
       unsigned w = ty->getIntegerBitWidth();
       LVal* big = b_.CreateICmpUGE(a[1], llvm::ConstantInt::get(ty, w));
       LVal* amt = b_.CreateSelect(big, llvm::ConstantInt::get(ty, 0), a[1]);
       if (op.kind() == OpKind::Shl) return b_.CreateSelect(big, llvm::ConstantInt::get(ty, 0), b_.CreateShl(a[0], amt));
+      if (u) return b_.CreateSelect(big, llvm::ConstantInt::get(ty, 0), b_.CreateLShr(a[0], amt));
       LVal* sign = b_.CreateAShr(a[0], llvm::ConstantInt::get(ty, w - 1));
       return b_.CreateSelect(big, sign, b_.CreateAShr(a[0], amt));
     }
     case OpKind::Min:
-      return f ? intr(llvm::Intrinsic::minnum, a) : intr(llvm::Intrinsic::smin, a);
+      return intr(f ? llvm::Intrinsic::minnum : u ? llvm::Intrinsic::umin : llvm::Intrinsic::smin, a);
     case OpKind::Max:
-      return f ? intr(llvm::Intrinsic::maxnum, a) : intr(llvm::Intrinsic::smax, a);
+      return intr(f ? llvm::Intrinsic::maxnum : u ? llvm::Intrinsic::umax : llvm::Intrinsic::smax, a);
+    case OpKind::Umulhi: {
+      // mul.hi.u32 / mul.hi.u64; narrower widths multiply in 32 bits.
+      unsigned w = ty->getIntegerBitWidth();
+      if (w == 32) return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mulhi_ui, {}, a);
+      if (w == 64) return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mulhi_ull, {}, a);
+      LVal* p = b_.CreateMul(b_.CreateZExt(a[0], b_.getInt32Ty()), b_.CreateZExt(a[1], b_.getInt32Ty()));
+      return b_.CreateTrunc(b_.CreateLShr(p, idx(w)), ty);
+    }
     case OpKind::Neg:
       return f ? b_.CreateFNeg(a[0]) : b_.CreateNeg(a[0]);
     case OpKind::Fma:
       return intr(llvm::Intrinsic::fma, a);
     case OpKind::Abs:
+      if (u) return a[0];
       return f ? intr(llvm::Intrinsic::fabs, a) : b_.CreateIntrinsic(llvm::Intrinsic::abs, {ty}, {a[0], b_.getFalse()});
     case OpKind::Sqrt:
       return intr(llvm::Intrinsic::sqrt, a);
@@ -137,14 +149,21 @@ LVal* Lowering::castElem(const Op& op, LVal* v, const Type& from, const Type& to
     Type f16 = Type::scalar(DType::F16);
     return d == DType::F16 ? h : castElem(op, h, f16, to);
   }
+  // Before sm_90 PTX has no cvt.rn.bf16 from f64 or integers and LLVM goes through f32,
+  // rounding twice; castRounded rounds once (integers through f64, rounded to odd).
+  bool viaF32 = d == DType::BF16 && (s == DType::F64 || (isInt(s) && s != DType::I1));
+  if (viaF32 && opts_.arch.rfind("sm_9", 0) != 0) return castRounded(op, v, from, to, nullptr);
   if (isFloat(s) && isFloat(d)) return b_.CreateFPCast(v, dt);
+  // Integers extend by the source's signedness (i1 and unsigned types zero-extend), as in C.
+  bool zext = s == DType::I1 || isUnsigned(s);
   if (isInt(s) && isInt(d)) {
     if (d == DType::I1) return b_.CreateICmpNE(v, llvm::ConstantInt::get(v->getType(), 0));
-    return s == DType::I1 ? b_.CreateZExt(v, dt) : b_.CreateSExtOrTrunc(v, dt);
+    return zext ? b_.CreateZExtOrTrunc(v, dt) : b_.CreateSExtOrTrunc(v, dt);
   }
-  if (isInt(s)) return s == DType::I1 ? b_.CreateUIToFP(v, dt) : b_.CreateSIToFP(v, dt);
+  if (isInt(s)) return zext ? b_.CreateUIToFP(v, dt) : b_.CreateSIToFP(v, dt);
   if (d == DType::I1) return b_.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0.0));
-  return b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {dt, v->getType()}, {v});
+  auto sat = isUnsigned(d) ? llvm::Intrinsic::fptoui_sat : llvm::Intrinsic::fptosi_sat;
+  return b_.CreateIntrinsic(sat, {dt, v->getType()}, {v});
 }
 
 // Casts with a rounding mode other than rne, and casts from or to e8m0 and f4e2m1:
@@ -169,7 +188,16 @@ LVal* Lowering::castRounded(const Op& op, LVal* v, const Type& from, const Type&
     // Integers go through f64 like the interpreter's: exact up to 2^53, beyond that
     // rounded to odd, so that rounding to the target afterwards is still correct.
     if (s == DType::I1) return castRounded(op, b_.CreateUIToFP(v, f64), Type::scalar(DType::F64), to, rbits);
-    LVal* w = b_.CreateSExt(v, b_.getInt64Ty());
+    if (d == DType::F64) {
+      // One conversion in the cast's mode (cvt.rz / cvt.rp), from the value widened to 64 bits.
+      LVal* w = isUnsigned(s) ? b_.CreateZExt(v, b_.getInt64Ty()) : b_.CreateSExt(v, b_.getInt64Ty());
+      std::string cvt = std::string("cvt.") + (mode == "ru" ? "rp" : "rz") + ".f64." + (isUnsigned(s) ? "u64" : "s64");
+      auto* fnTy = llvm::FunctionType::get(f64, {b_.getInt64Ty()}, false);
+      auto* ia = llvm::InlineAsm::get(fnTy, cvt + " $0, $1;", "=d,l", false);
+      return b_.CreateCall(ia, {w});
+    }
+    if (s == DType::U64) return castRounded(op, u64ToOddDouble(v), Type::scalar(DType::F64), to, rbits);
+    LVal* w = isUnsigned(s) ? b_.CreateZExt(v, b_.getInt64Ty()) : b_.CreateSExt(v, b_.getInt64Ty());
     x = b_.CreateSIToFP(w, f64);
     if (d == DType::F64) return x;
     if (s == DType::I64) {
@@ -197,6 +225,24 @@ LVal* Lowering::castRounded(const Op& op, LVal* v, const Type& from, const Type&
   if (d == DType::F64) return wide ? x : b_.CreateFPExt(x, f64);
   if (d == DType::F32 && !wide) return x;
   return roundToFormat(x, d, mode, rbits);
+}
+
+// A u64 as an f64 rounded to odd like the interpreter's, so that a later rounding to a
+// narrower float is one correct rounding.
+LVal* Lowering::u64ToOddDouble(LVal* v) {
+  auto* f64 = b_.getDoubleTy();
+  auto* i64 = b_.getInt64Ty();
+  LVal* x = b_.CreateUIToFP(v, f64);
+  // Which way the conversion rounded: 2^64 lies above every u64; below it, convert back.
+  LVal* top = b_.CreateFCmpOGE(x, llvm::ConstantFP::get(f64, 0x1p64));
+  LVal* back = b_.CreateFPToUI(b_.CreateSelect(top, llvm::ConstantFP::get(f64, 0.0), x), i64);
+  LVal* up = b_.CreateOr(top, b_.CreateICmpUGT(back, v));
+  LVal* inexact = b_.CreateOr(top, b_.CreateICmpNE(back, v));
+  LVal* bits = b_.CreateBitCast(x, i64);
+  LVal* even = b_.CreateICmpEQ(b_.CreateAnd(bits, b_.getInt64(1)), b_.getInt64(0));
+  // Magnitudes are non-negative: step down when the conversion went up, else up.
+  LVal* stepped = b_.CreateSelect(up, b_.CreateSub(bits, b_.getInt64(1)), b_.CreateAdd(bits, b_.getInt64(1)));
+  return b_.CreateBitCast(b_.CreateSelect(b_.CreateAnd(inexact, even), stepped, bits), f64);
 }
 
 LVal* Lowering::roundToFormat(LVal* x, DType to, const std::string& mode, LVal* rbits) {

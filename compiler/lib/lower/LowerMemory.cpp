@@ -69,7 +69,9 @@ void Lowering::lowerMemory(const Op& op) {
     bool f = isFloat(d);
     llvm::AtomicRMWInst::BinOp rmw = op.kind() == OpKind::AtomicAdd
                                          ? (f ? llvm::AtomicRMWInst::FAdd : llvm::AtomicRMWInst::Add)
-                                         : (f ? llvm::AtomicRMWInst::FMax : llvm::AtomicRMWInst::Max);
+                                         : (f               ? llvm::AtomicRMWInst::FMax
+                                            : isUnsigned(d) ? llvm::AtomicRMWInst::UMax
+                                                            : llvm::AtomicRMWInst::Max);
     out.e.push_back(guarded(
         cond,
         [&]() -> LVal* { return b_.CreateAtomicRMW(rmw, ptr, v, llvm::MaybeAlign(), llvm::AtomicOrdering::Monotonic); },

@@ -203,6 +203,9 @@ void Lowering::copyStage(const Pipeline& p, const Block& body, const Env& env, L
 void Lowering::pipelinePrologue(Pipeline& p, const Op& loop, LVal* lb, LVal* ub, LVal* step,
                                 const std::vector<Regs>& inits) {
   const Block& body = loop.region(0);
+  // A ring used before (allocate-shared's ring_sync): no warpgroup may still read a
+  // stage of it when the first copies land.
+  if (loop.hasAttr("ring_sync")) barrier();
   p.ub = ub;
   p.step = step;
   IRBuilder<> eb(entry_);

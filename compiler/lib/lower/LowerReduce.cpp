@@ -76,7 +76,9 @@ void Lowering::lowerReduce(const Op& op) {
   barrier();
   toSmem(get(op.operand(0)), in, 0);
   barrier();
-  bool f = isFloat(in.elem);
+  bool f = isFloat(in.elem), u = isUnsigned(in.elem);
+  auto maxI = u ? llvm::Intrinsic::umax : llvm::Intrinsic::smax,
+       minI = u ? llvm::Intrinsic::umin : llvm::Intrinsic::smin;
   const Layout& L = layoutOf(op.result());
   Regs out{{}, L};
   for (int s = 0; s < slots(L); ++s) {
@@ -100,11 +102,13 @@ void Lowering::lowerReduce(const Op& op) {
           case OpKind::ReduceSum:
             return {f ? b_.CreateFAdd(cur[0], x) : b_.CreateAdd(cur[0], x), cur[1]};
           case OpKind::ReduceMax:
-            return {b_.CreateIntrinsic(f ? llvm::Intrinsic::maxnum : llvm::Intrinsic::smax, {ty}, {cur[0], x}), cur[1]};
+            return {b_.CreateIntrinsic(f ? llvm::Intrinsic::maxnum : maxI, {ty}, {cur[0], x}), cur[1]};
           case OpKind::ReduceMin:
-            return {b_.CreateIntrinsic(f ? llvm::Intrinsic::minnum : llvm::Intrinsic::smin, {ty}, {cur[0], x}), cur[1]};
+            return {b_.CreateIntrinsic(f ? llvm::Intrinsic::minnum : minI, {ty}, {cur[0], x}), cur[1]};
           default: {
-            LVal* better = f ? b_.CreateFCmpOGT(x, cur[0]) : b_.CreateICmpSGT(x, cur[0]);
+            LVal* better = f   ? b_.CreateFCmpOGT(x, cur[0])
+                           : u ? b_.CreateICmpUGT(x, cur[0])
+                               : b_.CreateICmpSGT(x, cur[0]);
             return {b_.CreateSelect(better, x, cur[0]), b_.CreateSelect(better, k, cur[1])};
           }
         }

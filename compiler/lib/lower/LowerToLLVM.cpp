@@ -240,8 +240,10 @@ void Lowering::lowerPrint(const Op& op) {
     if (t.isDesc() || t.elem == DType::E8M0 || t.elem == DType::F4E2M1)
       unsupported(op, "device_print of " + t.str() + " values");
     bool fl = t.isNumeric() && isFloat(t.elem);
-    bool wide = t.isPtr() || t.elem == DType::I64;
-    std::string fmt = "pid (%d, %d, %d) idx (%d) " + op.strAttr("prefix") + (fl ? "%f" : wide ? "%lld" : "%d") + "\n";
+    bool wide = t.isPtr() || t.elem == DType::I64 || t.elem == DType::U64;
+    bool u = !t.isPtr() && isUnsigned(t.elem);
+    const char* conv = fl ? "%f" : wide ? (u ? "%llu" : "%lld") : (u ? "%u" : "%d");
+    std::string fmt = "pid (%d, %d, %d) idx (%d) " + op.strAttr("prefix") + conv + "\n";
     LVal* fmtPtr = b_.CreateGlobalStringPtr(fmt);
     llvm::Type* valTy = fl ? b_.getDoubleTy() : wide ? b_.getInt64Ty() : b_.getInt32Ty();
     auto* argsTy =
@@ -265,7 +267,7 @@ void Lowering::lowerPrint(const Op& op) {
             else if (t.isPtr())
               x = b_.CreatePtrToInt(x, b_.getInt64Ty());
             else
-              x = t.elem == DType::I1 ? b_.CreateZExt(x, valTy) : b_.CreateSExtOrTrunc(x, valTy);
+              x = t.elem == DType::I1 || u ? b_.CreateZExtOrTrunc(x, valTy) : b_.CreateSExtOrTrunc(x, valTy);
             b_.CreateStore(x, b_.CreateStructGEP(argsTy, buf, 4));
             b_.CreateCall(vprintf, {fmtPtr, buf});
             return nullptr;
@@ -553,7 +555,12 @@ void Lowering::lowerOp(const Op& op) {
       Regs p = operand(0), off = operand(1);
       llvm::Type* et = t.elem == DType::I1 ? b_.getInt8Ty() : elemType(t.elem);
       if (t.elem == DType::F4E2M1) unsupported(op, "f4e2m1 pointers");
-      return perSlot([&](int s) { return b_.CreateGEP(et, p.e[s], b_.CreateSExt(off.e[s], b_.getInt64Ty())); });
+      // Unsigned offsets zero-extend: a u32 offset of 2^31 or more stays positive.
+      bool zext = isUnsigned(op.operand(1)->type().elem);
+      return perSlot([&](int s) {
+        LVal* o = zext ? b_.CreateZExt(off.e[s], b_.getInt64Ty()) : b_.CreateSExt(off.e[s], b_.getInt64Ty());
+        return b_.CreateGEP(et, p.e[s], o);
+      });
     }
     case OpKind::Cmp: {
       const Type& in = op.operand(0)->type();

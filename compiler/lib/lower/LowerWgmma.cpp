@@ -26,28 +26,25 @@ int swizzleMode(int64_t r) { return r == 128 ? 1 : r == 64 ? 2 : 3; }
 
 }  // namespace
 
-// Each operand tile in whole 1024-byte swizzle atoms.
-WgmmaOperandBytes Lowering::wgmmaOperandBytes(const Op& dot) {
-  WgmmaB bs = wgmmaB(dot);
-  return {swizzleAtoms(dot.operand(0)->type().numel() * bs.elemBytes),
-          swizzleAtoms(bs.value->type().numel() * bs.elemBytes)};
-}
-
-// Shared memory for wgmma operands: rings of num_stages stages for the pipelined
-// loops (LowerPipeline.cpp), two stages shared by the other dots, then scratch.
+// Shared memory for wgmma operands as allocate-shared placed it above floor_: the
+// rings of the pipelined loops (LowerPipeline.cpp), the two stages the other dots
+// alternate between, then scratch.
 void Lowering::reserveWgmmaOperands(const Block& body) {
-  int64_t next = floor_;
+  const Op& f = *body.parentOp();
+  auto placed = [&](const Op& op, const char* name) {
+    if (!op.hasAttr(name)) throw InternalError(std::string("lowering: allocate-shared did not set ") + name);
+    return op.intAttr(name);
+  };
   std::function<void(const Block&)> walk = [&](const Block& b) {
     for (const auto& o : b.ops()) {
       Pipeline p;
       bool pipelined = o->kind() == OpKind::For && readPipeline(*o, &p);
       if (o->hasAttr("no_pipeline")) hint(*o, "K loop not pipelined: " + o->strAttr("no_pipeline"));
       if (pipelined) {
-        p.base = next;
-        next += p.stages * p.stageBytes;
+        p.base = floor_ + placed(*o, "ring_at");
         if (p.anyTma()) {
-          p.barrier = barrierSlots_;
-          barrierSlots_ += p.stages;
+          p.barrier = static_cast<int>(placed(*o, "barrier_slot"));
+          barrierSlots_ = std::max(barrierSlots_, p.barrier + p.stages);
         }
         auto& slot = pipelines_[o.get()] = p;
         for (const Op* d : p.dots) pipelinedDots_[d] = &slot;
@@ -60,17 +57,14 @@ void Lowering::reserveWgmmaOperands(const Block& body) {
         // A trans that only feeds B is staged from its operand: nothing to lower.
         const Op* t = o->kind() == OpKind::Dot ? o->operand(1)->definingOp() : nullptr;
         if (t && wgmmaB(*o).value != o->operand(1)) stagedTrans_.insert(t);
-        if (!pipelinedDots_.count(o.get())) {
-          WgmmaOperandBytes s = wgmmaOperandBytes(*o);
-          wgmmaStageBytes_ = std::max(wgmmaStageBytes_, s.a + s.b);
-        }
+        if (!pipelinedDots_.count(o.get())) wgmmaStageBytes_ = placed(f, "smem_wgmma_stage");
       }
       for (unsigned r = 0; r < o->numRegions(); ++r) walk(o->region(r));
     }
   };
   walk(body);
-  wgmmaBase_ = next;
-  scratch_ = next + 2 * wgmmaStageBytes_;
+  wgmmaBase_ = floor_ + (f.hasAttr("smem_rings") ? f.intAttr("smem_rings") : 0);
+  scratch_ = wgmmaBase_ + 2 * wgmmaStageBytes_;
   smemBytes_ = std::max<uint64_t>(smemBytes_, scratch_);
 }
 

@@ -55,11 +55,6 @@ inline std::string mmaTypeName(DType d) {
       return "s8";
   }
 }
-// Shared-memory bytes of a wgmma dot's staged A and B.
-struct WgmmaOperandBytes {
-  int64_t a, b;
-};
-
 // Shared bytes [0, kBarrierBytes) hold the mbarriers of kernels with tensor maps.
 constexpr int64_t kBarrierBytes = 1024;
 
@@ -112,16 +107,20 @@ class Lowering {
       case DType::I1:
         return b_.getInt1Ty();
       case DType::I8:
+      case DType::U8:
       case DType::F8E4M3:
       case DType::F8E5M2:
       case DType::E8M0:
       case DType::F4E2M1:
         return b_.getInt8Ty();
       case DType::I16:
+      case DType::U16:
         return b_.getInt16Ty();
       case DType::I32:
+      case DType::U32:
         return b_.getInt32Ty();
       case DType::I64:
+      case DType::U64:
         return b_.getInt64Ty();
       case DType::F16:
         return b_.getHalfTy();
@@ -261,6 +260,7 @@ class Lowering {
   LVal* castElem(const Op& op, LVal* v, const Type& from, const Type& to);
   LVal* castRounded(const Op& op, LVal* v, const Type& from, const Type& to, LVal* rbits);
   LVal* roundToFormat(LVal* x, DType to, const std::string& mode, LVal* rbits);
+  LVal* u64ToOddDouble(LVal* v);
   LVal* roundToE8M0(LVal* x, const std::string& mode, LVal* rbits);
   LVal* roundWideToE8M0(LVal* x, const std::string& mode, LVal* rbits);
   LVal* decodeE8M0(LVal* v);
@@ -328,7 +328,7 @@ class Lowering {
   SharedTile wgmmaOperandTile(const Op& dot, unsigned which, const WgmmaShape& w) const {
     return detail::wgmmaOperandTile(dot, which, w, threads_);
   }
-  WgmmaOperandBytes wgmmaOperandBytes(const Op& dot);
+  WgmmaOperandBytes wgmmaOperandBytes(const Op& dot) const { return detail::wgmmaOperandBytes(dot, threads_); }
   void reserveWgmmaOperands(const Block& body);
   void lowerWgmma(const Op& op, const WgmmaShape& w);
   void stageOperand(const Regs& r, const Type& t, LVal* base, bool transpose, const SharedTile& tile);

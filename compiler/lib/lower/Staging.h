@@ -98,4 +98,14 @@ inline SharedTile wgmmaOperandTile(const Op& dot, unsigned which, const WgmmaSha
   return {k, n, eb, swizzleBytes(w.instrN * eb)};
 }
 
+// Shared-memory bytes of a wgmma dot's staged A and B, each in whole swizzle atoms.
+struct WgmmaOperandBytes {
+  int64_t a, b;
+};
+inline WgmmaOperandBytes wgmmaOperandBytes(const Op& dot, int threads) {
+  WgmmaB bs = wgmmaB(dot, threads);
+  return {swizzleAtoms(dot.operand(0)->type().numel() * bs.elemBytes),
+          swizzleAtoms(bs.value->type().numel() * bs.elemBytes)};
+}
+
 }  // namespace tilefuse::lower::detail

@@ -3,7 +3,8 @@
 //   %y = mul %x, %one : f32                       =>   (uses of %y use %x)
 //   %r = if %true : f32 { A; yield %a } { B }     =>   A  (uses of %r use %a)
 //   %r = for %c4, %c2, %st, %init ... { ... }     =>   (uses of %r use %init)
-// Integers wrap at their bit width, division truncates and shr is arithmetic;
+// Integers wrap at their bit width, division truncates and shr is arithmetic (on
+// unsigned types: unsigned division, logical shr, unsigned min/max);
 // float results are rounded to the dtype. Folds whose result the target could
 // compute differently (division by zero, NaN in min/max/cmp, float-to-int
 // rounding, signed views of i1) are left alone. Old ops that become unused stay
@@ -20,14 +21,15 @@ namespace {
 
 // --- Values of constants ---
 
-// `v` at the bit width of `d`: sign-extended, except i1 which is 0 or 1.
+// `v` at the bit width of `d`: sign-extended, except i1 which is 0 or 1 and unsigned
+// types, zero-extended (u64 keeps its bits).
 int64_t wrapInt(int64_t v, DType d) {
   int bits = bitWidth(d);
   if (bits == 1) return v & 1;
   if (bits == 64) return v;
   uint64_t mask = (uint64_t{1} << bits) - 1;
   uint64_t u = static_cast<uint64_t>(v) & mask;
-  if (u >> (bits - 1)) u |= ~mask;
+  if (u >> (bits - 1) && !isUnsigned(d)) u |= ~mask;
   return static_cast<int64_t>(u);
 }
 
@@ -97,6 +99,23 @@ bool isFloatConst(const Value* v, double want) {
 std::optional<int64_t> foldInt(OpKind k, int64_t a, int64_t b, DType d) {
   auto ua = static_cast<uint64_t>(a), ub = static_cast<uint64_t>(b);
   bool i1 = d == DType::I1;
+  if (isUnsigned(d)) {
+    switch (k) {
+      case OpKind::Div:
+      case OpKind::Rem:
+        if (b == 0) return std::nullopt;
+        return static_cast<int64_t>(k == OpKind::Div ? ua / ub : ua % ub);
+      case OpKind::Shr:
+        if (b < 0 || b >= bitWidth(d)) return std::nullopt;
+        return static_cast<int64_t>(ua >> b);
+      case OpKind::Min:
+        return static_cast<int64_t>(std::min(ua, ub));
+      case OpKind::Max:
+        return static_cast<int64_t>(std::max(ua, ub));
+      default:
+        break;
+    }
+  }
   switch (k) {
     case OpKind::Add:
       return wrapInt(static_cast<int64_t>(ua + ub), d);
@@ -373,14 +392,21 @@ class Canonicalizer {
       int64_t v = *c;
       if (dst == DType::I1) return v == 0 || v == 1 ? constant(op, v) : nullptr;
       if (isInt(dst)) return constant(op, wrapInt(v, dst));
-      if (dst == DType::F32) return constant(op, static_cast<double>(static_cast<float>(v)));
-      if (dst == DType::F64) return constant(op, static_cast<double>(v));
+      bool u64 = x->type().elem == DType::U64;  // its bits: convert as unsigned
+      auto uv = static_cast<uint64_t>(v);
+      if (dst == DType::F32)
+        return constant(op, static_cast<double>(u64 ? static_cast<float>(uv) : static_cast<float>(v)));
+      if (dst == DType::F64) return constant(op, u64 ? static_cast<double>(uv) : static_cast<double>(v));
       return nullptr;
     }
     auto f = floatConst(x);
     if (!f) return nullptr;
     if (dst == DType::F32 || dst == DType::F64) return constant(op, *roundFloat(*f, dst));
     if (!isInt(dst) || dst == DType::I1 || !std::isfinite(*f) || std::trunc(*f) != *f) return nullptr;
+    if (isUnsigned(dst)) {
+      if (*f < 0 || *f >= std::ldexp(1.0, bitWidth(dst))) return nullptr;
+      return constant(op, static_cast<int64_t>(static_cast<uint64_t>(*f)));
+    }
     double lo = static_cast<double>(minInt(dst));  // -2^(bits-1), exact in a double
     if (*f < lo || *f >= -lo) return nullptr;
     return constant(op, static_cast<int64_t>(*f));

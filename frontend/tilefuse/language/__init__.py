@@ -74,11 +74,28 @@ from .core import (  # noqa: F401
     tensor,
     tensor_descriptor,
     trans,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+    umulhi,
     view,
     where,
     zeros,
     zeros_like,
 )
 from .math import cos, div_rn, fdiv, sin, sqrt_rn  # noqa: F401 - Triton's top-level math names
+from .random import (  # noqa: F401
+    pair_uniform_to_normal,
+    philox,
+    philox_impl,
+    rand,
+    rand4x,
+    randint,
+    randint4x,
+    randn,
+    randn4x,
+    uint_to_uniform_float,
+)
 
 bool = int1  # noqa: A001 - Triton's alias

@@ -39,10 +39,20 @@ class dtype:
         return _ir.bit_width(self.ir)
 
     def is_floating(self) -> bool:
-        return self.ir not in (_D.i1, _D.i8, _D.i16, _D.i32, _D.i64)
+        return not _ir.is_int(self.ir)
 
     def is_int(self) -> bool:
-        return not self.is_floating()
+        return _ir.is_int(self.ir)
+
+    def is_int_unsigned(self) -> bool:
+        return _ir.is_unsigned(self.ir)
+
+    def is_int_signed(self) -> bool:
+        return self.is_int() and not self.is_int_unsigned()
+
+    @property
+    def int_bitwidth(self) -> int:
+        return self.primitive_bitwidth
 
     def is_bool(self) -> bool:
         return self.ir == _D.i1
@@ -82,6 +92,10 @@ int8 = dtype("int8", _D.i8)
 int16 = dtype("int16", _D.i16)
 int32 = dtype("int32", _D.i32)
 int64 = dtype("int64", _D.i64)
+uint8 = dtype("uint8", _D.u8)
+uint16 = dtype("uint16", _D.u16)
+uint32 = dtype("uint32", _D.u32)
+uint64 = dtype("uint64", _D.u64)
 float16 = dtype("float16", _D.f16)
 bfloat16 = dtype("bfloat16", _D.bf16)
 float32 = dtype("float32", _D.f32)
@@ -99,6 +113,10 @@ _BY_IR = {
         int16,
         int32,
         int64,
+        uint8,
+        uint16,
+        uint32,
+        uint64,
         float16,
         bfloat16,
         float32,
@@ -311,10 +329,10 @@ def builtin(fn):
 
 
 def _int_type(v: int) -> dtype:
-    if -(2**31) <= v < 2**31:
-        return int32
-    if -(2**63) <= v < 2**63:
-        return int64
+    # Triton's types of integer literals: the first of int32, uint32, int64, uint64 that holds v.
+    for d, lo, hi in ((int32, -(2**31), 2**31), (uint32, 0, 2**32), (int64, -(2**63), 2**63), (uint64, 0, 2**64)):
+        if lo <= v < hi:
+            return d
     raise ValueError(f"integer constant {v} does not fit in 64 bits")
 
 
@@ -331,6 +349,15 @@ def to_tensor(v, b, like: tensor | None = None) -> tensor:
             d = like.dtype
             if d.is_floating() or _fits(v, d):
                 return _const(v, d, b)
+            if d.is_int_unsigned() and isinstance(like, tensor):  # Triton's errors for binary operations
+                if v < 0:
+                    raise ValueError(
+                        "Cannot perform a binary operation between an unsigned tensor and a negative scalar. "
+                        "Perform a explicit cast on one of them."
+                    )
+                raise ValueError(f"Scalar {v} is out of range for type {d!r}")
+            if d.is_int() and -(2**63) <= v < 2**63:  # beside a signed tensor: widened to int64
+                return _const(v, int64, b)
         return _const(v, _int_type(v), b)
     if isinstance(v, float):
         d = like.dtype if like is not None and not like.type.is_ptr and like.dtype.is_floating() else float32
@@ -352,12 +379,17 @@ def to_tensors(a, b, builder) -> tuple[tensor, tensor]:
 
 def _fits(v: int, d: dtype) -> bool:
     bits = d.primitive_bitwidth
+    if d.is_int_unsigned():
+        return 0 <= v < 2**bits
     return -(2 ** (bits - 1)) <= v < 2 ** (bits - 1)
 
 
 def _const(v, d: dtype, b):
     t = d.to_ir_type()
-    return tensor(b.const_float(float(v), t) if d.is_floating() else b.const_int(int(v), t))
+    if d.is_floating():
+        return tensor(b.const_float(float(v), t))
+    v = int(v)
+    return tensor(b.const_int(v - 2**64 if v >= 2**63 else v, t))  # a u64 beyond int64 as its bits
 
 
 def _dtype_arg(d) -> dtype:
@@ -414,7 +446,8 @@ def full(shape, value, dtype, _builder=None):
         v = value if value.dtype == d else cast(value, d, _builder=_builder)
         return tensor(_builder.splat(v.handle, shape)) if shape else v
     if d.is_int() and isinstance(value, int):  # exact beyond 2**53
-        return tensor(_builder.const_int(value, _ir.Type.tile(d.ir, shape)))
+        bits = value - 2**64 if value >= 2**63 else value  # a u64 beyond int64 as its bits
+        return tensor(_builder.const_int(bits, _ir.Type.tile(d.ir, shape)))
     return tensor(_builder.full(shape, float(value), d.ir))
 
 
@@ -518,6 +551,12 @@ def maximum(x, y, propagate_nan=None, _builder=None):
 
 
 @builtin
+def umulhi(x, y, _builder=None):
+    """The high half of the unsigned product of two integers (of their common type's width)."""
+    return _binary_builtin(_K.Umulhi, x, y, _builder)
+
+
+@builtin
 def clamp(x, min, max, propagate_nan=None, _builder=None):
     return _binary_builtin(_K.Min, _binary_builtin(_K.Max, x, min, _builder), max, _builder)
 
@@ -537,6 +576,8 @@ sqrt = builtin(_unary(_K.Sqrt))
 rsqrt = builtin(_unary(_K.Rsqrt))
 tanh = builtin(_unary(_K.Tanh))
 erf = builtin(_unary(_K.Erf))
+sin = builtin(_unary(_K.Sin))
+cos = builtin(_unary(_K.Cos))
 floor = builtin(_unary(_K.Floor))
 ceil = builtin(_unary(_K.Ceil))
 abs = builtin(_unary(_K.Abs))
@@ -549,6 +590,8 @@ for _name, _f in (
     ("rsqrt", rsqrt),
     ("tanh", tanh),
     ("erf", erf),
+    ("sin", sin),
+    ("cos", cos),
     ("floor", floor),
     ("ceil", ceil),
     ("abs", abs),
@@ -718,7 +761,8 @@ def argmin(input, axis, keep_dims=False, _builder=None):
     if x.dtype.is_floating():
         flipped = _builder.neg(x.handle)
     else:
-        flipped = _builder.binary(_K.Xor, x.handle, to_tensor(-1, _builder, like=x).handle)
+        ones = 2**x.dtype.primitive_bitwidth - 1 if x.dtype.is_int_unsigned() else -1
+        flipped = _builder.binary(_K.Xor, x.handle, to_tensor(ones, _builder, like=x).handle)
     return _reduce(_K.Argmax, tensor(flipped), axis, keep_dims, _builder)
 
 

@@ -17,12 +17,14 @@ enum class DType : uint8_t {
   I1, I8, I16, I32, I64,
   F16, BF16, F32, F64,
   F8E4M3, F8E5M2, E8M0, F4E2M1,
+  U8, U16, U32, U64,
 };
 
 std::string_view dtypeName(DType d);
 std::optional<DType> dtypeFromName(std::string_view name);
 int bitWidth(DType d);
-bool isInt(DType d);
+bool isInt(DType d);       // signed and unsigned integers and i1
+bool isUnsigned(DType d);  // u8, u16, u32, u64
 bool isFloat(DType d);  // every non-integer dtype, the scale type e8m0 included
 // Formats too narrow for arithmetic: only casts, bitcasts and dot_scaled take them.
 bool isStorageOnly(DType d);

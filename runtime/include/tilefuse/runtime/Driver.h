@@ -36,6 +36,8 @@ struct DeviceInfo {
   int major, minor;
   int multiprocessors;
   int maxSharedPerBlockOptin;
+  int maxRegistersPerBlock;
+  int l2CacheBytes;
 };
 int driverVersion();  // e.g. 13000 for CUDA 13.0
 int deviceCount();    // 0 when no driver is present

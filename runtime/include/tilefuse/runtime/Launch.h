@@ -22,6 +22,23 @@ inline int64_t f32Arg(double v) {
   return bits;
 }
 
+// What the loaded function uses of the device, as the driver reports it.
+struct FuncResources {
+  int numRegs;             // registers per thread
+  int localBytes;          // local memory per thread (register spills, local arrays)
+  int maxThreadsPerBlock;  // the most threads a launch may have with these registers
+};
+
+// The launch argument of an f64 parameter: its bits.
+inline int64_t f64Arg(double v) {
+  int64_t bits;
+  std::memcpy(&bits, &v, 8);
+  return bits;
+}
+
+// The launch argument of a float parameter of kind `k` (f32 or f64).
+inline int64_t floatArg(ParamKind k, double v) { return k == ParamKind::F64 ? f64Arg(v) : f32Arg(v); }
+
 class LoadedKernel {
  public:
   // `image` is PTX text (JIT-compiled by the driver) or a cubin holding `spec.kernel`.
@@ -30,11 +47,12 @@ class LoadedKernel {
   LoadedKernel(const LoadedKernel&) = delete;
   LoadedKernel& operator=(const LoadedKernel&) = delete;
 
-  // `args[i]` is the value of spec().params[i]: pointers and integers as int64, f32 as
-  // f32Arg, i1 as 0 or 1. Encodes the spec's tensor maps from them (TensorMapError for
+  // `args[i]` is the value of spec().params[i]: pointers and integers as int64 (u64 as
+  // its bits), f32 and f64 as floatArg, i1 as 0 or 1. Encodes the spec's tensor maps from them (TensorMapError for
   // values the copy engine cannot take) and makes the kernel's context current when
   // another one is.
   void launch(std::array<uint32_t, 3> grid, uint64_t stream, const int64_t* args) const;
+  FuncResources resources() const;
   const LaunchSpec& spec() const { return spec_; }
   int device() const { return device_; }
 

@@ -13,7 +13,7 @@
 namespace tilefuse::runtime {
 
 // How a kernel parameter is passed.
-enum class ParamKind : uint8_t { Ptr, I1, I32, I64, F32 };
+enum class ParamKind : uint8_t { Ptr, I1, I32, I64, F32, I8, I16, U8, U16, U32, U64, F64 };
 
 struct LaunchSpec {
   struct Param {
