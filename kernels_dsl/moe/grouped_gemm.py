@@ -161,7 +161,11 @@ def transpose_groups(x_ptr, xt_ptr, offsets_ptr, padded_ptr, tile_start_ptr, til
     mask = ((m0 + rm)[:, None] < end) & (rn[None, :] < N)
     v = tl.load(x_ptr + m0.to(tl.int64) * N + rm[:, None] * N + rn[None, :], mask=mask, other=0.0)
     cols = tl.max_contiguous(tl.multiple_of(col0 + rm, PAD), BM)
-    tl.store(xt_ptr + rn[:, None].to(tl.int64) * RP + cols[None, :], tl.trans(v), mask=tl.trans(mask))
+    # Stored up to the group's padded end (zeros past its rows): the mask is constant in
+    # runs of PAD columns, so the stores stay 16 bytes wide.
+    col_end = tl.multiple_of(tl.load(padded_ptr + g + 1, mask=valid, other=0), PAD)
+    keep = (cols[None, :] < col_end) & (rn[:, None] < N)
+    tl.store(xt_ptr + rn[:, None].to(tl.int64) * RP + cols[None, :], tl.trans(v), mask=keep)
 
 
 @tf.jit
