@@ -151,7 +151,9 @@ def grouped_gemm_kernel(
 
 
 @tf.jit
-def transpose_groups(x_ptr, xt_ptr, offsets_ptr, padded_ptr, tile_start_ptr, tiles_ptr, G, N, RP, BM: tl.constexpr, BN: tl.constexpr):
+def transpose_groups(
+    x_ptr, xt_ptr, offsets_ptr, padded_ptr, tile_start_ptr, tiles_ptr, G, N, RP, BM: tl.constexpr, BN: tl.constexpr
+):
     # xt [N, RP]: the rows of group g of x [R, N] as columns padded[g] .. padded[g] + rows,
     # so that the wgrad's K loop reads 16-byte aligned runs from each group's first row.
     valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)

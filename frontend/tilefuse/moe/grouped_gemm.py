@@ -57,7 +57,10 @@ def _config(fn, config, x) -> GemmConfig:
 
 
 def _check(fn, name, a, like, kinds, ndim):
-    kind = _arrays.kind_of(f"{fn}: {name}", a)
+    try:
+        kind = _arrays.kind_of(name, a)
+    except TypeError as e:
+        raise TypeError(f"{fn}: {name} must be {' or '.join(kinds)} ({e})") from None
     if isinstance(a, np.ndarray) != isinstance(like, np.ndarray):
         raise TypeError(f"{fn}: {name} must be a {type(like).__name__} like the other operands, got {type(a).__name__}")
     if is_torch_tensor(a) and a.device != like.device:
@@ -143,7 +146,9 @@ def _schedule(like, splits, rows, block_m) -> _Schedule:
     slots = max(1, cdiv(rows, block_m) + min(g, rows))
     s = _Schedule(*(_arrays.empty(like, (g + 1,), "int32") for _ in range(3)), None, slots)
     s = s._replace(tiles=_arrays.empty(like, (slots, 2), "int32"))
-    K.group_offsets[(1,)](splits, s.offsets, s.padded, s.tile_start, g, rows, BM=block_m, BG=min(32, next_power_of_2(g)))
+    K.group_offsets[(1,)](
+        splits, s.offsets, s.padded, s.tile_start, g, rows, BM=block_m, BG=min(32, next_power_of_2(g))
+    )
     K.group_tiles[(g,)](s.offsets, s.tile_start, s.tiles, BM=block_m, BT=128)
     return s
 
