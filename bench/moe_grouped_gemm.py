@@ -63,35 +63,42 @@ def peers(x, w, s, offs):
     return out
 
 
+def ours(x, w, dy, splits, configs):
+    runs = {}
+    for c in configs:
+        tag = f"{c.block_m}x{c.block_n}x{c.block_k} w{c.num_warps} s{c.num_stages}"
+        runs[f"tilefuse fwd {tag}"] = lambda c=c: moe.grouped_gemm(x, w, splits, config=c)
+        runs[f"tilefuse dgrad {tag}"] = lambda c=c: moe.grouped_gemm_dgrad(dy, w, splits, config=c)
+        runs[f"tilefuse wgrad {tag}"] = lambda c=c: moe.grouped_gemm_wgrad(dy, x, splits, config=c)
+    return runs
+
+
+def bench_shape(name, e, rows, k, n, configs, gen):
+    x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(e, n, k, device="cuda", dtype=torch.bfloat16) * 0.02
+    dy = torch.randn(rows, n, device="cuda", dtype=torch.bfloat16)
+    flops = 2.0 * rows * n * k
+    for skewed in (False, True):
+        s = splits_for(rows, e, skewed, gen)
+        splits = torch.tensor(s, dtype=torch.int32, device="cuda")
+        offs = torch.cumsum(splits, 0, dtype=torch.int32)
+        routing = "skewed" if skewed else "0.7-1.3"
+        for what, fn in {**peers(x, w, s, offs), **ours(x, w, dy, splits, configs)}.items():
+            try:
+                t = ms(fn)
+                print(f"{name:16s} {routing:8s} {what:34s} {t:8.3f} {flops / t / 1e9:8.1f}")
+            except Exception as err:  # a peer missing on this torch: say so, go on
+                print(f"{name:16s} {routing:8s} {what:34s} ERR {str(err)[:80]}")
+            sys.stdout.flush()
+
+
 def main():
     configs = CONFIGS if "--configs" in sys.argv else CONFIGS[:1]
     gen = torch.Generator().manual_seed(0)
     print(f"{'shape':16s} {'routing':8s} {'what':34s} {'ms':>8s} {'TFLOP/s':>8s}")
     for name, (e, rows, k, n) in SHAPES.items():
-        x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
-        w = torch.randn(e, n, k, device="cuda", dtype=torch.bfloat16) * 0.02
-        dy = torch.randn(rows, n, device="cuda", dtype=torch.bfloat16)
-        flops = 2.0 * rows * n * k
-        for skewed in (False, True):
-            s = splits_for(rows, e, skewed, gen)
-            splits = torch.tensor(s, dtype=torch.int32, device="cuda")
-            offs = torch.cumsum(splits, 0, dtype=torch.int32)
-            runs = dict(peers(x, w, s, offs))
-            for c in configs:
-                tag = f"{c.block_m}x{c.block_n}x{c.block_k} w{c.num_warps} s{c.num_stages}"
-                runs[f"tilefuse fwd {tag}"] = lambda c=c: moe.grouped_gemm(x, w, splits, config=c)
-                runs[f"tilefuse dgrad {tag}"] = lambda c=c: moe.grouped_gemm_dgrad(dy, w, splits, config=c)
-                runs[f"tilefuse wgrad {tag}"] = lambda c=c: moe.grouped_gemm_wgrad(dy, x, splits, config=c)
-            for what, fn in runs.items():
-                try:
-                    t = ms(fn)
-                    print(
-                        f"{name:16s} {'skewed' if skewed else '0.7-1.3':8s} {what:34s} {t:8.3f} {flops / t / 1e9:8.1f}"
-                    )
-                except Exception as err:  # a peer missing on this torch: say so, go on
-                    print(f"{name:16s} {'skewed' if skewed else '0.7-1.3':8s} {what:34s} ERR {str(err)[:80]}")
-            sys.stdout.flush()
-        del x, w, dy
+        bench_shape(name, e, rows, k, n, configs, gen)
+        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
