@@ -200,7 +200,7 @@ def grouped_wgrad_kernel(
     acc = tl.zeros((BN, BK), dtype=tl.float32)
     for r in range(0, rows, BR):
         a = tl.load(a_ptrs + r, mask=(rn[:, None] < N) & ((r + rr)[None, :] < rows), other=0.0)
-        b = tl.load(b_ptrs + r * K, mask=((r + rr)[:, None] < rows) & (rk[None, :] < K), other=0.0)
+        b = tl.load(b_ptrs + r.to(tl.int64) * K, mask=((r + rr)[:, None] < rows) & (rk[None, :] < K), other=0.0)
         acc = tl.dot(a, b, acc)
     out = dw_ptr + g.to(tl.int64) * N * K + rn[:, None] * K + rk[None, :]
     tl.store(out, acc.to(dw_ptr.dtype.element_ty), mask=(rn[:, None] < N) & (rk[None, :] < K))
