@@ -141,13 +141,70 @@ def grouped_gemm_kernel(
         b_ptrs = w + cc[:, None] * stride_wc + ro[None, :] * stride_wo
         b = tl.load(b_ptrs, mask=(cc[:, None] < C) & (ro[None, :] < O), other=0.0)
         acc = tl.dot(a, b, acc)
+    _store_rows(acc, g, m0, end, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
+
+
+@tf.jit
+def _store_rows(
+    acc, g, m0, end, bias_ptr, scale_ptr, out_ptr, O, BIAS: tl.constexpr, BM: tl.constexpr, BO: tl.constexpr
+):
+    # The epilogue: + b_g (BIAS 1) or + b_g·s_r (BIAS 2) in fp32, one rounding, the
+    # tile's rows below `end` stored.
+    rm = tl.arange(0, BM)
+    ro = tl.program_id(1) * BO + tl.arange(0, BO)
     if BIAS > 0:
         bias = tl.load(bias_ptr + g * O + ro, mask=ro < O, other=0.0).to(tl.float32)[None, :]
         if BIAS == 2:
             bias = bias * tl.load(scale_ptr + m0 + rm, mask=m0 + rm < end, other=0.0)[:, None]
         acc = acc + bias
     out = out_ptr + m0.to(tl.int64) * O + rm[:, None] * O + ro[None, :]
-    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=rows & (ro[None, :] < O))
+    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=((m0 + rm)[:, None] < end) & (ro[None, :] < O))
+
+
+@tf.jit
+def grouped_gemm_mxfp8_kernel(
+    a_ptr,
+    sa_ptr,
+    w_ptr,
+    sw_ptr,
+    bias_ptr,
+    scale_ptr,
+    out_ptr,
+    offsets_ptr,
+    tile_start_ptr,
+    tiles_ptr,
+    G,
+    C,
+    O,
+    FA: tl.constexpr,
+    FW: tl.constexpr,
+    BIAS: tl.constexpr,
+    BM: tl.constexpr,
+    BO: tl.constexpr,
+    BC: tl.constexpr,
+):
+    # The MXFP8 forward: out = (a·2^(sa - 127)) (w_g·2^(sw_g - 127))ᵀ (+ bias as above)
+    # with a [R, C] and w [G·O, C] fp8 codes (rowwise moe.quantize copies: K-major, as
+    # Hopper's fp8 wgmma needs), e8m0 scales [R, C/32] and [G·O, C/32]; each 32-wide K
+    # block promoted to fp32 times its two scales. C is a multiple of BC.
+    valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
+    rm = tl.arange(0, BM)
+    ro = tl.program_id(1) * BO + tl.arange(0, BO)
+    rc, rs = tl.arange(0, BC), tl.arange(0, BC // 32)
+    rows = (m0 + rm)[:, None] < end
+    cols = ro < O
+    a_rows = a_ptr + m0.to(tl.int64) * C + rm[:, None] * C
+    sa_rows = sa_ptr + m0.to(tl.int64) * (C // 32) + rm[:, None] * (C // 32)
+    w_cols = w_ptr + g.to(tl.int64) * O * C + ro[None, :] * C
+    sw_rows = sw_ptr + g.to(tl.int64) * O * (C // 32) + ro[:, None] * (C // 32)
+    acc = tl.zeros((BM, BO), dtype=tl.float32)
+    for c in range(0, tl.where(valid, C, 0), BC):
+        a = tl.load(a_rows + (c + rc)[None, :], mask=rows, other=0)
+        b = tl.load(w_cols + (c + rc)[:, None], mask=cols[None, :], other=0)
+        sa = tl.load(sa_rows + (c // 32 + rs)[None, :], mask=rows, other=127)
+        sb = tl.load(sw_rows + (c // 32 + rs)[None, :], mask=cols[:, None], other=127)
+        acc = tl.dot_scaled(a, sa, FA, b, sb, FW, acc)
+    _store_rows(acc, g, m0, end, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
 
 
 @tf.jit

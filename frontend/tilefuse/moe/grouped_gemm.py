@@ -22,6 +22,7 @@ from .. import cdiv, next_power_of_2
 from ..arrays import is_torch_tensor
 from ..jit import interp_buffers
 from . import _arrays
+from .quant import Quantized
 
 OUT_KINDS = ("bfloat16", "float32")
 
@@ -186,27 +187,87 @@ def _gemm(a, wt: _Weights, splits, out, bias, scale, c, o, strides, cfg):
 
 def grouped_gemm(x, w, splits, bias=None, bias_scale=None, *, out=None, out_dtype="bfloat16", config=None):
     """y [R, N]: y_g = x_g w_gᵀ (+ b_g, or + b_g · s_r with bias_scale s = probs [R] fp32)
-    for x [R, K] bf16, w [G, N, K] (or G arrays [N, K]), bias [G, N] (bf16 or fp32)."""
+    for x [R, K] bf16, w [G, N, K] (or G arrays [N, K]), bias [G, N] (bf16 or fp32).
+    MXFP8: x and w moe.Quantized rowwise copies of x and of w.reshape(G·N, K); each
+    32-wide K block's products promoted to fp32 times their two scales."""
     fn = "grouped_gemm"
+    if isinstance(x, Quantized) or isinstance(w, Quantized):
+        return _mxfp8_forward(fn, x, w, splits, bias, bias_scale, out, out_dtype, config)
     _check(fn, "x", x, x, ("bfloat16",), 2)
     wt = _weights(fn, w, x)
     (n, k), rows = wt.shape, int(x.shape[0])
     if int(x.shape[1]) != k:
         raise ValueError(f"{fn}: x has {int(x.shape[1])} columns but w's experts are [N, K] = [{n}, {k}]")
     _check_splits(fn, splits, x, wt.groups)
+    _check_bias(fn, bias, bias_scale, x, wt.groups, n, rows)
+    y = _out(fn, out, x, (rows, n), out_dtype)
+    cfg = _config(fn, config, x)
+    return _gemm(x, wt, splits, y, bias, bias_scale, k, n, (1, k), cfg)
+
+
+def _check_bias(fn, bias, bias_scale, x, groups, n, rows):
     if bias is not None:
         _check(fn, "bias", bias, x, ("bfloat16", "float32"), 2)
-        if tuple(bias.shape) != (wt.groups, n):
-            raise ValueError(f"{fn}: bias must have shape ({wt.groups}, {n}), got {tuple(bias.shape)}")
+        if tuple(bias.shape) != (groups, n):
+            raise ValueError(f"{fn}: bias must have shape ({groups}, {n}), got {tuple(bias.shape)}")
     if bias_scale is not None:
         if bias is None:
             raise ValueError(f"{fn}: bias_scale scales the bias; pass a bias")
         _check(fn, "bias_scale", bias_scale, x, ("float32",), 1)
         if tuple(bias_scale.shape) != (rows,):
             raise ValueError(f"{fn}: bias_scale must have shape ({rows},), got {tuple(bias_scale.shape)}")
-    y = _out(fn, out, x, (rows, n), out_dtype)
-    cfg = _config(fn, config, x)
-    return _gemm(x, wt, splits, y, bias, bias_scale, k, n, (1, k), cfg)
+
+
+def _check_mx(fn, name, q, shape_text):
+    if not isinstance(q, Quantized):
+        raise TypeError(f"{fn}: with an MXFP8 operand, {name} must be a moe.Quantized too, got {type(q).__name__}")
+    if q.recipe != "mxfp8" or q.axis != -1:
+        raise ValueError(
+            f"{fn}: {name} must be an MXFP8 rowwise copy (moe.quantize({shape_text}, 'mxfp8')), "
+            f"got {q.recipe} axis={q.axis}"
+        )
+
+
+def _mxfp8_forward(fn, x, w, splits, bias, bias_scale, out, out_dtype, config):
+    """The forward on MXFP8 operands: x = moe.quantize(x [R, K], "mxfp8"), w =
+    moe.quantize(w.reshape(G·N, K), "mxfp8") (rowwise, e4m3 or e5m2 each)."""
+    _check_mx(fn, "x", x, "x")
+    _check_mx(fn, "w", w, "w.reshape(G * N, K)")
+    like = x.data
+    _check_splits(fn, splits, like, None)
+    groups, (rows, k) = int(splits.shape[0]), x.shape
+    if w.shape[1] != k or w.shape[0] % groups:
+        raise ValueError(f"{fn}: w quantizes [G * N, K] = [{groups} * N, {k}], got shape {w.shape}")
+    n = w.shape[0] // groups
+    _check_bias(fn, bias, bias_scale, like, groups, n, rows)
+    y = _out(fn, out, like, (rows, n), out_dtype)
+    cfg = _config(fn, config, like)
+    block_c = next(b for b in (cfg.block_k, 128, 64, 32) if k % b == 0 and b % 32 == 0)
+    sched = _schedule(like, splits, rows, cfg.block_m)
+    K.grouped_gemm_mxfp8_kernel[(sched.slots, cdiv(n, cfg.block_n))](
+        _arrays.as_int8(x.data),
+        _arrays.as_int8(x.scale),
+        _arrays.as_int8(w.data),
+        _arrays.as_int8(w.scale),
+        splits if bias is None else bias,
+        splits if bias_scale is None else bias_scale,
+        y,
+        sched.offsets,
+        sched.tile_start,
+        sched.tiles,
+        groups,
+        k,
+        n,
+        FA=x.fmt,
+        FW=w.fmt,
+        BIAS=0 if bias is None else 1 if bias_scale is None else 2,
+        BM=cfg.block_m,
+        BO=cfg.block_n,
+        BC=block_c,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+    return y
 
 
 def grouped_gemm_dgrad(dy, w, splits, *, out=None, out_dtype="bfloat16", config=None):

@@ -190,3 +190,51 @@ def test_bad_input(rng):
     for call, err, text in bad:
         with pytest.raises(err, match=text):
             call()
+
+
+# MXFP8 needs K to be whole 32-blocks: the cases' K rounded up to 64.
+def mx_inputs(rng, name, fx, fw):
+    rows, k, n, s = CASES[name]
+    k = -(-k // 64) * 64
+    x, w = bf16(rng, rows, k), bf16(rng, len(s), n, k)
+    qx, qw = moe.quantize(x, "mxfp8", fmt=fx), moe.quantize(w.reshape(-1, k), "mxfp8", fmt=fw)
+    return rows, k, n, np.array(s, np.int32), qx, qw, moe.dequantize(qx), moe.dequantize(qw).reshape(w.shape)
+
+
+@pytest.mark.parametrize("fx,fw", [("e4m3", "e4m3"), ("e4m3", "e5m2"), ("e5m2", "e4m3")])
+@pytest.mark.parametrize("name", CASES)
+def test_forward_mxfp8(rng, name, fx, fw):
+    # Against the float64 product of the dequantized operands (what the kernel multiplies).
+    rows, k, n, splits, qx, qw, xd, wd = mx_inputs(rng, name, fx, fw)
+    for out_dtype in ("bfloat16", "float32"):
+        y = moe.grouped_gemm(qx, qw, splits, out=prefilled((rows, n), out_dtype), out_dtype=out_dtype, config=SMALL)
+        expected, mag = ref.forward(xd, wd, splits)
+        end = ref.offsets(splits, rows)[-1]
+        ref.check(y[:end], expected, mag, k, out_dtype, "y", recipe="mxfp8")
+        assert (y[end:].astype(np.float32) == SENTINEL).all(), "pad rows were written"
+
+
+@pytest.mark.parametrize("config", [SMALL, moe.GemmConfig(16, 16, 64, 4, 2)])
+def test_forward_mxfp8_bias(rng, config):
+    rows, k, n, splits, qx, qw, xd, wd = mx_inputs(rng, "several", "e4m3", "e4m3")
+    bias, probs = rng.standard_normal((len(splits), n)).astype(BF16), rng.random(rows).astype(np.float32)
+    y = moe.grouped_gemm(qx, qw, splits, bias, probs, out_dtype="float32", config=config)
+    end = ref.offsets(splits, rows)[-1]
+    ref.check(y[:end], *ref.forward(xd, wd, splits, bias, probs), k + 1, "float32", "y", recipe="mxfp8")
+
+
+def test_bad_mxfp8_input(rng):
+    rows, k, n, splits, qx, qw, xd, wd = mx_inputs(rng, "several", "e4m3", "e4m3")
+    gg = moe.grouped_gemm
+    bad = [
+        (lambda: gg(qx, wd.astype(BF16), splits), TypeError, "w must be a moe.Quantized too"),
+        (lambda: gg(xd.astype(BF16), qw, splits), TypeError, "x must be a moe.Quantized too"),
+        (lambda: gg(moe.quantize(xd, "fp8_block"), qw, splits), ValueError, "x must be an MXFP8 rowwise copy"),
+        (lambda: gg(qx, moe.quantize(wd.reshape(-1, k)[:384], "mxfp8", axis=0), splits), ValueError, "MXFP8 rowwise"),
+        (lambda: gg(qx, qw, splits[:3]), ValueError, "w quantizes \\[G \\* N, K\\]"),
+        (lambda: gg(qx, moe.quantize(xd[:, :64], "mxfp8"), splits), ValueError, "w quantizes"),
+        (lambda: gg(qx, qw, splits, np.zeros((5, n + 1), np.float32)), ValueError, "bias must have shape"),
+    ]
+    for call, err, text in bad:
+        with pytest.raises(err, match=text):
+            call()

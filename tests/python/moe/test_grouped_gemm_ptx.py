@@ -1,5 +1,5 @@
 """The grouped GEMM kernels as the host API launches them with its GPU config (forward
-with each bias kind and both weight forms, dgrad, wgrad and their schedule and transpose
+with each bias kind, both weight forms and MXFP8 operands, dgrad, wgrad and their schedule and transpose
 kernels) lower for sm_90a to PTX that ptxas accepts, with every K loop on pipelined
 wgmma (cp.async into a ring of stages) and no missed fast path (TILEFUSE_PERF_HINTS)."""
 
@@ -13,7 +13,7 @@ from kernels_dsl.moe import grouped_gemm as kernels
 from tests.ptxas import PTXAS, assert_assembles
 from tests.python.moe.gemm_reference import BF16
 
-GEMMS = ("grouped_gemm_kernel", "grouped_wgrad_kernel")
+GEMMS = ("grouped_gemm_kernel", "grouped_wgrad_kernel", "grouped_gemm_mxfp8_kernel")
 
 
 class Recorder:
@@ -44,6 +44,7 @@ x, dy = (rng.standard_normal(s).astype(BF16) for s in ((R, K), (R, N)))
 w = rng.standard_normal((G, N, K)).astype(BF16)
 splits = np.array([100, 0, 120], np.int32)
 bias, probs = rng.standard_normal((G, N)).astype(np.float32), rng.random(R).astype(np.float32)
+qx, qw = moe.quantize(x, "mxfp8"), moe.quantize(w.reshape(G * N, K), "mxfp8", fmt="e5m2")
 CALLS = {
     "forward": lambda c: moe.grouped_gemm(x, w, splits, config=c),
     "forward_list": lambda c: moe.grouped_gemm(x, list(w), splits, config=c),
@@ -52,6 +53,8 @@ CALLS = {
     "dgrad": lambda c: moe.grouped_gemm_dgrad(dy, w, splits, config=c),
     "dgrad_list": lambda c: moe.grouped_gemm_dgrad(dy, list(w), splits, config=c),
     "wgrad": lambda c: moe.grouped_gemm_wgrad(dy, x, splits, config=c),
+    "forward_mxfp8": lambda c: moe.grouped_gemm(qx, qw, splits, config=c),
+    "forward_mxfp8_scaled_bias": lambda c: moe.grouped_gemm(qx, qw, splits, bias, probs, config=c),
     "wgrad_fp32": lambda c: moe.grouped_gemm_wgrad(dy, x, splits, out_dtype="float32", config=c),
 }
 
@@ -68,5 +71,6 @@ def test_kernels_are_on_the_fast_path(monkeypatch, tmp_path, call):
         assert low["hints"] == [], (kernel.__name__, low["hints"])
         assert_assembles(low["ptx"], "sm_90a", tmp_path)
         if kernel.__name__ in GEMMS:
-            assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16" in low["ptx"]
+            mma = "m64n128k32.f32.e4m3.e5m2" if "mxfp8" in call else "m64n128k16.f32.bf16.bf16"
+            assert f"wgmma.mma_async.sync.aligned.{mma}" in low["ptx"]
             assert "cp.async.cg.shared.global" in low["ptx"]
