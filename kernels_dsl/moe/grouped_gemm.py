@@ -162,7 +162,25 @@ def _store_rows(
 
 
 @tf.jit
-def grouped_gemm_mxfp8_kernel(
+def _scale_codes(s_ptr, rows, c, C, mask, BLOCK_ROWS: tl.constexpr, BC: tl.constexpr):
+    """The e8m0 scale codes [len(rows), BC/32] of the 32-wide K blocks c .. c + BC of
+    `rows` (int64): BLOCK_ROWS 0: MXFP8 codes [rows, C/32]; 1 or 128: FP8-block float32
+    dequant scales [rows/BLOCK_ROWS, C/128], powers of two 2^e with e in [-127, 127] or
+    NaN, whose fp32 exponent field is their e8m0 code (2^-127 is the subnormal with an
+    exponent field of 0, NaN has 255): each 128-block promotes as four 32-blocks of one
+    scale, the same products."""
+    rs = tl.arange(0, BC // 32)
+    if BLOCK_ROWS == 0:
+        codes = tl.load(s_ptr + rows[:, None] * (C // 32) + (c // 32 + rs)[None, :], mask=mask, other=127)
+    else:
+        p = s_ptr + (rows // BLOCK_ROWS)[:, None] * (C // 128) + ((c + 32 * rs) // 128)[None, :]
+        e = (tl.load(p, mask=mask, other=1.0).to(tl.int32, bitcast=True) >> 23) & 0xFF
+        codes = tl.where(e > 127, e - 256, e).to(tl.int8)
+    return codes
+
+
+@tf.jit
+def grouped_gemm_fp8_kernel(
     a_ptr,
     sa_ptr,
     w_ptr,
@@ -178,31 +196,31 @@ def grouped_gemm_mxfp8_kernel(
     O,
     FA: tl.constexpr,
     FW: tl.constexpr,
+    SA_ROWS: tl.constexpr,
+    SW_ROWS: tl.constexpr,
     BIAS: tl.constexpr,
     BM: tl.constexpr,
     BO: tl.constexpr,
     BC: tl.constexpr,
 ):
-    # The MXFP8 forward: out = (a·2^(sa - 127)) (w_g·2^(sw_g - 127))ᵀ (+ bias as above)
+    # The forward on block-scaled fp8: out = (a·scale_a) (w_g·scale_w)ᵀ (+ bias as above)
     # with a [R, C] and w [G·O, C] fp8 codes (rowwise moe.quantize copies: K-major, as
-    # Hopper's fp8 wgmma needs), e8m0 scales [R, C/32] and [G·O, C/32]; each 32-wide K
-    # block promoted to fp32 times its two scales. C is a multiple of BC.
+    # Hopper's fp8 wgmma needs) and their scales (_scale_codes: MXFP8 or FP8-block); each
+    # 32-wide K block's products promoted to fp32 times its two scales. C % BC == 0.
     valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
     rm = tl.arange(0, BM)
     ro = tl.program_id(1) * BO + tl.arange(0, BO)
-    rc, rs = tl.arange(0, BC), tl.arange(0, BC // 32)
+    rc = tl.arange(0, BC)
     rows = (m0 + rm)[:, None] < end
     cols = ro < O
     a_rows = a_ptr + m0.to(tl.int64) * C + rm[:, None] * C
-    sa_rows = sa_ptr + m0.to(tl.int64) * (C // 32) + rm[:, None] * (C // 32)
     w_cols = w_ptr + g.to(tl.int64) * O * C + ro[None, :] * C
-    sw_rows = sw_ptr + g.to(tl.int64) * O * (C // 32) + ro[:, None] * (C // 32)
     acc = tl.zeros((BM, BO), dtype=tl.float32)
     for c in range(0, tl.where(valid, C, 0), BC):
         a = tl.load(a_rows + (c + rc)[None, :], mask=rows, other=0)
         b = tl.load(w_cols + (c + rc)[:, None], mask=cols[None, :], other=0)
-        sa = tl.load(sa_rows + (c // 32 + rs)[None, :], mask=rows, other=127)
-        sb = tl.load(sw_rows + (c // 32 + rs)[None, :], mask=cols[:, None], other=127)
+        sa = _scale_codes(sa_ptr, m0.to(tl.int64) + rm, c, C, rows, SA_ROWS, BC)
+        sb = _scale_codes(sw_ptr, g.to(tl.int64) * O + ro, c, C, cols[:, None], SW_ROWS, BC)
         acc = tl.dot_scaled(a, sa, FA, b, sb, FW, acc)
     _store_rows(acc, g, m0, end, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
 

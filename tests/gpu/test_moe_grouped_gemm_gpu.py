@@ -155,3 +155,33 @@ def test_new_routing_replays_in_a_cuda_graph(gen):
                 ref.check(got[i], e[i], m[i], int(size), "bfloat16", f"dw[{i}]")
             else:
                 assert (got[i].astype(np.float32) == 0).all()
+
+
+FP8 = {
+    "mxfp8": (dict(recipe="mxfp8"), dict(recipe="mxfp8")),
+    "mxfp8_e5m2_w": (dict(recipe="mxfp8"), dict(recipe="mxfp8", fmt="e5m2")),
+    "fp8_block": (dict(recipe="fp8_block"), dict(recipe="fp8_block", block=(128, 128))),
+    "fp8_block_1x128_w": (dict(recipe="fp8_block"), dict(recipe="fp8_block")),
+}
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=["default", "64x128x64", "128x256x64"])
+@pytest.mark.parametrize("recipe", FP8)
+@pytest.mark.parametrize("name", ["skewed", "one_owns_all", "g1", "past_the_rows"])
+def test_forward_fp8(gen, name, recipe, config):
+    # Against the float64 product of the dequantized operands; the fp8 tensor cores add a
+    # block's products with fewer bits than fp32 (2^-9 of Σ|products|, as tests/gpu/test_tile_sweep.py).
+    rows, k, n, s, splits, x, w = setup(gen, name)
+    ox, ow = FP8[recipe]
+    qx, qw = moe.quantize(x, **ox), moe.quantize(w.reshape(-1, k), **ow)
+    bias = torch.randn((len(s), n), generator=gen, device="cuda")
+    probs = torch.rand((rows,), generator=gen, device="cuda")
+    y = moe.grouped_gemm(
+        qx, qw, splits, bias, probs, out=prefilled(rows, n, "float32"), out_dtype="float32", config=config
+    )
+    xd, wd = moe.dequantize(qx), moe.dequantize(qw).reshape(w.shape)
+    torch.cuda.synchronize()
+    e, m = ref.forward(host(xd), host(wd), s, host(bias), host(probs))
+    end = int(ref.offsets(s, rows)[-1])
+    ref.check(host(y)[:end], e, m, k + 1, "float32", "y", recipe="mxfp8", block_error=2.0**-9)
+    assert (host(y)[end:] == SENTINEL).all(), "pad rows were written"

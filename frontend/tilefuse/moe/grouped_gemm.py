@@ -25,6 +25,7 @@ from . import _arrays
 from .quant import Quantized
 
 OUT_KINDS = ("bfloat16", "float32")
+FP8_RECIPES = ("mxfp8", "fp8_block")
 
 
 class GemmConfig(NamedTuple):
@@ -188,11 +189,12 @@ def _gemm(a, wt: _Weights, splits, out, bias, scale, c, o, strides, cfg):
 def grouped_gemm(x, w, splits, bias=None, bias_scale=None, *, out=None, out_dtype="bfloat16", config=None):
     """y [R, N]: y_g = x_g w_gᵀ (+ b_g, or + b_g · s_r with bias_scale s = probs [R] fp32)
     for x [R, K] bf16, w [G, N, K] (or G arrays [N, K]), bias [G, N] (bf16 or fp32).
-    MXFP8: x and w moe.Quantized rowwise copies of x and of w.reshape(G·N, K); each
-    32-wide K block's products promoted to fp32 times their two scales."""
+    Block-scaled fp8 (MXFP8 or FP8-block): x and w moe.Quantized rowwise copies of x and
+    of w.reshape(G·N, K); each 32-wide K block's products promoted to fp32 times their
+    two scales (an FP8-block 128-block is four 32-blocks of one scale)."""
     fn = "grouped_gemm"
     if isinstance(x, Quantized) or isinstance(w, Quantized):
-        return _mxfp8_forward(fn, x, w, splits, bias, bias_scale, out, out_dtype, config)
+        return _fp8_forward(fn, x, w, splits, bias, bias_scale, out, out_dtype, config)
     _check(fn, "x", x, x, ("bfloat16",), 2)
     wt = _weights(fn, w, x)
     (n, k), rows = wt.shape, int(x.shape[0])
@@ -218,21 +220,26 @@ def _check_bias(fn, bias, bias_scale, x, groups, n, rows):
             raise ValueError(f"{fn}: bias_scale must have shape ({rows},), got {tuple(bias_scale.shape)}")
 
 
-def _check_mx(fn, name, q, shape_text):
+def _check_fp8(fn, name, q, shape_text):
     if not isinstance(q, Quantized):
-        raise TypeError(f"{fn}: with an MXFP8 operand, {name} must be a moe.Quantized too, got {type(q).__name__}")
-    if q.recipe != "mxfp8" or q.axis != -1:
+        raise TypeError(f"{fn}: with a quantized operand, {name} must be a moe.Quantized too, got {type(q).__name__}")
+    if q.recipe not in FP8_RECIPES or q.axis != -1:
         raise ValueError(
-            f"{fn}: {name} must be an MXFP8 rowwise copy (moe.quantize({shape_text}, 'mxfp8')), "
+            f"{fn}: {name} must be a rowwise MXFP8 or FP8-block copy (moe.quantize({shape_text}, ...)), "
             f"got {q.recipe} axis={q.axis}"
         )
+    # Scale rows per block: 0 for MXFP8's e8m0 codes, FP8-block's 1 or 128 (float32 scales).
+    return 0 if q.recipe == "mxfp8" else q.block[0]
 
 
-def _mxfp8_forward(fn, x, w, splits, bias, bias_scale, out, out_dtype, config):
-    """The forward on MXFP8 operands: x = moe.quantize(x [R, K], "mxfp8"), w =
-    moe.quantize(w.reshape(G·N, K), "mxfp8") (rowwise, e4m3 or e5m2 each)."""
-    _check_mx(fn, "x", x, "x")
-    _check_mx(fn, "w", w, "w.reshape(G * N, K)")
+def _fp8_forward(fn, x, w, splits, bias, bias_scale, out, out_dtype, config):
+    """The forward on block-scaled fp8 operands: x = moe.quantize(x [R, K], ...), w =
+    moe.quantize(w.reshape(G·N, K), ...), rowwise, one recipe: MXFP8 (e4m3 or e5m2 each)
+    or FP8-block (x (1, 128) or (128, 128) blocks, w likewise)."""
+    sa_rows = _check_fp8(fn, "x", x, "x")
+    sw_rows = _check_fp8(fn, "w", w, "w.reshape(G * N, K)")
+    if x.recipe != w.recipe:
+        raise ValueError(f"{fn}: x and w must share a recipe, got {x.recipe} and {w.recipe}")
     like = x.data
     _check_splits(fn, splits, like, None)
     groups, (rows, k) = int(splits.shape[0]), x.shape
@@ -244,11 +251,12 @@ def _mxfp8_forward(fn, x, w, splits, bias, bias_scale, out, out_dtype, config):
     cfg = _config(fn, config, like)
     block_c = next(b for b in (cfg.block_k, 128, 64, 32) if k % b == 0 and b % 32 == 0)
     sched = _schedule(like, splits, rows, cfg.block_m)
-    K.grouped_gemm_mxfp8_kernel[(sched.slots, cdiv(n, cfg.block_n))](
+    codes = _arrays.as_int8 if x.recipe == "mxfp8" else (lambda s: s)
+    K.grouped_gemm_fp8_kernel[(sched.slots, cdiv(n, cfg.block_n))](
         _arrays.as_int8(x.data),
-        _arrays.as_int8(x.scale),
+        codes(x.scale),
         _arrays.as_int8(w.data),
-        _arrays.as_int8(w.scale),
+        codes(w.scale),
         splits if bias is None else bias,
         splits if bias_scale is None else bias_scale,
         y,
@@ -260,6 +268,8 @@ def _mxfp8_forward(fn, x, w, splits, bias, bias_scale, out, out_dtype, config):
         n,
         FA=x.fmt,
         FW=w.fmt,
+        SA_ROWS=sa_rows,
+        SW_ROWS=sw_rows,
         BIAS=0 if bias is None else 1 if bias_scale is None else 2,
         BM=cfg.block_m,
         BO=cfg.block_n,

@@ -229,8 +229,12 @@ def test_bad_mxfp8_input(rng):
     bad = [
         (lambda: gg(qx, wd.astype(BF16), splits), TypeError, "w must be a moe.Quantized too"),
         (lambda: gg(xd.astype(BF16), qw, splits), TypeError, "x must be a moe.Quantized too"),
-        (lambda: gg(moe.quantize(xd, "fp8_block"), qw, splits), ValueError, "x must be an MXFP8 rowwise copy"),
-        (lambda: gg(qx, moe.quantize(wd.reshape(-1, k)[:384], "mxfp8", axis=0), splits), ValueError, "MXFP8 rowwise"),
+        (lambda: gg(moe.quantize(xd, "fp8_block"), qw, splits), ValueError, "x and w must share a recipe"),
+        (
+            lambda: gg(qx, moe.quantize(wd.reshape(-1, k)[:384], "mxfp8", axis=0), splits),
+            ValueError,
+            "rowwise MXFP8 or FP8-block",
+        ),
         (lambda: gg(qx, qw, splits[:3]), ValueError, "w quantizes \\[G \\* N, K\\]"),
         (lambda: gg(qx, moe.quantize(xd[:, :64], "mxfp8"), splits), ValueError, "w quantizes"),
         (lambda: gg(qx, qw, splits, np.zeros((5, n + 1), np.float32)), ValueError, "bias must have shape"),
@@ -238,3 +242,21 @@ def test_bad_mxfp8_input(rng):
     for call, err, text in bad:
         with pytest.raises(err, match=text):
             call()
+
+
+@pytest.mark.parametrize("w_block", [(128, 128), (1, 128)])
+@pytest.mark.parametrize("name", ["several", "one_owns_all", "g1", "past_the_rows"])
+def test_forward_fp8_block(rng, name, w_block):
+    # FP8-block: x in 1 x 128 blocks, w in 128 x 128 (or 1 x 128) blocks of [G·N, K];
+    # K = 256 (two blocks), N = 128.
+    rows, _, _, s = CASES[name]
+    k, n, splits = 256, 128, np.array(s, np.int32)
+    x, w = bf16(rng, rows, k), bf16(rng, len(s), n, k)
+    w[0, :, :128] *= 1e-3  # blocks of very different scales
+    qx, qw = moe.quantize(x, "fp8_block"), moe.quantize(w.reshape(-1, k), "fp8_block", block=w_block)
+    xd, wd = moe.dequantize(qx), moe.dequantize(qw).reshape(w.shape)
+    bias = rng.standard_normal((len(s), n)).astype(np.float32)
+    y = moe.grouped_gemm(qx, qw, splits, bias, out=prefilled((rows, n), "float32"), out_dtype="float32", config=SMALL)
+    end = ref.offsets(splits, rows)[-1]
+    ref.check(y[:end], *ref.forward(xd, wd, splits, bias), k + 1, "float32", "y", recipe="mxfp8")
+    assert (y[end:] == SENTINEL).all(), "pad rows were written"

@@ -1,5 +1,5 @@
 """The grouped GEMM kernels as the host API launches them with its GPU config (forward
-with each bias kind, both weight forms and MXFP8 operands, dgrad, wgrad and their schedule and transpose
+with each bias kind, both weight forms, MXFP8 and FP8-block operands, dgrad, wgrad and their schedule and transpose
 kernels) lower for sm_90a to PTX that ptxas accepts, with every K loop on pipelined
 wgmma (cp.async into a ring of stages) and no missed fast path (TILEFUSE_PERF_HINTS)."""
 
@@ -13,7 +13,7 @@ from kernels_dsl.moe import grouped_gemm as kernels
 from tests.ptxas import PTXAS, assert_assembles
 from tests.python.moe.gemm_reference import BF16
 
-GEMMS = ("grouped_gemm_kernel", "grouped_wgrad_kernel", "grouped_gemm_mxfp8_kernel")
+GEMMS = ("grouped_gemm_kernel", "grouped_wgrad_kernel", "grouped_gemm_fp8_kernel")
 
 
 class Recorder:
@@ -45,6 +45,8 @@ w = rng.standard_normal((G, N, K)).astype(BF16)
 splits = np.array([100, 0, 120], np.int32)
 bias, probs = rng.standard_normal((G, N)).astype(np.float32), rng.random(R).astype(np.float32)
 qx, qw = moe.quantize(x, "mxfp8"), moe.quantize(w.reshape(G * N, K), "mxfp8", fmt="e5m2")
+bx = moe.quantize(x, "fp8_block")
+bw = moe.quantize(np.ascontiguousarray(w[:, :128]).reshape(G * 128, K), "fp8_block", block=(128, 128))
 CALLS = {
     "forward": lambda c: moe.grouped_gemm(x, w, splits, config=c),
     "forward_list": lambda c: moe.grouped_gemm(x, list(w), splits, config=c),
@@ -55,6 +57,7 @@ CALLS = {
     "wgrad": lambda c: moe.grouped_gemm_wgrad(dy, x, splits, config=c),
     "forward_mxfp8": lambda c: moe.grouped_gemm(qx, qw, splits, config=c),
     "forward_mxfp8_scaled_bias": lambda c: moe.grouped_gemm(qx, qw, splits, bias, probs, config=c),
+    "forward_fp8_block": lambda c: moe.grouped_gemm(bx, bw, splits, config=c),
     "wgrad_fp32": lambda c: moe.grouped_gemm_wgrad(dy, x, splits, out_dtype="float32", config=c),
 }
 
@@ -71,6 +74,7 @@ def test_kernels_are_on_the_fast_path(monkeypatch, tmp_path, call):
         assert low["hints"] == [], (kernel.__name__, low["hints"])
         assert_assembles(low["ptx"], "sm_90a", tmp_path)
         if kernel.__name__ in GEMMS:
-            mma = "m64n128k32.f32.e4m3.e5m2" if "mxfp8" in call else "m64n128k16.f32.bf16.bf16"
+            mma = {"mxfp8": "m64n128k32.f32.e4m3.e5m2", "fp8_block": "m64n128k32.f32.e4m3.e4m3"}
+            mma = next((v for key, v in mma.items() if key in call), "m64n128k16.f32.bf16.bf16")
             assert f"wgmma.mma_async.sync.aligned.{mma}" in low["ptx"]
             assert "cp.async.cg.shared.global" in low["ptx"]
