@@ -127,14 +127,15 @@ def test_new_routing_replays_in_a_cuda_graph(gen):
     rows, k, n, s, splits, x, w = setup(gen, "skewed")
     dy = bf16(gen, rows, n)
     y, dx = prefilled(rows, n, "bfloat16"), prefilled(rows, k, "bfloat16")
+    experts = [wi.clone() for wi in w]  # the list form's offset table is on the device after the first call
     moe.grouped_gemm(x, w, splits, out=y)  # compile and load outside the capture
-    moe.grouped_gemm_dgrad(dy, w, splits, out=dx)
+    moe.grouped_gemm_dgrad(dy, experts, splits, out=dx)
     moe.grouped_gemm_wgrad(dy, x, splits)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         moe.grouped_gemm(x, w, splits, out=y)
-        moe.grouped_gemm_dgrad(dy, w, splits, out=dx)
+        moe.grouped_gemm_dgrad(dy, experts, splits, out=dx)
         dw = moe.grouped_gemm_wgrad(dy, x, splits)
     rng = np.random.default_rng(int(torch.randint(0, 2**31, (1,), generator=gen, device="cuda")))
     for _ in range(3):

@@ -4,7 +4,8 @@ docstring describes the device-side tile schedule.
 
 x, dy: [R, K] / [R, N] bf16, contiguous. w: [G, N, K] bf16 or a list of G arrays [N, K]
 (passed copy-free: the kernel addresses expert g at an element offset from w[0]'s
-address). splits: int32 [G] on x's device, never read on the host: a negative size or
+address; the table of offsets goes to the device once per distinct list). The forward
+also takes block-scaled fp8 operands (moe.Quantized, MXFP8 or FP8-block). splits: int32 [G] on x's device, never read on the host: a negative size or
 sizes summing past R cannot be refused without a device-to-host sync, so the kernels
 clamp them (a negative size is 0; the groups end at row R). Rows past the sum are not
 written in y and dx (pass `out` to keep their contents) and not read by the wgrad.
@@ -12,6 +13,7 @@ written in y and dx (pass `out` to keep their contents) and not read by the wgra
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import numpy as np
@@ -96,6 +98,15 @@ class _Weights(NamedTuple):
     arrays: tuple = ()  # the list's arrays (the interpreter's bounds checks need them)
 
 
+@functools.lru_cache(maxsize=64)
+def _device_table(device, offsets: tuple):
+    """The int64 offsets on `device`, copied once per distinct list: the copy from the host
+    waits for the stream, which a call with the same weights then never does again."""
+    import torch
+
+    return torch.tensor(offsets, dtype=torch.int64, device=device)
+
+
 def _weights(fn, w, like) -> _Weights:
     if not isinstance(w, (list, tuple)):
         _check(fn, "w", w, like, ("bfloat16",), 3)
@@ -113,12 +124,7 @@ def _weights(fn, w, like) -> _Weights:
         raise ValueError(f"{fn}: the experts of w must be 2-byte aligned relative to each other")
     offsets = [d // 2 for d in deltas]
     aligned = base % 16 == 0 and all(o % 8 == 0 for o in offsets)
-    if isinstance(like, np.ndarray):
-        table = np.array(offsets, np.int64)
-    else:
-        import torch
-
-        table = torch.tensor(offsets, dtype=torch.int64, device=like.device)
+    table = np.array(offsets, np.int64) if isinstance(like, np.ndarray) else _device_table(like.device, tuple(offsets))
     n, k = (int(d) for d in w[0].shape)
     return _Weights(w[0], table, aligned, len(w), (n, k), tuple(w))
 
