@@ -5,10 +5,11 @@ docstring describes the device-side tile schedule.
 x, dy: [R, K] / [R, N] bf16, contiguous. w: [G, N, K] bf16 or a list of G arrays [N, K]
 (passed copy-free: the kernel addresses expert g at an element offset from w[0]'s
 address; the table of offsets goes to the device once per distinct list). The forward
-also takes block-scaled fp8 operands (moe.Quantized, MXFP8 or FP8-block). splits: int32 [G] on x's device, never read on the host: a negative size or
-sizes summing past R cannot be refused without a device-to-host sync, so the kernels
-clamp them (a negative size is 0; the groups end at row R). Rows past the sum are not
-written in y and dx (pass `out` to keep their contents) and not read by the wgrad.
+also takes block-scaled fp8 operands (moe.Quantized, MXFP8 or FP8-block).
+splits: int32 [G] on x's device, never read on the host: a negative size or sizes
+summing past R cannot be refused without a device-to-host sync, so the kernels clamp
+them (a negative size is 0; the groups end at row R). Rows past the sum are not written
+in y and dx (pass `out` to keep their contents) and not read by the wgrad.
 """
 
 from __future__ import annotations
