@@ -194,6 +194,9 @@ def grouped_gemm_fp8_kernel(
     G,
     C,
     O,
+    W_ROW,
+    W_COL,
+    W_COLS,
     FA: tl.constexpr,
     FW: tl.constexpr,
     SA_ROWS: tl.constexpr,
@@ -203,10 +206,13 @@ def grouped_gemm_fp8_kernel(
     BO: tl.constexpr,
     BC: tl.constexpr,
 ):
-    # The forward on block-scaled fp8: out = (a·scale_a) (w_g·scale_w)ᵀ (+ bias as above)
-    # with a [R, C] and w [G·O, C] fp8 codes (rowwise moe.quantize copies: K-major, as
-    # Hopper's fp8 wgmma needs) and their scales (_scale_codes: MXFP8 or FP8-block); each
-    # 32-wide K block's products promoted to fp32 times its two scales. C % BC == 0.
+    # Block-scaled fp8: out = (a·scale_a) B_g (+ bias as above), a [R, C] fp8 codes with
+    # their scales (_scale_codes: MXFP8 or FP8-block), B_g [C, O] read K-major (as Hopper's
+    # fp8 wgmma needs) from a quantized copy Wq [*, W_COLS] of the weights: B_g(c, o) =
+    # Wq[g·W_ROW + o, g·W_COL + c]. The forward's Wq is w [G·O, C] quantized rowwise
+    # (W_ROW = O, W_COL = 0); the dgrad's is w [G·N, K] quantized columnwise, stored
+    # transposed [K, G·N] (W_ROW = 0, W_COL = N). Each 32-wide K block's products are
+    # promoted to fp32 times its two scales. C % BC == 0 and g·W_COL falls on a 32-block.
     valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
     rm = tl.arange(0, BM)
     ro = tl.program_id(1) * BO + tl.arange(0, BO)
@@ -214,13 +220,15 @@ def grouped_gemm_fp8_kernel(
     rows = (m0 + rm)[:, None] < end
     cols = ro < O
     a_rows = a_ptr + m0.to(tl.int64) * C + rm[:, None] * C
-    w_cols = w_ptr + g.to(tl.int64) * O * C + ro[None, :] * C
+    w_rows = g.to(tl.int64) * W_ROW + ro
+    w_col = g * W_COL
+    w_cols = w_ptr + w_rows[None, :] * W_COLS + w_col
     acc = tl.zeros((BM, BO), dtype=tl.float32)
     for c in range(0, tl.where(valid, C, 0), BC):
         a = tl.load(a_rows + (c + rc)[None, :], mask=rows, other=0)
         b = tl.load(w_cols + (c + rc)[:, None], mask=cols[None, :], other=0)
         sa = _scale_codes(sa_ptr, m0.to(tl.int64) + rm, c, C, rows, SA_ROWS, BC)
-        sb = _scale_codes(sw_ptr, g.to(tl.int64) * O + ro, c, C, cols[:, None], SW_ROWS, BC)
+        sb = _scale_codes(sw_ptr, w_rows, w_col + c, W_COLS, cols[:, None], SW_ROWS, BC)
         acc = tl.dot_scaled(a, sa, FA, b, sb, FW, acc)
     _store_rows(acc, g, m0, end, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
 

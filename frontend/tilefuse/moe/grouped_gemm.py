@@ -201,7 +201,7 @@ def grouped_gemm(x, w, splits, bias=None, bias_scale=None, *, out=None, out_dtyp
     two scales (an FP8-block 128-block is four 32-blocks of one scale)."""
     fn = "grouped_gemm"
     if isinstance(x, Quantized) or isinstance(w, Quantized):
-        return _fp8_forward(fn, x, w, splits, bias, bias_scale, out, out_dtype, config)
+        return _fp8_gemm(fn, x, w, splits, bias, bias_scale, out, out_dtype, config, dgrad=False)
     _check(fn, "x", x, x, ("bfloat16",), 2)
     wt = _weights(fn, w, x)
     (n, k), rows = wt.shape, int(x.shape[0])
@@ -227,41 +227,48 @@ def _check_bias(fn, bias, bias_scale, x, groups, n, rows):
             raise ValueError(f"{fn}: bias_scale must have shape ({rows},), got {tuple(bias_scale.shape)}")
 
 
-def _check_fp8(fn, name, q, shape_text):
+def _check_fp8(fn, name, q, axis, shape_text):
     if not isinstance(q, Quantized):
         raise TypeError(f"{fn}: with a quantized operand, {name} must be a moe.Quantized too, got {type(q).__name__}")
-    if q.recipe not in FP8_RECIPES or q.axis != -1:
+    if q.recipe not in FP8_RECIPES or q.axis != axis:
+        side = "rowwise" if axis == -1 else "columnwise (axis=0)"
         raise ValueError(
-            f"{fn}: {name} must be a rowwise MXFP8 or FP8-block copy (moe.quantize({shape_text}, ...)), "
+            f"{fn}: {name} must be a {side} MXFP8 or FP8-block copy (moe.quantize({shape_text}, ...)), "
             f"got {q.recipe} axis={q.axis}"
         )
     # Scale rows per block: 0 for MXFP8's e8m0 codes, FP8-block's 1 or 128 (float32 scales).
     return 0 if q.recipe == "mxfp8" else q.block[0]
 
 
-def _fp8_forward(fn, x, w, splits, bias, bias_scale, out, out_dtype, config):
-    """The forward on block-scaled fp8 operands: x = moe.quantize(x [R, K], ...), w =
-    moe.quantize(w.reshape(G·N, K), ...), rowwise, one recipe: MXFP8 (e4m3 or e5m2 each)
-    or FP8-block (x (1, 128) or (128, 128) blocks, w likewise)."""
-    sa_rows = _check_fp8(fn, "x", x, "x")
-    sw_rows = _check_fp8(fn, "w", w, "w.reshape(G * N, K)")
-    if x.recipe != w.recipe:
-        raise ValueError(f"{fn}: x and w must share a recipe, got {x.recipe} and {w.recipe}")
-    like = x.data
+def _fp8_gemm(fn, a, w, splits, bias, bias_scale, out, out_dtype, config, dgrad):
+    """The forward (y = x wᵀ) or the dgrad (dx = dy w) on block-scaled fp8 operands, one
+    recipe: MXFP8 (e4m3 or e5m2 each) or FP8-block. a = moe.quantize(x or dy, ...) rowwise;
+    w = moe.quantize(w.reshape(G·N, K), ...), rowwise for the forward, columnwise (axis=0,
+    stored [K, G·N]) for the dgrad."""
+    name = "dy" if dgrad else "x"
+    sa_rows = _check_fp8(fn, name, a, -1, name)
+    sw_rows = _check_fp8(fn, "w", w, 0 if dgrad else -1, "w.reshape(G * N, K)" + (", axis=0" if dgrad else ""))
+    if a.recipe != w.recipe:
+        raise ValueError(f"{fn}: {name} and w must share a recipe, got {a.recipe} and {w.recipe}")
+    like = a.data
     _check_splits(fn, splits, like, None)
-    groups, (rows, k) = int(splits.shape[0]), x.shape
-    if w.shape[1] != k or w.shape[0] % groups:
-        raise ValueError(f"{fn}: w quantizes [G * N, K] = [{groups} * N, {k}], got shape {w.shape}")
-    n = w.shape[0] // groups
-    _check_bias(fn, bias, bias_scale, like, groups, n, rows)
-    y = _out(fn, out, like, (rows, n), out_dtype)
+    groups, (rows, c) = int(splits.shape[0]), a.shape
+    (gn, k) = w.shape
+    if gn % groups or (gn // groups if dgrad else k) != c:
+        raise ValueError(
+            f"{fn}: w quantizes [G * N, K] with G = {groups} and {'N' if dgrad else 'K'} = {c}, got shape {w.shape}"
+        )
+    n = gn // groups  # dy's rowwise blocks make N a multiple of 32: experts start on 32-blocks of Wq
+    o = k if dgrad else n
+    _check_bias(fn, bias, bias_scale, like, groups, o, rows)
+    y = _out(fn, out, like, (rows, o), out_dtype)
     cfg = _config(fn, config, like)
-    block_c = next(b for b in (cfg.block_k, 128, 64, 32) if k % b == 0 and b % 32 == 0)
+    block_c = next(b for b in (cfg.block_k, 128, 64, 32) if c % b == 0 and b % 32 == 0)
     sched = _schedule(like, splits, rows, cfg.block_m)
-    codes = _arrays.as_int8 if x.recipe == "mxfp8" else (lambda s: s)
-    K.grouped_gemm_fp8_kernel[(sched.slots, cdiv(n, cfg.block_n))](
-        _arrays.as_int8(x.data),
-        codes(x.scale),
+    codes = _arrays.as_int8 if a.recipe == "mxfp8" else (lambda s: s)
+    K.grouped_gemm_fp8_kernel[(sched.slots, cdiv(o, cfg.block_n))](
+        _arrays.as_int8(a.data),
+        codes(a.scale),
         _arrays.as_int8(w.data),
         codes(w.scale),
         splits if bias is None else bias,
@@ -271,9 +278,10 @@ def _fp8_forward(fn, x, w, splits, bias, bias_scale, out, out_dtype, config):
         sched.tile_start,
         sched.tiles,
         groups,
-        k,
-        n,
-        FA=x.fmt,
+        c,
+        o,
+        *((0, n, gn) if dgrad else (n, 0, k)),
+        FA=a.fmt,
         FW=w.fmt,
         SA_ROWS=sa_rows,
         SW_ROWS=sw_rows,
@@ -288,8 +296,12 @@ def _fp8_forward(fn, x, w, splits, bias, bias_scale, out, out_dtype, config):
 
 
 def grouped_gemm_dgrad(dy, w, splits, *, out=None, out_dtype="bfloat16", config=None):
-    """dx [R, K]: dx_g = dy_g w_g for dy [R, N] bf16, w [G, N, K] (or G arrays [N, K])."""
+    """dx [R, K]: dx_g = dy_g w_g for dy [R, N] bf16, w [G, N, K] (or G arrays [N, K]).
+    Block-scaled fp8: dy = moe.quantize(dy, ...) rowwise and w = moe.quantize(w.reshape(G·N,
+    K), ..., axis=0) (the columnwise copy, stored transposed: K-major for the fp8 wgmma)."""
     fn = "grouped_gemm_dgrad"
+    if isinstance(dy, Quantized) or isinstance(w, Quantized):
+        return _fp8_gemm(fn, dy, w, splits, None, None, out, out_dtype, config, dgrad=True)
     _check(fn, "dy", dy, dy, ("bfloat16",), 2)
     wt = _weights(fn, w, dy)
     (n, k), rows = wt.shape, int(dy.shape[0])

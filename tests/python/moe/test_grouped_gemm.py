@@ -260,3 +260,44 @@ def test_forward_fp8_block(rng, name, w_block):
     end = ref.offsets(splits, rows)[-1]
     ref.check(y[:end], *ref.forward(xd, wd, splits, bias), k + 1, "float32", "y", recipe="mxfp8")
     assert (y[end:] == SENTINEL).all(), "pad rows were written"
+
+
+DGRAD_FP8 = {  # (dy's options, w's columnwise options, N, K)
+    "mxfp8": (dict(recipe="mxfp8"), dict(recipe="mxfp8", axis=0), 96, 80),
+    "mxfp8_e5m2_dy": (dict(recipe="mxfp8", fmt="e5m2"), dict(recipe="mxfp8", axis=0), 64, 48),
+    "fp8_block": (dict(recipe="fp8_block"), dict(recipe="fp8_block", axis=0, block=(128, 128)), 128, 128),
+    "fp8_block_1x128": (dict(recipe="fp8_block"), dict(recipe="fp8_block", axis=0), 128, 72),
+}
+
+
+@pytest.mark.parametrize("recipe", DGRAD_FP8)
+@pytest.mark.parametrize("name", ["several", "one_owns_all", "g1", "negative"])
+def test_dgrad_fp8(rng, name, recipe):
+    # dx = dy w on block-scaled copies: dy rowwise, w columnwise (stored [K, G·N]).
+    rows, _, _, s = CASES[name]
+    o_dy, o_w, n, k = DGRAD_FP8[recipe]
+    splits = np.array(s, np.int32)
+    dy, w = bf16(rng, rows, n), bf16(rng, len(s), n, k)
+    dy[: rows // 3] *= 2.0**-20  # blocks of very different scales
+    qd, qw = moe.quantize(dy, **o_dy), moe.quantize(w.reshape(-1, k), **o_w)
+    dyd, wd = moe.dequantize(qd), moe.dequantize(qw).reshape(w.shape)
+    for out_dtype in ("bfloat16", "float32"):
+        dx = moe.grouped_gemm_dgrad(
+            qd, qw, splits, out=prefilled((rows, k), out_dtype), out_dtype=out_dtype, config=SMALL
+        )
+        check_rows(dx, *ref.dgrad(dyd, wd, splits), n, splits, out_dtype, "dx")
+
+
+def test_bad_fp8_dgrad_input(rng):
+    dy, w = bf16(rng, 64, 64), bf16(rng, 2, 64, 96)
+    qd, qw_t = moe.quantize(dy, "mxfp8"), moe.quantize(w.reshape(-1, 96), "mxfp8", axis=0)
+    splits = np.array([30, 34], np.int32)
+    bad = [
+        (lambda: moe.grouped_gemm_dgrad(qd, moe.quantize(w.reshape(-1, 96), "mxfp8"), splits), "columnwise"),
+        (lambda: moe.grouped_gemm_dgrad(qd, qw_t, splits[:1].copy()), "G = 1 and N = 64"),
+        (lambda: moe.grouped_gemm_dgrad(moe.quantize(bf16(rng, 64, 96), "mxfp8"), qw_t, splits), "N = 96"),
+        (lambda: moe.grouped_gemm_dgrad(moe.quantize(bf16(rng, 64, 128), "fp8_block"), qw_t, splits), "share a recipe"),
+    ]
+    for call, text in bad:
+        with pytest.raises(ValueError, match=text):
+            call()
