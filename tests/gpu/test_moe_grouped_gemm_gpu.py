@@ -186,3 +186,27 @@ def test_forward_fp8(gen, name, recipe, config):
     end = int(ref.offsets(s, rows)[-1])
     ref.check(host(y)[:end], e, m, k + 1, "float32", "y", recipe="mxfp8", block_error=2.0**-9)
     assert (host(y)[end:] == SENTINEL).all(), "pad rows were written"
+
+
+DGRAD_FP8 = {  # dy rowwise, w columnwise (stored [K, G·N])
+    "mxfp8": (dict(recipe="mxfp8", fmt="e5m2"), dict(recipe="mxfp8", axis=0)),
+    "fp8_block": (dict(recipe="fp8_block"), dict(recipe="fp8_block", block=(128, 128), axis=0)),
+    "fp8_block_1x128_w": (dict(recipe="fp8_block"), dict(recipe="fp8_block", axis=0)),
+}
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=["default", "64x128x64", "128x256x64"])
+@pytest.mark.parametrize("recipe", DGRAD_FP8)
+@pytest.mark.parametrize("name", ["skewed", "one_owns_all", "g1", "past_the_rows"])
+def test_dgrad_fp8(gen, name, recipe, config):
+    rows, k, n, s, splits, _, w = setup(gen, name)
+    dy = bf16(gen, rows, n)
+    od, ow = DGRAD_FP8[recipe]
+    qd, qw = moe.quantize(dy, **od), moe.quantize(w.reshape(-1, k), **ow)
+    dx = moe.grouped_gemm_dgrad(qd, qw, splits, out=prefilled(rows, k, "float32"), out_dtype="float32", config=config)
+    dyd, wd = moe.dequantize(qd), moe.dequantize(qw).reshape(w.shape)
+    torch.cuda.synchronize()
+    e, m = ref.dgrad(host(dyd), host(wd), s)
+    end = int(ref.offsets(s, rows)[-1])
+    ref.check(host(dx)[:end], e, m, n, "float32", "dx", recipe="mxfp8", block_error=2.0**-9)
+    assert (host(dx)[end:] == SENTINEL).all(), "pad rows were written"
