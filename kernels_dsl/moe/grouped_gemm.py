@@ -162,20 +162,21 @@ def _store_rows(
 
 
 @tf.jit
-def _scale_codes(s_ptr, rows, c, C, mask, BLOCK_ROWS: tl.constexpr, BC: tl.constexpr):
-    """The e8m0 scale codes [len(rows), BC/32] of the 32-wide K blocks c .. c + BC of
-    `rows` (int64): BLOCK_ROWS 0: MXFP8 codes [rows, C/32]; 1 or 128: FP8-block float32
-    dequant scales [rows/BLOCK_ROWS, C/128], powers of two 2^e with e in [-127, 127] or
-    NaN, whose fp32 exponent field is their e8m0 code (2^-127 is the subnormal with an
-    exponent field of 0, NaN has 255): each 128-block promotes as four 32-blocks of one
-    scale, the same products."""
-    rs = tl.arange(0, BC // 32)
+def _scale_codes(s_ptr, rows, block0, c, stride, mask, BLOCK_ROWS: tl.constexpr, BC: tl.constexpr):
+    """The e8m0 scale codes [len(rows), BC/32] of the 32-wide K blocks block0 + c/32 ..
+    + BC/32 of `rows` (int64; c a multiple of BC) in a scale array of row stride `stride`:
+    BLOCK_ROWS 0: MXFP8 codes [rows, cols/32]; 1 or 128: FP8-block float32 dequant scales
+    [rows/BLOCK_ROWS, cols/128], powers of two 2^e with e in [-127, 127] or NaN, whose fp32
+    exponent field is their e8m0 code (2^-127 is the subnormal with an exponent field of
+    0, NaN has 255): each 128-block promotes as four 32-blocks of one scale."""
     if BLOCK_ROWS == 0:
-        codes = tl.load(s_ptr + rows[:, None] * (C // 32) + (c // 32 + rs)[None, :], mask=mask, other=127)
+        blocks = block0 + tl.max_contiguous(tl.multiple_of(c // 32 + tl.arange(0, BC // 32), BC // 32), BC // 32)
+        codes = tl.load(s_ptr + rows[:, None] * stride + blocks[None, :], mask=mask[:, None], other=127)
     else:
-        p = s_ptr + (rows // BLOCK_ROWS)[:, None] * (C // 128) + ((c + 32 * rs) // 128)[None, :]
+        # BC <= 128 and block0 on a 128-block: one scale per row for the whole step.
+        p = s_ptr + (rows // BLOCK_ROWS) * stride + (block0 * 32 + c) // 128
         e = (tl.load(p, mask=mask, other=1.0).to(tl.int32, bitcast=True) >> 23) & 0xFF
-        codes = tl.where(e > 127, e - 256, e).to(tl.int8)
+        codes = tl.broadcast_to(tl.where(e > 127, e - 256, e).to(tl.int8)[:, None], (e.shape[0], BC // 32))
     return codes
 
 
@@ -195,8 +196,10 @@ def grouped_gemm_fp8_kernel(
     C,
     O,
     W_ROW,
-    W_COL,
+    W_BLOCK,
     W_COLS,
+    SA_STRIDE,
+    SW_STRIDE,
     FA: tl.constexpr,
     FW: tl.constexpr,
     SA_ROWS: tl.constexpr,
@@ -209,10 +212,12 @@ def grouped_gemm_fp8_kernel(
     # Block-scaled fp8: out = (a·scale_a) B_g (+ bias as above), a [R, C] fp8 codes with
     # their scales (_scale_codes: MXFP8 or FP8-block), B_g [C, O] read K-major (as Hopper's
     # fp8 wgmma needs) from a quantized copy Wq [*, W_COLS] of the weights: B_g(c, o) =
-    # Wq[g·W_ROW + o, g·W_COL + c]. The forward's Wq is w [G·O, C] quantized rowwise
-    # (W_ROW = O, W_COL = 0); the dgrad's is w [G·N, K] quantized columnwise, stored
-    # transposed [K, G·N] (W_ROW = 0, W_COL = N). Each 32-wide K block's products are
-    # promoted to fp32 times its two scales. C % BC == 0 and g·W_COL falls on a 32-block.
+    # Wq[g·W_ROW + o, 32·g·W_BLOCK + c]. The forward's Wq is w [G·O, C] quantized rowwise
+    # (W_ROW = O, W_BLOCK = 0); the dgrad's is w [G·N, K] quantized columnwise, stored
+    # transposed [K, G·N] (W_ROW = 0, W_BLOCK = N/32). SA_STRIDE, SW_STRIDE: the scale
+    # arrays' row strides (passed, as W_BLOCK, so that the launch specializes their
+    # divisibility). Each 32-wide K block's products are promoted to fp32 times its two
+    # scales. C % BC == 0.
     valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
     rm = tl.arange(0, BM)
     ro = tl.program_id(1) * BO + tl.arange(0, BO)
@@ -221,14 +226,14 @@ def grouped_gemm_fp8_kernel(
     cols = ro < O
     a_rows = a_ptr + m0.to(tl.int64) * C + rm[:, None] * C
     w_rows = g.to(tl.int64) * W_ROW + ro
-    w_col = g * W_COL
-    w_cols = w_ptr + w_rows[None, :] * W_COLS + w_col
+    w_block = g * W_BLOCK
+    w_cols = w_ptr + w_rows[None, :] * W_COLS + 32 * w_block
     acc = tl.zeros((BM, BO), dtype=tl.float32)
     for c in range(0, tl.where(valid, C, 0), BC):
         a = tl.load(a_rows + (c + rc)[None, :], mask=rows, other=0)
         b = tl.load(w_cols + (c + rc)[:, None], mask=cols[None, :], other=0)
-        sa = _scale_codes(sa_ptr, m0.to(tl.int64) + rm, c, C, rows, SA_ROWS, BC)
-        sb = _scale_codes(sw_ptr, w_rows, w_col + c, W_COLS, cols[:, None], SW_ROWS, BC)
+        sa = _scale_codes(sa_ptr, m0.to(tl.int64) + rm, 0, c, SA_STRIDE, m0 + rm < end, SA_ROWS, BC)
+        sb = _scale_codes(sw_ptr, w_rows, w_block, c, SW_STRIDE, cols, SW_ROWS, BC)
         acc = tl.dot_scaled(a, sa, FA, b, sb, FW, acc)
     _store_rows(acc, g, m0, end, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
 

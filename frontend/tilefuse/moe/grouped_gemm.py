@@ -250,7 +250,7 @@ def _fp8_gemm(fn, a, w, splits, bias, bias_scale, out, out_dtype, config, dgrad)
     sw_rows = _check_fp8(fn, "w", w, 0 if dgrad else -1, "w.reshape(G * N, K)" + (", axis=0" if dgrad else ""))
     if a.recipe != w.recipe:
         raise ValueError(f"{fn}: {name} and w must share a recipe, got {a.recipe} and {w.recipe}")
-    like = a.data
+    like, mx = a.data, a.recipe == "mxfp8"
     _check_splits(fn, splits, like, None)
     groups, (rows, c) = int(splits.shape[0]), a.shape
     (gn, k) = w.shape
@@ -263,9 +263,10 @@ def _fp8_gemm(fn, a, w, splits, bias, bias_scale, out, out_dtype, config, dgrad)
     _check_bias(fn, bias, bias_scale, like, groups, o, rows)
     y = _out(fn, out, like, (rows, o), out_dtype)
     cfg = _config(fn, config, like)
-    block_c = next(b for b in (cfg.block_k, 128, 64, 32) if c % b == 0 and b % 32 == 0)
+    # FP8-block: a step within one 128-block (one scale per row and step).
+    block_c = next(b for b in (cfg.block_k, 128, 64, 32) if c % b == 0 and b % 32 == 0 and (b <= 128 or mx))
     sched = _schedule(like, splits, rows, cfg.block_m)
-    codes = _arrays.as_int8 if a.recipe == "mxfp8" else (lambda s: s)
+    codes = _arrays.as_int8 if mx else (lambda s: s)
     K.grouped_gemm_fp8_kernel[(sched.slots, cdiv(o, cfg.block_n))](
         _arrays.as_int8(a.data),
         codes(a.scale),
@@ -280,7 +281,9 @@ def _fp8_gemm(fn, a, w, splits, bias, bias_scale, out, out_dtype, config, dgrad)
         groups,
         c,
         o,
-        *((0, n, gn) if dgrad else (n, 0, k)),
+        *((0, n // 32, gn) if dgrad else (n, 0, k)),
+        int(a.scale.shape[1]),
+        int(w.scale.shape[1]),
         FA=a.fmt,
         FW=w.fmt,
         SA_ROWS=sa_rows,
