@@ -1,5 +1,6 @@
 """The MoE grouped GEMMs on the GPU: TFLOP/s (2·R·N·K / median time) of moe.grouped_gemm,
-grouped_gemm_dgrad and grouped_gemm_wgrad (bf16 in, bf16 out, fp32 accumulation) at the
+grouped_gemm_dgrad and grouped_gemm_wgrad (bf16 in, bf16 out, fp32 accumulation; the
+forward also on MXFP8 and FP8-block operands, quantized beforehand) at the
 shapes of ../shared/PEERS.md, beside torch's per-expert loop of matmuls (cuBLAS) and
 torch._grouped_mm where this torch has it. Rows are sorted by expert; per-expert rows are
 drawn 0.7-1.3x the mean, plus PEERS.md's skewed (exponential) routing. The figures
@@ -64,7 +65,13 @@ def peers(x, w, s, offs):
 
 
 def ours(x, w, dy, splits, configs):
-    runs = {}
+    # The fp8 forwards on copies quantized beforehand (the quantizers: bench/moe_quantize.py).
+    w2 = w.reshape(-1, w.shape[2])
+    mx = moe.quantize(x, "mxfp8"), moe.quantize(w2, "mxfp8")
+    runs = {"tilefuse fwd mxfp8": lambda: moe.grouped_gemm(*mx, splits)}
+    if w2.shape[0] % 128 == 0 and x.shape[1] % 128 == 0:
+        fb = moe.quantize(x, "fp8_block"), moe.quantize(w2, "fp8_block", block=(128, 128))
+        runs["tilefuse fwd fp8_block"] = lambda: moe.grouped_gemm(*fb, splits)
     for c in configs:
         tag = f"{c.block_m}x{c.block_n}x{c.block_k} w{c.num_warps} s{c.num_stages}"
         runs[f"tilefuse fwd {tag}"] = lambda c=c: moe.grouped_gemm(x, w, splits, config=c)
