@@ -60,7 +60,10 @@ def check(got, ref, mag, terms, out_dtype, what, recipe="bf16", block_error=0.0)
     Σ|products| (the GPU's fp8 blocks), elementwise; and the error RMS of the recipe's
     bound (errors.GEMM_RMS_BOUNDS), the max error within 16 times that."""
     got = np.asarray(got)
+    assert got.shape == ref.shape, f"{what}: shape {got.shape} != {ref.shape}"
+    if not ref.size:
+        return
     assert_within(got, ref, ulps=1.0, floor=((terms + 2) * U32 + block_error) * mag, what=what)
-    if ref.size and np.any(ref):
+    if np.any(ref):
         bound = GEMM_RMS_BOUNDS[(recipe, out_dtype)]
         assert_error_rms(got, ref, rms_bound=bound, max_bound=16 * bound, what=what)

@@ -25,6 +25,7 @@ CASES = {
     "sum_is_rows": (97, 40, 72, [32, 64, 1]),
     "past_the_rows": (100, 48, 40, [60, 70, 50]),
     "negative": (80, 48, 40, [30, -5, 40]),
+    "no_rows": (0, 48, 40, [3, 0]),
 }
 SENTINEL = np.float32(-12352.0)  # exact in bf16
 
