@@ -1,6 +1,7 @@
 """Grouped GEMMs over ragged groups of rows (SPEC-moe.md §1, §7): forward y_g = x_g w_gᵀ
 (+ b_g, + b_g·s), dgrad dx_g = dy_g w_g, wgrad dw_g = dy_gᵀ x_g, bf16 operands, fp32
-accumulation, one rounding at the store.
+accumulation, one rounding at the store; the forward and the dgrad also on block-scaled
+fp8 operands (MXFP8, FP8-block: grouped_gemm_fp8_kernel).
 
 The split sizes never leave the device and the grids depend only on static sizes, so a new
 routing needs neither a host sync nor a recompile:
