@@ -332,13 +332,13 @@ def grouped_gemm_wgrad(dy, x, splits, *, out_dtype="bfloat16", config=None):
     groups = int(splits.shape[0])
     cfg = _config(fn, config, dy)
     dw = _out(fn, None, dy, (groups, n, k), out_dtype)
-    sched = _schedule(dy, splits, rows, cfg.block_m)
+    # The transposed copy in tiles of at most 64 x 128 (a tile goes through shared memory).
+    tm, tn = min(64, cfg.block_m), min(128, cfg.block_n)
+    sched = _schedule(dy, splits, rows, tm)
     rp = cdiv(rows + (K.PAD - 1) * groups, 16) * 16
     dyt = _arrays.empty(dy, (n, rp), "bfloat16")
     s = (sched.offsets, sched.padded, sched.tile_start, sched.tiles)
-    K.transpose_groups[(sched.slots, cdiv(n, cfg.block_n))](
-        dy, dyt, *s, groups, n, rp, BM=cfg.block_m, BN=cfg.block_n, num_warps=4
-    )
+    K.transpose_groups[(sched.slots, cdiv(n, tn))](dy, dyt, *s, groups, n, rp, BM=tm, BN=tn, num_warps=4)
     grid = (cdiv(n, cfg.block_m) * cdiv(k, cfg.block_n), groups)
     K.grouped_wgrad_kernel[grid](
         dyt,
