@@ -210,3 +210,19 @@ def test_dgrad_fp8(gen, name, recipe, config):
     end = int(ref.offsets(s, rows)[-1])
     ref.check(host(dx)[:end], e, m, n, "float32", "dx", recipe="mxfp8", block_error=2.0**-9)
     assert (host(dx)[end:] == SENTINEL).all(), "pad rows were written"
+
+
+def test_bad_devices(gen):
+    rows, k, n, s, splits, x, w = setup(gen, "g1")
+    bad = [
+        (lambda: moe.grouped_gemm(x, w, splits.cpu()), TypeError, "splits must be int32 .*CUDA device"),
+        (lambda: moe.grouped_gemm(x, w, np.array(s, np.int32)), TypeError, "splits must be a Tensor like"),
+        (lambda: moe.grouped_gemm(x, host(w), splits), TypeError, "w must be a Tensor like"),
+        (lambda: moe.grouped_gemm(x.cpu(), w, splits), TypeError, "x must be bfloat16 .*CUDA device"),
+        (lambda: moe.grouped_gemm_wgrad(bf16(gen, rows, n), x.double(), splits), TypeError, "x must be bfloat16"),
+    ]
+    if torch.cuda.device_count() > 1:
+        bad.append((lambda: moe.grouped_gemm(x, w, splits.to("cuda:1")), ValueError, "splits is on cuda:1"))
+    for call, err, text in bad:
+        with pytest.raises(err, match=text):
+            call()
