@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import contextlib
+import contextvars
 import functools
 import hashlib
 import inspect
@@ -342,9 +344,29 @@ def _device_count() -> int:
     return _C.runtime.device_count()
 
 
+# numpy arrays that kernels launched on the interpreter may reach through addresses
+# computed from another argument (see interp_buffers).
+_interp_extra = contextvars.ContextVar("tilefuse_interp_buffers", default=())
+
+
+@contextlib.contextmanager
+def interp_buffers(*arrays: np.ndarray):
+    """Inside the block, the interpreter's bounds checks also accept accesses to `arrays`:
+    memory a kernel addresses by offsets from another argument's pointer (e.g. a list of
+    per-expert weights, each at an element offset from the first). No effect on the GPU."""
+    token = _interp_extra.set(_interp_extra.get() + arrays)
+    try:
+        yield
+    finally:
+        _interp_extra.reset(token)
+
+
 def _launch_interp(kernel: CompiledKernel, params, bound, grid):
     I = _C.interp  # noqa: E741
     args, buffers = [], []
+    for i, a in enumerate(_interp_extra.get()):
+        lo, hi = _byte_bounds(a)
+        buffers.append(I.Buffer(lo, hi - lo, f"interp_buffers[{i}]"))
     for p in params:
         if p.spec is None:
             continue

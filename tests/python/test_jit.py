@@ -666,3 +666,24 @@ def test_time_passes_prints_a_line_per_pass(rng, monkeypatch, capfd):
     assert len(lines) == 8, err  # inline: 1 pass, simplify: 3, optimize: 4
     for ln in lines:
         assert re.fullmatch(r"\[tilefuse\] +\w+ +\w+ +[0-9.]+ ms", ln), ln
+
+
+@tf.jit
+def _copy_at_offset(base_ptr, out_ptr, offset, N: tl.constexpr):
+    r = tl.arange(0, N)
+    tl.store(out_ptr + r, tl.load(base_ptr + offset + r))
+
+
+def test_interp_buffers_admit_memory_reached_by_offsets(rng):
+    # Another array, addressed by its element offset from the argument's address.
+    base, other = np.zeros(4, np.float32), rng.standard_normal(16).astype(np.float32)
+    delta = (other.ctypes.data - base.ctypes.data) // 4
+    assert (other.ctypes.data - base.ctypes.data) % 4 == 0
+    out = np.zeros(16, np.float32)
+    with pytest.raises(tf.KernelRuntimeError, match="out-of-bounds load"):
+        _copy_at_offset[(1,)](base, out, delta, N=16)
+    with tf.jit_module.interp_buffers(other):
+        _copy_at_offset[(1,)](base, out, delta, N=16)
+    assert np.array_equal(out, other)
+    with pytest.raises(tf.KernelRuntimeError, match="out-of-bounds load"):
+        _copy_at_offset[(1,)](base, out, delta, N=16)  # only inside the block

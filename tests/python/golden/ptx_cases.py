@@ -1,4 +1,4 @@
-"""Golden PTX: the PTX of every tutorial kernel and of kernels_dsl/convert.py, for
+"""Golden PTX: the PTX of every tutorial kernel, of kernels_dsl/convert.py and of MoE kernels, for
 sm_90a and sm_80, checked in under tests/python/golden/ptx/ so that a change of the
 backend shows in review as a diff of the code it emits ("no codegen change" unless
 intended). tests/python/test_golden_ptx.py compares; regenerate after an intended
@@ -17,6 +17,7 @@ import tilefuse.language as tl
 from tilefuse import gpu
 
 from kernels_dsl import convert
+from kernels_dsl.moe import grouped_gemm as moe_gemm
 from kernels_dsl.moe import quantize as moe_quantize
 from kernels_dsl.tutorials import layernorm, matmul, softmax, vector_add
 from kernels_dsl.tutorials.matmul_desc import matmul_desc_kernel
@@ -64,6 +65,13 @@ def _moe_quantize(kernel, outs, consts, strides=(4096, 1), extra=()):
 
 i8m = _mat(np.int8)
 
+
+def _moe_gemm(kernel, operands, extra, consts):
+    # 8 experts, 4096 rows of x (or dy), the tile schedule, N = K = 4096 (shape args).
+    tiles = np.zeros((64, 2), np.int32)
+    return kernel, (*operands, m32, f32, _mat(bf16), i32, i32, tiles, 8, 4096, 4096, *extra), consts
+
+
 # name -> (kernel, args, constexprs, num_warps, num_stages, archs); the MoE quantizers last.
 CASES = {
     "vector_add": (vector_add.add_kernel, (f32, f32, f32, 4096), dict(BLOCK_SIZE=1024), 4, 3, ARCHS),
@@ -110,6 +118,36 @@ CASES = {
     ),
     "moe_fp8_block_quantize_128x128_cols": (
         *_moe_quantize(moe_quantize.fp8_block_quantize, (i8m, m32), dict(BR=128, TR=128), strides=(1, 4096)),
+        8,
+        3,
+        ("sm_90a",),
+    ),
+    "moe_grouped_gemm_bf16_scaled_bias": (
+        *_moe_gemm(
+            moe_gemm.grouped_gemm_kernel,
+            (_mat(bf16), _mat(bf16), i32),
+            (1, 4096),
+            dict(W_LIST=False, W_ALIGNED=True, BIAS=2, BM=128, BO=128, BC=64),
+        ),
+        8,
+        3,
+        ("sm_90a",),
+    ),
+    "moe_grouped_gemm_mxfp8": (
+        *_moe_gemm(
+            moe_gemm.grouped_gemm_fp8_kernel,
+            (i8m, i8m, i8m, i8m),
+            (4096, 0, 4096, 128, 128),
+            dict(FA="e4m3", FW="e4m3", SA_ROWS=0, SW_ROWS=0, BIAS=0, BM=128, BO=128, BC=128),
+        ),
+        8,
+        3,
+        ("sm_90a",),
+    ),
+    "moe_grouped_wgrad_bf16": (
+        moe_gemm.grouped_wgrad_kernel,
+        (_mat(bf16), _mat(bf16), m32, i32, i32, 4096, 4096, 4096),
+        dict(BN=128, BK=128, BR=64),
         8,
         3,
         ("sm_90a",),

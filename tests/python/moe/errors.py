@@ -86,3 +86,17 @@ def assert_error_rms(got, ref, *, rms_bound, max_bound, what="result", baseline:
     assert s.rms <= limit, f"{what}: error RMS {s.rms:.3e} of the tensor's RMS > {limit:.3e} ({s})"
     assert s.max <= max_bound, f"{what}: max error {s.max:.3e} of the tensor's RMS > {max_bound:.3e} ({s})"
     return s
+
+
+# Error RMS of a GEMM output relative to the tensor's RMS, against the float64 product of
+# the (dequantized) inputs, per recipe and output dtype: a bf16 store rounds once (at most
+# 2^-9 relative, RMS about 2^-9/sqrt(3)); fp32 accumulation adds O(sqrt(K)·2^-24). MXFP8
+# against the dequantized inputs: the same on the interpreter; the GPU's fp8 tensor cores
+# add each 32-wide block's products with fewer bits (at most 2^-10 of their |sum|
+# measured, bench/RESULTS.md) before the fp32 promotion.
+GEMM_RMS_BOUNDS = {
+    ("bf16", "bfloat16"): 2.0**-8,
+    ("bf16", "float32"): 2.0**-16,
+    ("mxfp8", "bfloat16"): 2.0**-8,
+    ("mxfp8", "float32"): 2.0**-10,
+}

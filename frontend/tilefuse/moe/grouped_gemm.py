@@ -1,0 +1,358 @@
+"""moe.grouped_gemm / grouped_gemm_dgrad / grouped_gemm_wgrad (SPEC-moe.md §1, §7):
+argument checks, output allocation and launches of kernels_dsl/moe/grouped_gemm.py, whose
+docstring describes the device-side tile schedule.
+
+x, dy: [R, K] / [R, N] bf16, contiguous. w: [G, N, K] bf16 or a list of G arrays [N, K]
+(passed copy-free: the kernel addresses expert g at an element offset from w[0]'s
+address; the table of offsets goes to the device once per distinct list). The forward
+also takes block-scaled fp8 operands (moe.Quantized, MXFP8 or FP8-block).
+splits: int32 [G] on x's device, never read on the host: a negative size or sizes
+summing past R cannot be refused without a device-to-host sync, so the kernels clamp
+them (a negative size is 0; the groups end at row R). Rows past the sum are not written
+in y and dx (pass `out` to keep their contents) and not read by the wgrad.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import numpy as np
+
+from kernels_dsl.moe import grouped_gemm as K
+
+from .. import cdiv, next_power_of_2
+from ..arrays import is_torch_tensor
+from ..jit import interp_buffers
+from . import _arrays
+from .quant import Quantized
+
+OUT_KINDS = ("bfloat16", "float32")
+FP8_RECIPES = ("mxfp8", "fp8_block")
+
+
+class GemmConfig(NamedTuple):
+    """Tiles (powers of two) and launch options. block_m: rows per tile (the schedule's
+    tile); block_n: output columns; block_k: the K loop's step (for the wgrad: rows)."""
+
+    block_m: int = 128
+    block_n: int = 128
+    block_k: int = 64
+    num_warps: int = 8
+    num_stages: int = 3
+
+
+def default_config(x) -> GemmConfig:
+    """The GPU's wgmma tiles; small tiles on the interpreter (numpy), where a tile's
+    cost is its size."""
+    return GemmConfig(32, 32, 32, 4, 2) if isinstance(x, np.ndarray) else GemmConfig()
+
+
+def _config(fn, config, x) -> GemmConfig:
+    cfg = default_config(x) if config is None else config
+    if not isinstance(cfg, GemmConfig):
+        raise TypeError(f"{fn}: config must be a moe.GemmConfig, got {type(cfg).__name__}")
+    for f in GemmConfig._fields[:4]:
+        v = getattr(cfg, f)
+        if not isinstance(v, int) or v < 1 or v & (v - 1):
+            raise ValueError(f"{fn}: config.{f} must be a power of two, got {v!r}")
+    if min(cfg.block_m, cfg.block_n, cfg.block_k) < 16:
+        raise ValueError(f"{fn}: config tiles must be at least 16 (a dot's minimum), got {cfg}")
+    return cfg
+
+
+def _check(fn, name, a, like, kinds, ndim):
+    try:
+        kind = _arrays.kind_of(name, a)
+    except TypeError as e:
+        raise TypeError(f"{fn}: {name} must be {' or '.join(kinds)} ({e})") from None
+    if isinstance(a, np.ndarray) != isinstance(like, np.ndarray):
+        raise TypeError(f"{fn}: {name} must be a {type(like).__name__} like the other operands, got {type(a).__name__}")
+    if is_torch_tensor(a) and a.device != like.device:
+        raise ValueError(f"{fn}: {name} is on {a.device} but the operands are on {like.device}")
+    if kind not in kinds:
+        raise TypeError(f"{fn}: {name} must be {' or '.join(kinds)}, got {kind}")
+    if len(a.shape) != ndim:
+        raise ValueError(f"{fn}: {name} must be {ndim}-D, got shape {tuple(a.shape)}")
+    if not (a.flags.c_contiguous if isinstance(a, np.ndarray) else a.is_contiguous()):
+        raise ValueError(f"{fn}: {name} must be contiguous")
+
+
+def _check_splits(fn, splits, like, groups):
+    _check(fn, "splits", splits, like, ("int32",), 1)
+    if groups is not None and splits.shape[0] != groups:
+        raise ValueError(f"{fn}: splits must have one size per group ({groups}), got shape {tuple(splits.shape)}")
+    if splits.shape[0] < 1:
+        raise ValueError(f"{fn}: splits must name at least one group")
+
+
+def _address(a) -> int:
+    return a.ctypes.data if isinstance(a, np.ndarray) else a.data_ptr()
+
+
+class _Weights(NamedTuple):
+    ptr: object  # the array whose address the kernel starts from
+    offsets: object  # int64 [G] element offsets of the experts (list form), else None
+    aligned: bool  # every expert starts 16-byte aligned
+    groups: int
+    shape: tuple[int, int]  # [N, K] of one expert
+    arrays: tuple = ()  # the list's arrays (the interpreter's bounds checks need them)
+
+
+@functools.lru_cache(maxsize=64)
+def _device_table(device, offsets: tuple):
+    """The int64 offsets on `device`, copied once per distinct list: the copy from the host
+    waits for the stream, which a call with the same weights then never does again."""
+    import torch
+
+    return torch.tensor(offsets, dtype=torch.int64, device=device)
+
+
+def _weights(fn, w, like) -> _Weights:
+    if not isinstance(w, (list, tuple)):
+        _check(fn, "w", w, like, ("bfloat16",), 3)
+        g, n, k = (int(d) for d in w.shape)
+        return _Weights(w, None, True, g, (n, k))
+    if not w:
+        raise ValueError(f"{fn}: w must hold at least one expert's weight")
+    for i, wi in enumerate(w):
+        _check(fn, f"w[{i}]", wi, like, ("bfloat16",), 2)
+        if tuple(wi.shape) != tuple(w[0].shape):
+            raise ValueError(f"{fn}: w[{i}] has shape {tuple(wi.shape)} but w[0] has {tuple(w[0].shape)}")
+    base = _address(w[0])
+    deltas = [_address(wi) - base for wi in w]
+    if any(d % 2 for d in deltas):
+        raise ValueError(f"{fn}: the experts of w must be 2-byte aligned relative to each other")
+    offsets = [d // 2 for d in deltas]
+    aligned = base % 16 == 0 and all(o % 8 == 0 for o in offsets)
+    table = np.array(offsets, np.int64) if isinstance(like, np.ndarray) else _device_table(like.device, tuple(offsets))
+    n, k = (int(d) for d in w[0].shape)
+    return _Weights(w[0], table, aligned, len(w), (n, k), tuple(w))
+
+
+def _out(fn, out, like, shape, out_dtype):
+    if out_dtype not in OUT_KINDS:
+        raise ValueError(f"{fn}: out_dtype must be one of {OUT_KINDS}, got {out_dtype!r}")
+    if out is None:
+        return _arrays.empty(like, shape, out_dtype)
+    _check(fn, "out", out, like, (out_dtype,), len(shape))
+    if tuple(out.shape) != shape:
+        raise ValueError(f"{fn}: out must have shape {shape}, got {tuple(out.shape)}")
+    return out
+
+
+class _Schedule(NamedTuple):
+    offsets: object  # int32 [G + 1]
+    padded: object  # int32 [G + 1]
+    tile_start: object  # int32 [G + 1]
+    tiles: object  # int32 [slots, 2]
+    slots: int
+
+
+def _schedule(like, splits, rows, block_m) -> _Schedule:
+    """The device-side schedule of splits for tiles of block_m rows (two tiny launches)."""
+    g = int(splits.shape[0])
+    slots = max(1, cdiv(rows, block_m) + min(g, rows))
+    s = _Schedule(*(_arrays.empty(like, (g + 1,), "int32") for _ in range(3)), None, slots)
+    s = s._replace(tiles=_arrays.empty(like, (slots, 2), "int32"))
+    K.group_offsets[(1,)](
+        splits, s.offsets, s.padded, s.tile_start, g, rows, BM=block_m, BG=min(32, next_power_of_2(g))
+    )
+    K.group_tiles[(g,)](s.offsets, s.tile_start, s.tiles, BM=block_m, BT=128)
+    return s
+
+
+def _gemm(a, wt: _Weights, splits, out, bias, scale, c, o, strides, cfg):
+    sched = _schedule(a, splits, int(a.shape[0]), cfg.block_m)
+    bias_kind = 0 if bias is None else 1 if scale is None else 2
+    grid = (sched.slots, cdiv(o, cfg.block_n))
+    with interp_buffers(*(x for x in wt.arrays if isinstance(x, np.ndarray))):
+        K.grouped_gemm_kernel[grid](
+            a,
+            wt.ptr,
+            splits if wt.offsets is None else wt.offsets,
+            splits if bias is None else bias,
+            splits if scale is None else scale,
+            out,
+            sched.offsets,
+            sched.tile_start,
+            sched.tiles,
+            wt.groups,
+            c,
+            o,
+            *strides,
+            W_LIST=wt.offsets is not None,
+            W_ALIGNED=wt.aligned,
+            BIAS=bias_kind,
+            BM=cfg.block_m,
+            BO=cfg.block_n,
+            BC=cfg.block_k,
+            num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
+        )
+    return out
+
+
+def grouped_gemm(x, w, splits, bias=None, bias_scale=None, *, out=None, out_dtype="bfloat16", config=None):
+    """y [R, N]: y_g = x_g w_gᵀ (+ b_g, or + b_g · s_r with bias_scale s = probs [R] fp32)
+    for x [R, K] bf16, w [G, N, K] (or G arrays [N, K]), bias [G, N] (bf16 or fp32).
+    Block-scaled fp8 (MXFP8 or FP8-block): x and w moe.Quantized rowwise copies of x and
+    of w.reshape(G·N, K); each 32-wide K block's products promoted to fp32 times their
+    two scales (an FP8-block 128-block is four 32-blocks of one scale)."""
+    fn = "grouped_gemm"
+    if isinstance(x, Quantized) or isinstance(w, Quantized):
+        return _fp8_gemm(fn, x, w, splits, bias, bias_scale, out, out_dtype, config, dgrad=False)
+    _check(fn, "x", x, x, ("bfloat16",), 2)
+    wt = _weights(fn, w, x)
+    (n, k), rows = wt.shape, int(x.shape[0])
+    if int(x.shape[1]) != k:
+        raise ValueError(f"{fn}: x has {int(x.shape[1])} columns but w's experts are [N, K] = [{n}, {k}]")
+    _check_splits(fn, splits, x, wt.groups)
+    _check_bias(fn, bias, bias_scale, x, wt.groups, n, rows)
+    y = _out(fn, out, x, (rows, n), out_dtype)
+    cfg = _config(fn, config, x)
+    return _gemm(x, wt, splits, y, bias, bias_scale, k, n, (1, k), cfg)
+
+
+def _check_bias(fn, bias, bias_scale, x, groups, n, rows):
+    if bias is not None:
+        _check(fn, "bias", bias, x, ("bfloat16", "float32"), 2)
+        if tuple(bias.shape) != (groups, n):
+            raise ValueError(f"{fn}: bias must have shape ({groups}, {n}), got {tuple(bias.shape)}")
+    if bias_scale is not None:
+        if bias is None:
+            raise ValueError(f"{fn}: bias_scale scales the bias; pass a bias")
+        _check(fn, "bias_scale", bias_scale, x, ("float32",), 1)
+        if tuple(bias_scale.shape) != (rows,):
+            raise ValueError(f"{fn}: bias_scale must have shape ({rows},), got {tuple(bias_scale.shape)}")
+
+
+def _check_fp8(fn, name, q, axis, shape_text):
+    if not isinstance(q, Quantized):
+        raise TypeError(f"{fn}: with a quantized operand, {name} must be a moe.Quantized too, got {type(q).__name__}")
+    if q.recipe not in FP8_RECIPES or q.axis != axis:
+        side = "rowwise" if axis == -1 else "columnwise (axis=0)"
+        raise ValueError(
+            f"{fn}: {name} must be a {side} MXFP8 or FP8-block copy (moe.quantize({shape_text}, ...)), "
+            f"got {q.recipe} axis={q.axis}"
+        )
+    # Scale rows per block: 0 for MXFP8's e8m0 codes, FP8-block's 1 or 128 (float32 scales).
+    return 0 if q.recipe == "mxfp8" else q.block[0]
+
+
+def _fp8_gemm(fn, a, w, splits, bias, bias_scale, out, out_dtype, config, dgrad):
+    """The forward (y = x wᵀ) or the dgrad (dx = dy w) on block-scaled fp8 operands, one
+    recipe: MXFP8 (e4m3 or e5m2 each) or FP8-block. a = moe.quantize(x or dy, ...) rowwise;
+    w = moe.quantize(w.reshape(G·N, K), ...), rowwise for the forward, columnwise (axis=0,
+    stored [K, G·N]) for the dgrad."""
+    name = "dy" if dgrad else "x"
+    sa_rows = _check_fp8(fn, name, a, -1, name)
+    sw_rows = _check_fp8(fn, "w", w, 0 if dgrad else -1, "w.reshape(G * N, K)" + (", axis=0" if dgrad else ""))
+    if a.recipe != w.recipe:
+        raise ValueError(f"{fn}: {name} and w must share a recipe, got {a.recipe} and {w.recipe}")
+    like, mx = a.data, a.recipe == "mxfp8"
+    _check_splits(fn, splits, like, None)
+    groups, (rows, c) = int(splits.shape[0]), a.shape
+    (gn, k) = w.shape
+    if gn % groups or (gn // groups if dgrad else k) != c:
+        raise ValueError(
+            f"{fn}: w quantizes [G * N, K] with G = {groups} and {'N' if dgrad else 'K'} = {c}, got shape {w.shape}"
+        )
+    n = gn // groups  # dy's rowwise blocks make N a multiple of 32: experts start on 32-blocks of Wq
+    o = k if dgrad else n
+    _check_bias(fn, bias, bias_scale, like, groups, o, rows)
+    y = _out(fn, out, like, (rows, o), out_dtype)
+    cfg = _config(fn, config, like)
+    # FP8-block: a step within one 128-block (one scale per row and step).
+    block_c = next(b for b in (cfg.block_k, 128, 64, 32) if c % b == 0 and b % 32 == 0 and (b <= 128 or mx))
+    sched = _schedule(like, splits, rows, cfg.block_m)
+    codes = _arrays.as_int8 if mx else (lambda s: s)
+    K.grouped_gemm_fp8_kernel[(sched.slots, cdiv(o, cfg.block_n))](
+        _arrays.as_int8(a.data),
+        codes(a.scale),
+        _arrays.as_int8(w.data),
+        codes(w.scale),
+        splits if bias is None else bias,
+        splits if bias_scale is None else bias_scale,
+        y,
+        sched.offsets,
+        sched.tile_start,
+        sched.tiles,
+        groups,
+        c,
+        o,
+        *((0, n // 32, gn) if dgrad else (n, 0, k)),
+        int(a.scale.shape[1]),
+        int(w.scale.shape[1]),
+        FA=a.fmt,
+        FW=w.fmt,
+        SA_ROWS=sa_rows,
+        SW_ROWS=sw_rows,
+        BIAS=0 if bias is None else 1 if bias_scale is None else 2,
+        BM=cfg.block_m,
+        BO=cfg.block_n,
+        BC=block_c,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+    return y
+
+
+def grouped_gemm_dgrad(dy, w, splits, *, out=None, out_dtype="bfloat16", config=None):
+    """dx [R, K]: dx_g = dy_g w_g for dy [R, N] bf16, w [G, N, K] (or G arrays [N, K]).
+    Block-scaled fp8: dy = moe.quantize(dy, ...) rowwise and w = moe.quantize(w.reshape(G·N,
+    K), ..., axis=0) (the columnwise copy, stored transposed: K-major for the fp8 wgmma)."""
+    fn = "grouped_gemm_dgrad"
+    if isinstance(dy, Quantized) or isinstance(w, Quantized):
+        return _fp8_gemm(fn, dy, w, splits, None, None, out, out_dtype, config, dgrad=True)
+    _check(fn, "dy", dy, dy, ("bfloat16",), 2)
+    wt = _weights(fn, w, dy)
+    (n, k), rows = wt.shape, int(dy.shape[0])
+    if int(dy.shape[1]) != n:
+        raise ValueError(f"{fn}: dy has {int(dy.shape[1])} columns but w's experts are [N, K] = [{n}, {k}]")
+    _check_splits(fn, splits, dy, wt.groups)
+    dx = _out(fn, out, dy, (rows, k), out_dtype)
+    cfg = _config(fn, config, dy)
+    return _gemm(dy, wt, splits, dx, None, None, n, k, (k, 1), cfg)
+
+
+def grouped_gemm_wgrad(dy, x, splits, *, out_dtype="bfloat16", config=None):
+    """dw [G, N, K]: dw_g = dy_gᵀ x_g for dy [R, N], x [R, K] bf16 (an empty group's dw_g
+    is zero). dy is first copied transposed, each group from a 16-byte aligned column, so
+    that the K loop over the group's rows reads aligned runs; that copy is N·(R + 7G)
+    bf16 elements of scratch."""
+    fn = "grouped_gemm_wgrad"
+    _check(fn, "dy", dy, dy, ("bfloat16",), 2)
+    _check(fn, "x", x, dy, ("bfloat16",), 2)
+    rows, n = (int(d) for d in dy.shape)
+    if int(x.shape[0]) != rows:
+        raise ValueError(f"{fn}: x has {int(x.shape[0])} rows but dy has {rows}")
+    k = int(x.shape[1])
+    _check_splits(fn, splits, dy, None)
+    groups = int(splits.shape[0])
+    cfg = _config(fn, config, dy)
+    dw = _out(fn, None, dy, (groups, n, k), out_dtype)
+    # The transposed copy in tiles of at most 64 x 128 (a tile goes through shared memory).
+    tm, tn = min(64, cfg.block_m), min(128, cfg.block_n)
+    sched = _schedule(dy, splits, rows, tm)
+    rp = cdiv(rows + (K.PAD - 1) * groups, 16) * 16
+    dyt = _arrays.empty(dy, (n, rp), "bfloat16")
+    s = (sched.offsets, sched.padded, sched.tile_start, sched.tiles)
+    K.transpose_groups[(sched.slots, cdiv(n, tn))](dy, dyt, *s, groups, n, rp, BM=tm, BN=tn, num_warps=4)
+    grid = (cdiv(n, cfg.block_m) * cdiv(k, cfg.block_n), groups)
+    K.grouped_wgrad_kernel[grid](
+        dyt,
+        x,
+        dw,
+        sched.offsets,
+        sched.padded,
+        n,
+        k,
+        rp,
+        BN=cfg.block_m,
+        BK=cfg.block_n,
+        BR=cfg.block_k,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+    return dw

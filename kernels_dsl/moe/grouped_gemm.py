@@ -1,0 +1,295 @@
+"""Grouped GEMMs over ragged groups of rows (SPEC-moe.md §1, §7): forward y_g = x_g w_gᵀ
+(+ b_g, + b_g·s), dgrad dx_g = dy_g w_g, wgrad dw_g = dy_gᵀ x_g, bf16 operands, fp32
+accumulation, one rounding at the store; the forward and the dgrad also on block-scaled
+fp8 operands (MXFP8, FP8-block: grouped_gemm_fp8_kernel).
+
+The split sizes never leave the device and the grids depend only on static sizes, so a new
+routing needs neither a host sync nor a recompile:
+
+1. `group_offsets` (one program) turns the G split sizes into, per group, the row offsets,
+   the offsets of the wgrad's padded transposed copy (each group starting at a multiple of
+   8 columns, 16 bytes) and the offsets of its row tiles in the tile schedule: exclusive
+   prefix sums, computed in chunks of BG groups as a masked triangular sum.
+2. `group_tiles` (one program per group) writes the tile schedule: tile t -> (group, first
+   row), the group's tiles one after another.
+3. The GEMM programs, one per (schedule slot, output column tile), read their entry: an
+   O(1) lookup. The schedule has at most cdiv(R, BM) + G tiles (each group adds at most one
+   partial tile); slots past the count run a K loop of zero iterations and store nothing.
+
+Split sizes are clamped on the device: a negative size counts as 0 and sizes summing past
+the R rows are cut at row R (later groups are empty); rows past the sum are not read by
+the wgrad and not written by the forward and dgrad.
+"""
+
+from __future__ import annotations
+
+import tilefuse as tf
+import tilefuse.language as tl
+
+PAD = 8  # columns a group of the transposed copy is aligned to: 16 bytes of bf16
+
+
+@tf.jit
+def _prefix(v, BG: tl.constexpr):
+    """Inclusive prefix sums of the [BG] tile v (int64)."""
+    i = tl.arange(0, BG)
+    return tl.sum(tl.where(i[None, :] <= i[:, None], v[None, :], 0), axis=1)
+
+
+@tf.jit
+def group_offsets(splits_ptr, offsets_ptr, padded_ptr, tile_start_ptr, G, R, BM: tl.constexpr, BG: tl.constexpr):
+    # offsets [G + 1]: rows of group g are offsets[g] .. offsets[g + 1] (clamped to [0, R]);
+    # padded [G + 1]: its columns of the transposed copy start at padded[g] (multiples of PAD);
+    # tile_start [G + 1]: its BM-row tiles are schedule slots tile_start[g] .. tile_start[g + 1].
+    rows_before = tl.zeros((), tl.int64)
+    pad_before = tl.zeros((), tl.int64)
+    tiles_before = tl.zeros((), tl.int64)
+    for c in range(0, G, BG):
+        g = c + tl.arange(0, BG)
+        s = tl.maximum(tl.load(splits_ptr + g, mask=g < G, other=0).to(tl.int64), 0)
+        end = rows_before + _prefix(s, BG)
+        size = tl.minimum(end, R) - tl.minimum(end - s, R)
+        pad_end = pad_before + _prefix((size + PAD - 1) // PAD * PAD, BG)
+        tile_end = tiles_before + _prefix((size + BM - 1) // BM, BG)
+        tl.store(offsets_ptr + 1 + g, tl.minimum(end, R).to(tl.int32), mask=g < G)
+        tl.store(padded_ptr + 1 + g, pad_end.to(tl.int32), mask=g < G)
+        tl.store(tile_start_ptr + 1 + g, tile_end.to(tl.int32), mask=g < G)
+        rows_before = tl.max(tl.where(g < G, end, 0), axis=0)
+        pad_before = tl.max(tl.where(g < G, pad_end, 0), axis=0)
+        tiles_before = tl.max(tl.where(g < G, tile_end, 0), axis=0)
+    zero = tl.zeros((), tl.int32)
+    tl.store(offsets_ptr, zero)
+    tl.store(padded_ptr, zero)
+    tl.store(tile_start_ptr, zero)
+
+
+@tf.jit
+def group_tiles(offsets_ptr, tile_start_ptr, tiles_ptr, BM: tl.constexpr, BT: tl.constexpr):
+    # tiles [slots, 2]: (group, first row) of each scheduled tile of this program's group.
+    g = tl.program_id(0)
+    first, last = tl.load(tile_start_ptr + g), tl.load(tile_start_ptr + g + 1)
+    row0 = tl.load(offsets_ptr + g)
+    for t0 in range(first, last, BT):
+        t = t0 + tl.arange(0, BT)
+        tl.store(tiles_ptr + 2 * t, tl.full((BT,), 0, tl.int32) + g, mask=t < last)
+        tl.store(tiles_ptr + 2 * t + 1, row0 + (t - first) * BM, mask=t < last)
+
+
+@tf.jit
+def _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G):
+    """(valid, group, first row, row end) of schedule slot program_id(0); an empty slot
+    gives group 0 and no rows."""
+    t = tl.program_id(0)
+    valid = t < tl.load(tile_start_ptr + G)
+    g = tl.load(tiles_ptr + 2 * t, mask=valid, other=0)
+    m0 = tl.load(tiles_ptr + 2 * t + 1, mask=valid, other=0)
+    end = tl.load(offsets_ptr + g + 1, mask=valid, other=0)
+    return valid, g, m0, end
+
+
+@tf.jit
+def _weight(w_ptr, w_offs_ptr, g, group_elems, W_LIST: tl.constexpr, W_ALIGNED: tl.constexpr):
+    """Group g's weight: w_ptr + g·group_elems ([G, ...] weights), or, for a list of
+    per-expert arrays, w_ptr + w_offs[g]: element offsets from the first array's address
+    (multiples of 8 elements when W_ALIGNED, the host has checked)."""
+    if W_LIST:
+        off = tl.load(w_offs_ptr + g)
+        if W_ALIGNED:
+            off = tl.multiple_of(off, 8)
+    else:
+        off = g.to(tl.int64) * group_elems
+    return w_ptr + off
+
+
+@tf.jit
+def grouped_gemm_kernel(
+    a_ptr,
+    w_ptr,
+    w_offs_ptr,
+    bias_ptr,
+    scale_ptr,
+    out_ptr,
+    offsets_ptr,
+    tile_start_ptr,
+    tiles_ptr,
+    G,
+    C,
+    O,
+    stride_wc,
+    stride_wo,
+    W_LIST: tl.constexpr,
+    W_ALIGNED: tl.constexpr,
+    BIAS: tl.constexpr,
+    BM: tl.constexpr,
+    BO: tl.constexpr,
+    BC: tl.constexpr,
+):
+    # out[r, :] = a[r, :] @ B_g for the rows r of a scheduled tile, a [R, C], out [R, O],
+    # B_g [C, O] element (c, o) at w_g + c·stride_wc + o·stride_wo: the forward takes
+    # w_g [N, K] as B = w_gᵀ (stride_wc = 1), the dgrad as B = w_g (stride_wo = 1).
+    # BIAS: 0 none, 1 out += b_g, 2 out += b_g·s_r (bias [G, O], s [R] fp32).
+    valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
+    w = _weight(w_ptr, w_offs_ptr, g, C * O, W_LIST, W_ALIGNED)
+    rm = tl.arange(0, BM)
+    ro = tl.program_id(1) * BO + tl.arange(0, BO)
+    rc = tl.arange(0, BC)
+    rows = (m0 + rm)[:, None] < end
+    a_rows = a_ptr + m0.to(tl.int64) * C + rm[:, None] * C
+    acc = tl.zeros((BM, BO), dtype=tl.float32)
+    for c in range(0, tl.where(valid, C, 0), BC):
+        cc = c + rc
+        a = tl.load(a_rows + cc[None, :], mask=rows & (cc[None, :] < C), other=0.0)
+        b_ptrs = w + cc[:, None] * stride_wc + ro[None, :] * stride_wo
+        b = tl.load(b_ptrs, mask=(cc[:, None] < C) & (ro[None, :] < O), other=0.0)
+        acc = tl.dot(a, b, acc)
+    _store_rows(acc, g, m0, end, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
+
+
+@tf.jit
+def _store_rows(
+    acc, g, m0, end, bias_ptr, scale_ptr, out_ptr, O, BIAS: tl.constexpr, BM: tl.constexpr, BO: tl.constexpr
+):
+    # The epilogue: + b_g (BIAS 1) or + b_g·s_r (BIAS 2) in fp32, one rounding, the
+    # tile's rows below `end` stored.
+    rm = tl.arange(0, BM)
+    ro = tl.program_id(1) * BO + tl.arange(0, BO)
+    if BIAS > 0:
+        bias = tl.load(bias_ptr + g * O + ro, mask=ro < O, other=0.0).to(tl.float32)[None, :]
+        if BIAS == 2:
+            bias = bias * tl.load(scale_ptr + m0 + rm, mask=m0 + rm < end, other=0.0)[:, None]
+        acc = acc + bias
+    out = out_ptr + m0.to(tl.int64) * O + rm[:, None] * O + ro[None, :]
+    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=((m0 + rm)[:, None] < end) & (ro[None, :] < O))
+
+
+@tf.jit
+def _scale_codes(s_ptr, rows, block0, c, stride, mask, BLOCK_ROWS: tl.constexpr, BC: tl.constexpr):
+    """The e8m0 scale codes [len(rows), BC/32] of the 32-wide K blocks block0 + c/32 ..
+    + BC/32 of `rows` (int64; c a multiple of BC) in a scale array of row stride `stride`:
+    BLOCK_ROWS 0: MXFP8 codes [rows, cols/32]; 1 or 128: FP8-block float32 dequant scales
+    [rows/BLOCK_ROWS, cols/128], powers of two 2^e with e in [-127, 127] or NaN, whose fp32
+    exponent field is their e8m0 code (2^-127 is the subnormal with an exponent field of
+    0, NaN has 255): each 128-block promotes as four 32-blocks of one scale."""
+    if BLOCK_ROWS == 0:
+        blocks = block0 + tl.max_contiguous(tl.multiple_of(c // 32 + tl.arange(0, BC // 32), BC // 32), BC // 32)
+        codes = tl.load(s_ptr + rows[:, None] * stride + blocks[None, :], mask=mask[:, None], other=127)
+    else:
+        # BC <= 128 and block0 on a 128-block: one scale per row for the whole step.
+        p = s_ptr + (rows // BLOCK_ROWS) * stride + (block0 * 32 + c) // 128
+        e = (tl.load(p, mask=mask, other=1.0).to(tl.int32, bitcast=True) >> 23) & 0xFF
+        codes = tl.broadcast_to(tl.where(e > 127, e - 256, e).to(tl.int8)[:, None], (e.shape[0], BC // 32))
+    return codes
+
+
+@tf.jit
+def grouped_gemm_fp8_kernel(
+    a_ptr,
+    sa_ptr,
+    w_ptr,
+    sw_ptr,
+    bias_ptr,
+    scale_ptr,
+    out_ptr,
+    offsets_ptr,
+    tile_start_ptr,
+    tiles_ptr,
+    G,
+    C,
+    O,
+    W_ROW,
+    W_BLOCK,
+    W_COLS,
+    SA_STRIDE,
+    SW_STRIDE,
+    FA: tl.constexpr,
+    FW: tl.constexpr,
+    SA_ROWS: tl.constexpr,
+    SW_ROWS: tl.constexpr,
+    BIAS: tl.constexpr,
+    BM: tl.constexpr,
+    BO: tl.constexpr,
+    BC: tl.constexpr,
+):
+    # Block-scaled fp8: out = (a·scale_a) B_g (+ bias as above), a [R, C] fp8 codes with
+    # their scales (_scale_codes: MXFP8 or FP8-block), B_g [C, O] read K-major (as Hopper's
+    # fp8 wgmma needs) from a quantized copy Wq [*, W_COLS] of the weights: B_g(c, o) =
+    # Wq[g·W_ROW + o, 32·g·W_BLOCK + c]. The forward's Wq is w [G·O, C] quantized rowwise
+    # (W_ROW = O, W_BLOCK = 0); the dgrad's is w [G·N, K] quantized columnwise, stored
+    # transposed [K, G·N] (W_ROW = 0, W_BLOCK = N/32). SA_STRIDE, SW_STRIDE: the scale
+    # arrays' row strides (passed, as W_BLOCK, so that the launch specializes their
+    # divisibility). Each 32-wide K block's products are promoted to fp32 times its two
+    # scales. C % BC == 0.
+    valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
+    rm = tl.arange(0, BM)
+    ro = tl.program_id(1) * BO + tl.arange(0, BO)
+    rc = tl.arange(0, BC)
+    rows = (m0 + rm)[:, None] < end
+    cols = ro < O
+    a_rows = a_ptr + m0.to(tl.int64) * C + rm[:, None] * C
+    w_rows = g.to(tl.int64) * W_ROW + ro
+    w_block = g * W_BLOCK
+    w_cols = w_ptr + w_rows[None, :] * W_COLS + 32 * w_block
+    acc = tl.zeros((BM, BO), dtype=tl.float32)
+    for c in range(0, tl.where(valid, C, 0), BC):
+        a = tl.load(a_rows + (c + rc)[None, :], mask=rows, other=0)
+        b = tl.load(w_cols + (c + rc)[:, None], mask=cols[None, :], other=0)
+        sa = _scale_codes(sa_ptr, m0.to(tl.int64) + rm, 0, c, SA_STRIDE, m0 + rm < end, SA_ROWS, BC)
+        sb = _scale_codes(sw_ptr, w_rows, w_block, c, SW_STRIDE, cols, SW_ROWS, BC)
+        acc = tl.dot_scaled(a, sa, FA, b, sb, FW, acc)
+    _store_rows(acc, g, m0, end, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
+
+
+@tf.jit
+def transpose_groups(
+    x_ptr, xt_ptr, offsets_ptr, padded_ptr, tile_start_ptr, tiles_ptr, G, N, RP, BM: tl.constexpr, BN: tl.constexpr
+):
+    # xt [N, RP]: the rows of group g of x [R, N] as columns padded[g] .. padded[g] + rows,
+    # so that the wgrad's K loop reads 16-byte aligned runs from each group's first row.
+    valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
+    col0 = tl.load(padded_ptr + g) + (m0 - tl.load(offsets_ptr + g))
+    rm = tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    mask = ((m0 + rm)[:, None] < end) & (rn[None, :] < N)
+    v = tl.load(x_ptr + m0.to(tl.int64) * N + rm[:, None] * N + rn[None, :], mask=mask, other=0.0)
+    cols = tl.max_contiguous(tl.multiple_of(col0 + rm, PAD), BM)
+    # Stored up to the group's padded end (zeros past its rows): the mask is constant in
+    # runs of PAD columns, so the stores stay 16 bytes wide.
+    col_end = tl.multiple_of(tl.load(padded_ptr + g + 1, mask=valid, other=0), PAD)
+    keep = (cols[None, :] < col_end) & (rn[:, None] < N)
+    tl.store(xt_ptr + rn[:, None].to(tl.int64) * RP + cols[None, :], tl.trans(v), mask=keep)
+
+
+@tf.jit
+def grouped_wgrad_kernel(
+    dyt_ptr,
+    x_ptr,
+    dw_ptr,
+    offsets_ptr,
+    padded_ptr,
+    N,
+    K,
+    RP,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    BR: tl.constexpr,
+):
+    # dw[g] [N, K] = dy_gᵀ x_g for group g = program_id(1): dyt [N, RP] is dy transposed
+    # by transpose_groups (group g from column padded[g]), x [R, K]; the K loop of the
+    # GEMM runs over the group's rows, ragged: the mask cuts each at the group's end. An
+    # empty group stores zeros.
+    g = tl.program_id(1)
+    tiles_k = tl.cdiv(K, BK)
+    rn = (tl.program_id(0) // tiles_k) * BN + tl.arange(0, BN)
+    rk = (tl.program_id(0) % tiles_k) * BK + tl.arange(0, BK)
+    r0, rows = tl.load(offsets_ptr + g), tl.load(offsets_ptr + g + 1) - tl.load(offsets_ptr + g)
+    col0 = tl.multiple_of(tl.load(padded_ptr + g), PAD)
+    rr = tl.arange(0, BR)
+    a_ptrs = dyt_ptr + rn[:, None].to(tl.int64) * RP + col0 + rr[None, :]
+    b_ptrs = x_ptr + r0.to(tl.int64) * K + rr[:, None] * K + rk[None, :]
+    acc = tl.zeros((BN, BK), dtype=tl.float32)
+    for r in range(0, rows, BR):
+        a = tl.load(a_ptrs + r, mask=(rn[:, None] < N) & ((r + rr)[None, :] < rows), other=0.0)
+        b = tl.load(b_ptrs + r.to(tl.int64) * K, mask=((r + rr)[:, None] < rows) & (rk[None, :] < K), other=0.0)
+        acc = tl.dot(a, b, acc)
+    out = dw_ptr + g.to(tl.int64) * N * K + rn[:, None] * K + rk[None, :]
+    tl.store(out, acc.to(dw_ptr.dtype.element_ty), mask=(rn[:, None] < N) & (rk[None, :] < K))

@@ -1,0 +1,102 @@
+"""The grouped GEMM kernels as the host API launches them with its GPU config (the
+forward with each bias kind, both weight forms, MXFP8 and FP8-block operands; the dgrad,
+also on MXFP8 and FP8-block; the wgrad; the schedule and transpose kernels) lower for
+sm_90a to PTX that ptxas accepts, with every K loop on pipelined wgmma (cp.async into a
+ring of stages) and no missed fast path (TILEFUSE_PERF_HINTS)."""
+
+import shutil
+
+import numpy as np
+import pytest
+from tilefuse import gpu, moe
+
+from kernels_dsl.moe import grouped_gemm as kernels
+from tests.ptxas import PTXAS, assert_assembles
+from tests.python.moe.gemm_reference import BF16
+
+CHECKED = set()  # (compiled kernel, warps, stages) of schedule kernels that passed
+GEMMS = ("grouped_gemm_kernel", "grouped_wgrad_kernel", "grouped_gemm_fp8_kernel")
+
+
+class Recorder:
+    """Stands in for a kernel in kernels_dsl.moe.grouped_gemm: records each launch instead
+    of running it (the host API never reads what its kernels write)."""
+
+    def __init__(self, kernel, seen):
+        self.kernel, self.seen = kernel, seen
+
+    def __getitem__(self, grid):
+        return lambda *args, **meta: self.seen.append((self.kernel, args, meta))
+
+
+def launches(monkeypatch, call):
+    seen = []
+    for name in ("group_offsets", "group_tiles", "transpose_groups", *GEMMS):
+        monkeypatch.setattr(kernels, name, Recorder(getattr(kernels, name), seen))
+    call()
+    return seen
+
+
+rng = np.random.default_rng()
+# N = 512: whole FP8 128-blocks per expert; K, N and G·N: scale rows of 16 MXFP8 codes and
+# more (row strides that the launch specializes as multiples of 16).
+R, K, N, G = 256, 512, 512, 4
+x, dy = (rng.standard_normal(s).astype(BF16) for s in ((R, K), (R, N)))
+w = rng.standard_normal((G, N, K)).astype(BF16)
+splits = np.array([100, 0, 120, 0], np.int32)
+bias, probs = rng.standard_normal((G, N)).astype(np.float32), rng.random(R).astype(np.float32)
+w2 = w.reshape(G * N, K)
+qx, qw, qd, qw_t = (
+    moe.quantize(x, "mxfp8"),
+    moe.quantize(w2, "mxfp8", fmt="e5m2"),
+    moe.quantize(dy, "mxfp8"),
+    moe.quantize(w2, "mxfp8", axis=0),
+)
+bx, bw, bd, bw_t = (
+    moe.quantize(x, "fp8_block"),
+    moe.quantize(w2, "fp8_block", block=(128, 128)),
+    moe.quantize(dy, "fp8_block"),
+    moe.quantize(w2, "fp8_block", block=(128, 128), axis=0),
+)
+CALLS = {
+    "forward": lambda c: moe.grouped_gemm(x, w, splits, config=c),
+    "forward_list": lambda c: moe.grouped_gemm(x, list(w), splits, config=c),
+    "forward_bias": lambda c: moe.grouped_gemm(x, w, splits, bias, config=c),
+    "forward_scaled_bias_fp32": lambda c: moe.grouped_gemm(x, w, splits, bias, probs, out_dtype="float32", config=c),
+    "dgrad": lambda c: moe.grouped_gemm_dgrad(dy, w, splits, config=c),
+    "dgrad_list": lambda c: moe.grouped_gemm_dgrad(dy, list(w), splits, config=c),
+    "wgrad": lambda c: moe.grouped_gemm_wgrad(dy, x, splits, config=c),
+    "forward_mxfp8": lambda c: moe.grouped_gemm(qx, qw, splits, config=c),
+    "forward_mxfp8_scaled_bias": lambda c: moe.grouped_gemm(qx, qw, splits, bias, probs, config=c),
+    "forward_fp8_block": lambda c: moe.grouped_gemm(bx, bw, splits, config=c),
+    "dgrad_mxfp8": lambda c: moe.grouped_gemm_dgrad(qd, qw_t, splits, config=c),
+    "dgrad_fp8_block": lambda c: moe.grouped_gemm_dgrad(bd, bw_t, splits, config=c),
+    "wgrad_fp32": lambda c: moe.grouped_gemm_wgrad(dy, x, splits, out_dtype="float32", config=c),
+}
+
+
+@pytest.mark.skipif(not shutil.which("ptxas") and not shutil.os.path.exists(PTXAS), reason="needs ptxas")
+@pytest.mark.parametrize("cfg", [moe.GemmConfig(), moe.GemmConfig(128, 256, 128, 8, 3)], ids=["default", "bk128"])
+@pytest.mark.parametrize("call", CALLS)
+def test_kernels_are_on_the_fast_path(monkeypatch, tmp_path, call, cfg):
+    seen = launches(monkeypatch, lambda: CALLS[call](cfg))
+    assert {k.__name__ for k, _, _ in seen} >= {"group_offsets", "group_tiles"}
+    for kernel, args, meta in seen:
+        warps, stages = meta.pop("num_warps", 4), meta.pop("num_stages", 3)
+        compiled = kernel.compile(*args, **meta)
+        if (compiled, warps, stages) in CHECKED:  # the schedule kernels recur: checked once
+            continue
+        low = gpu.lower(compiled, "sm_90a", warps, stages, keep_ir=False)
+        assert low["hints"] == [], (kernel.__name__, low["hints"])
+        assert_assembles(low["ptx"], "sm_90a", tmp_path)
+        if kernel.__name__ not in GEMMS:
+            CHECKED.add((compiled, warps, stages))
+        if kernel.__name__ in GEMMS:
+            types = {
+                "forward_mxfp8": "k32.f32.e4m3.e5m2",
+                "dgrad_mxfp8": "k32.f32.e4m3.e4m3",
+                "fp8_block": "k32.f32.e4m3.e4m3",
+            }
+            mma = next((v for key, v in types.items() if key in call), "k16.f32.bf16.bf16")
+            assert f"wgmma.mma_async.sync.aligned.m64n{cfg.block_n}{mma}" in low["ptx"]
+            assert "cp.async.cg.shared.global" in low["ptx"]
