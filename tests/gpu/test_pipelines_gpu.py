@@ -58,13 +58,13 @@ def test_gated_dot_loop(mnk, dtype, stages):
 
 
 @pytest.mark.parametrize("warps,stages", [(4, 2), (8, 3), (8, 4)])
-@pytest.mark.parametrize("mnk", [(200, 176, 208), (256, 256, 640)])
-def test_two_dot_loops(mnk, warps, stages):
+@pytest.mark.parametrize("mnkk", [(200, 176, 208, 144), (256, 256, 640, 336)])
+def test_two_dot_loops(mnkk, warps, stages):
     # Two pipelined K loops in one kernel share one ring (allocate-shared); the second
-    # loop's prologue synchronizes the block first (ring_sync). K2 = K/2 + 40: the loops
-    # run different trip counts, so the first loop's last stage is one the second rewrites.
-    m, n, k = mnk
-    k2 = k // 2 + 40
+    # loop's prologue synchronizes the block first (ring_sync). The loops run different
+    # trip counts, so the first loop's last stage is one the second rewrites; K2 % 16 == 0
+    # keeps its rows provably 16-byte aligned (cp.async).
+    m, n, k, k2 = mnkk
     a, bt = (torch.randn(r, k, device="cuda").to(torch.bfloat16) for r in (m, n))
     d, et = (torch.randn(r, k2, device="cuda").to(torch.bfloat16) for r in (m, n))
     c = torch.full((m, n), float("nan"), device="cuda")
