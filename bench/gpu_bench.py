@@ -20,6 +20,7 @@ import tilefuse as tf  # noqa: F401
 import torch
 import triton
 import triton.language as ttl
+from launch_overhead import cpp_launch, per_call_us
 from tilefuse import gpu
 
 from kernels_dsl.tutorials import matmul, softmax, vector_add
@@ -63,19 +64,6 @@ def triton_same_source(jit_fn):
     return getattr(mod, jit_fn.fn.__name__)
 
 
-def launch_overhead(fn, iters=2000):
-    """Mean host time per launch of a tiny kernel, device work excluded by async launch."""
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return (t1 - t0) / iters * 1e6
-
-
 def compile_split(kernel, args, kwargs, grid):
     """Cold compile of one kernel: our part (to PTX) and ptxas, in ms."""
     kernel.cache.clear()
@@ -101,35 +89,6 @@ def triton_cold_compile(jit_fn, grid, *args, **kwargs):
     fresh[grid](*args, **kwargs)
     torch.cuda.synchronize()
     return (time.perf_counter() - t0) * 1e3
-
-
-def cpp_launch(x, y, out, n):
-    """Builds bench/launch_cpp.cpp against the runtime sources and runs it on vector add's PTX."""
-    d = tempfile.mkdtemp()
-    k = vector_add.add_kernel.warmup(x, y, out, n, BLOCK_SIZE=1024, grid=(4,), target=gpu.arch_of_device(0))
-    ptx = os.path.join(d, "add.ptx")
-    with open(ptx, "w") as f:
-        f.write(k.asm["ptx"])
-    exe = os.path.join(d, "launch_cpp")
-    cuda_inc = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "include")
-    sources = [os.path.join("runtime", "lib", f) for f in sorted(os.listdir("runtime/lib"))]
-    subprocess.run(
-        [
-            "g++",
-            "-O2",
-            "-std=c++20",
-            "bench/launch_cpp.cpp",
-            *sources,
-            "-Iruntime/include",
-            f"-I{cuda_inc}",
-            "-ldl",
-            "-o",
-            exe,
-        ],
-        check=True,
-    )
-    out = subprocess.run([exe, ptx, "add_kernel", "128"], capture_output=True, text=True, check=True).stdout
-    return json.loads(out)
 
 
 def tflops(fn, flop, reps=10):
@@ -184,8 +143,8 @@ def main():
 
     n = 4096
     x, y, out = (torch.randn(n, device="cuda") for _ in range(3))
-    ours = launch_overhead(lambda: vector_add.add_kernel[(4,)](x, y, out, n, BLOCK_SIZE=1024))
-    theirs = launch_overhead(lambda: _triton_add[(4,)](x, y, out, n, BLOCK=1024))
+    ours = per_call_us(lambda: vector_add.add_kernel[(4,)](x, y, out, n, BLOCK_SIZE=1024))
+    theirs = per_call_us(lambda: _triton_add[(4,)](x, y, out, n, BLOCK=1024))
     res["launch_us"] = {"tilefuse": ours, "triton": theirs}
     try:
         res["launch_us"]["cpp"] = cpp_launch(x, y, out, n)

@@ -110,8 +110,11 @@ class _Compiler:
         return results[0] if len(results) == 1 else tuple(results)
 
 
-class JITFunction:
-    """A kernel or device function written in the tile language."""
+class JITFunction(_C.launcher.Launcher):
+    """A kernel or device function written in the tile language. `kernel[grid]` is C
+    (_C.launcher.Launcher): once the first GPU launch made the fast path (`_cfast`), a grid
+    of ints gets a C++ callable, and a repeated launch of a seen specialization runs no
+    Python code; other grids go to `_subscript`."""
 
     __tilefuse_jit__ = True
 
@@ -127,10 +130,7 @@ class JITFunction:
         self.cache: dict = {}
         self._source = None
         self._names = [p.name for p in self.params]
-        # The C++ launch fast path (tilefuse._C.launcher), made at the first GPU launch,
-        # and its callables by grid.
-        self._cfast = None
-        self._bound = {}
+        self._cfast = None  # the C++ launch fast path, made at the first GPU launch
 
     @property
     def source(self) -> FunctionSource:
@@ -158,26 +158,12 @@ class JITFunction:
             f"launch the kernel with {self.__name__}[grid](...); " "call it directly only from inside another kernel"
         )
 
-    def __getitem__(self, grid):
+    def _subscript(self, grid):
+        """kernel[grid] for what the C subscript leaves: a callable grid, a grid not of 1 to 3
+        ints (the full path converts or rejects it), any grid before the fast path exists."""
         if callable(grid):
             return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
-        fast = self._cfast
-        if fast is None:
-            return functools.partial(self._launch_full, grid)
-        # A C++ callable per grid (cached): a repeated launch of a seen specialization
-        # runs no Python code; anything else goes to _launch_full.
-        try:
-            return self._bound[grid]
-        except (KeyError, TypeError):  # TypeError: an unhashable grid (a list)
-            pass
-        b = fast.bound(grid, self._launch_full)
-        try:
-            if len(self._bound) >= 64:
-                self._bound.clear()
-            self._bound[grid] = b
-        except TypeError:
-            pass
-        return b
+        return functools.partial(self._launch_full, grid)
 
     def _launch_full(self, grid, *args, num_warps=NUM_WARPS, num_stages=NUM_STAGES, **kwargs):
         return self.run(*args, grid=grid, num_warps=num_warps, num_stages=num_stages, **kwargs)
