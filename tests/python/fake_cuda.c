@@ -1,6 +1,7 @@
 // A stand-in libcuda.so.1 for test_launch_path.py: one sm_90 device, modules of PTX
 // text, and launches that append their grid, block, shared memory and parameter values
-// (sizes read from the PTX entry's .param list) to $FAKE_CUDA_LOG, one line each;
+// (sizes read from the PTX entry's .param list) and a stream other than the default to
+// $FAKE_CUDA_LOG, one line each;
 // without $FAKE_CUDA_LOG a launch does nothing, which times the host side alone.
 #include <cuda.h>
 #include <stdint.h>
@@ -109,6 +110,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
     if (psize[i] == 4) v = (int32_t)v;
     fprintf(log, " %d:%lld", psize[i], (long long)v);
   }
+  if (s) fprintf(log, " stream=%#llx", (unsigned long long)(uintptr_t)s);
   fprintf(log, "\n");
   fclose(log);
   return ok();

@@ -3,6 +3,8 @@ launch, and stand-in torch tensors carry addresses. The full path (jit.run) and 
 fast path must launch with the same grid, block, shared memory, parameter values and
 tensor maps, as the kernel's launch spec lays them out, and raise the same errors."""
 
+import functools
+import gc
 import json
 import os
 import pathlib
@@ -10,8 +12,12 @@ import shutil
 import struct
 import subprocess
 import sys
+import weakref
 
+import numpy as np
 import pytest
+import tilefuse as tf
+import tilefuse.language as tl
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CUDA_INCLUDE = pathlib.Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"
@@ -86,6 +92,21 @@ xs, ys = Tensor(0x40000), Tensor(0x50000)
 attempt("desc", lambda: desc_copy2[(3, 2)](xs, ys, 64, 45, 64, BM=32, BN=64))
 attempt("desc_size0", lambda: desc_copy2[(3, 2)](xs, ys, 0, 45, 64, BM=32, BN=64))  # the same key as 64
 attempt("desc_size0_run", lambda: desc_copy2.run(xs, ys, 0, 45, 64, grid=(3, 2), BM=32, BN=64), times=1)
+
+
+@tf.jit
+def scaled(x_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * alpha, mask=offs < n)
+
+
+# A stream other than the default, addresses of several PyLong digits, and keyword names
+# made at run time (not interned, as call sites' are).
+gpu._current_stream = lambda device: 0x7F00DEADBEE0
+gpu.stream_function = lambda: gpu._current_stream
+bx, bout = Tensor(0x7F1234567800), Tensor(0x7F1234567900)
+kw = {"".join(["BLO", "CK"]): 64, "".join(["num_", "warps"]): 2}
+attempt("big", lambda: scaled[(2,)](bx, bout, 100, 0.5, **kw))
 print(json.dumps(results))
 """
 
@@ -130,6 +151,7 @@ def test_full_and_fast_paths_launch_alike(fake_driver, tmp_path):
     assert len(errors) == 3 and all(e.startswith("desc_copy2: tensor descriptor at ") for e in errors)
     assert all(e.endswith("size 0 of dim 0 is out of range") for e in errors)
     assert results["desc_size0"][1] == 7 and results["desc_size0_run"][1] == 8
+    assert results["big"] == [["ok", "ok"], 9]
 
     add = "grid=4,1,1 block={} shared=0 8:65536 8:131072 8:196608 4:1000"
     alpha = struct.unpack("<i", struct.pack("<f", 2.5))[0]
@@ -137,6 +159,52 @@ def test_full_and_fast_paths_launch_alike(fake_driver, tmp_path):
     off4 = "grid=4,1,1 block=128 shared=0 8:65540 8:131072 8:196608 4:1000"
     assert lines[:8] == [add.format(128)] * 2 + [add.format(256)] * 2 + [mixed] * 2 + [off4] * 2
     # The tensor maps follow the parameters: base, rank, innermost size, row stride in bytes.
-    assert len(lines) == 10 and lines[8] == lines[9]
+    assert len(lines) == 12 and lines[8] == lines[9]
     assert lines[8].startswith("grid=3,2,1 block=128 shared=") and " 8:262144 8:327680 4:64 4:45 4:64 " in lines[8]
     assert " map(262144,2,45,256," in lines[8] and " map(327680,2,45,256," in lines[8]
+    half = struct.unpack("<i", struct.pack("<f", 0.5))[0]
+    big = f"grid=2,1,1 block=64 shared=0 8:{0x7F1234567800} 8:{0x7F1234567900} 4:100 4:{half} stream=0x7f00deadbee0"
+    assert lines[10:] == [big] * 2
+
+
+@tf.jit
+def _add1(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+
+def test_subscript_is_c_with_one_callable_per_grid():
+    # kernel[grid] is the C subscript of JITFunction's base class: the Python fallback
+    # (_subscript) before the fast path exists and for grids it does not parse, else one
+    # BoundLaunch per grid, however the grid is written.
+    k = tf.jit(_add1.fn)
+    assert isinstance(k[(1,)], functools.partial)
+    k._fast_path()
+    b = k[(1,)]
+    assert type(b).__name__ == "BoundLaunch"
+    assert k[(1,)] is b and k[1] is b and k[(1, 1, 1)] is b
+    assert k[(2,)] is not b and k[(1, 2)] is not b and k[(1, 2)] is k[(1, 2, 1)]
+    for grid in ([1], (np.int64(1),), (-1,), (2**32,), (1, 1, 1, 1), (), True, 1.0, lambda meta: (1,)):
+        assert type(k[grid]).__name__ != "BoundLaunch", grid
+    many = [k[(i,)] for i in range(100)]  # more grids than kept: made anew, one per grid while kept
+    assert all(k[(i,)] is many[i] for i in range(90, 100))
+    # A call the fast path does not know goes to the full path: numpy runs on the interpreter.
+    x = np.random.default_rng(0).standard_normal(16).astype(np.float32)
+    x0 = x.copy()
+    b(x, 10, BLOCK=16)
+    np.testing.assert_array_equal(x[:10], x0[:10] + np.float32(1))
+    np.testing.assert_array_equal(x[10:], x0[10:])
+    k._cfast = None  # the callables launched through the old fast path: gone with it
+    assert isinstance(k[(1,)], functools.partial)
+    with pytest.raises(TypeError, match="_cfast must be"):
+        k._cfast = 3
+
+
+def test_a_jit_function_and_its_callables_are_collected():
+    k = tf.jit(_add1.fn)
+    k._fast_path()
+    b = k[(3,)]  # holds k (its fallback) while k holds it: a cycle the collector must see
+    ref = weakref.ref(k)
+    del k, b
+    gc.collect()
+    assert ref() is None

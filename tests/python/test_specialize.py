@@ -56,6 +56,26 @@ class _Tensor:
 _Tensor.__module__ = "torch.fake"
 
 
+class _Offset(_Tensor):
+    """Overrides data_ptr: the fast path calls the methods of the argument's type."""
+
+    def data_ptr(self):
+        return self._ptr + 4
+
+
+class _IntTensor(int):
+    """An address whose data_ptr and get_device are C methods (as torch's are) and whose
+    dtype is a data descriptor of the type (as torch's is)."""
+
+    __slots__ = ()
+    data_ptr = int.conjugate
+    get_device = int.bit_length
+    dtype = property(lambda self: F16)
+
+
+_Offset.__module__ = _IntTensor.__module__ = "torch.fake"
+
+
 class _Color(enum.IntEnum):
     RED = 16
 
@@ -144,6 +164,18 @@ def test_tensors_by_dtype_and_16_byte_alignment():
         if py[i] != py[j]:
             assert fast[i] != fast[j]
     assert fast[0] == fast[1] and fast[2] != fast[3]
+
+
+def test_tensor_reads_use_the_methods_and_descriptors_of_the_type():
+    fast = one_arg._fast_path()
+    fast.add_tensor_types([_Tensor, _Offset, _IntTensor])
+    [(_, a0, _, d0)] = fast.key((1,), (_Tensor(0),), {})[1:]
+    [(_, a4, _, _)] = fast.key((1,), (_Offset(0),), {})[1:]
+    assert (a0, a4, d0) == (0, 4, F32)
+    for address in (0x7F0000000010, 0x7F0000000004, 2**62 + 8):  # of several PyLong digits
+        [(_, a, dev, d)] = fast.key((1,), (_IntTensor(address),), {})[1:]
+        assert (a, dev, d) == (address % 16, address.bit_length(), F16)
+        assert python_key(one_arg, _IntTensor(address)) == python_key(one_arg, _Tensor(address - 0x7F0000000000, F16))
 
 
 def test_numpy_arrays_are_aligned_by_address_and_left_to_the_full_path():
