@@ -140,19 +140,19 @@ bool FastPath::remember(py::handle grid, py::tuple args, py::dict kwargs, std::s
                         py::object result) {
   Bound b;
   if (!bindCall(grid, args, kwargs, b)) return false;
-  Entry e;
-  e.key.assign(b.key, b.key + b.n);
-  e.hash = b.hash;
-  for (const Item& it : e.key)
-    if (it.obj) e.refs.push_back(py::reinterpret_borrow<py::object>(it.obj));
+  auto e = std::make_unique<Entry>();
+  e->key.assign(b.key, b.key + b.n);
+  e->hash = b.hash;
+  for (const Item& it : e->key)
+    if (it.obj) e->refs.push_back(py::reinterpret_borrow<py::object>(it.obj));
   for (const auto& p : kernel->spec().params) {
     auto it = std::find(names_.begin(), names_.end(), p.name);
     if (it == names_.end()) return false;
-    e.sources.push_back(static_cast<int>(it - names_.begin()));
+    e->sources.push_back(static_cast<int>(it - names_.begin()));
   }
-  e.kernel = std::move(kernel);
-  e.device = py::int_(e.kernel->device());
-  e.result = std::move(result);
+  e->kernel = std::move(kernel);
+  e->device = py::int_(e->kernel->device());
+  e->result = std::move(result);
   entries_.push_back(std::move(e));
   return true;
 }
@@ -283,9 +283,9 @@ bool FastPath::bindVector(const std::array<uint32_t, 3>& dims, PyObject* const* 
 }
 
 const FastPath::Entry* FastPath::find(const Bound& b) const {
-  for (const Entry& e : entries_) {
-    if (e.hash != b.hash || static_cast<int>(e.key.size()) != b.n) continue;
-    if (std::equal(e.key.begin(), e.key.end(), b.key, sameItem)) return &e;
+  for (const auto& e : entries_) {
+    if (e->hash != b.hash || static_cast<int>(e->key.size()) != b.n) continue;
+    if (std::equal(e->key.begin(), e->key.end(), b.key, sameItem)) return e.get();
   }
   return nullptr;
 }

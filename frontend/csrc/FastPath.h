@@ -103,7 +103,9 @@ class FastPath {
   py::object launchError_;
   int numWarps_, numStages_;
   std::vector<TensorType> tensorTypes_;
-  std::vector<Entry> entries_;
+  // Never removed, and each where it was made: a call holds its entry while a Python
+  // callback (the stream query) may let another thread remember a new one.
+  std::vector<std::unique_ptr<Entry>> entries_;
 };
 
 }  // namespace tilefuse::launcher

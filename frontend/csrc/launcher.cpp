@@ -83,6 +83,15 @@ void boundDealloc(PyObject* self) {
   PyObject_GC_Del(self);
 }
 
+// A type object to fill in: all slots null (written out, the initializer would leave
+// every slot unnamed).
+PyTypeObject emptyType() {
+  PyTypeObject t{};
+  PyVarObject head = {PyObject_HEAD_INIT(nullptr) 0};
+  t.ob_base = head;
+  return t;
+}
+
 PyTypeObject* readyType(PyTypeObject& t) {
   if (PyType_Ready(&t) != 0) throw py::error_already_set();
   return &t;
@@ -90,7 +99,7 @@ PyTypeObject* readyType(PyTypeObject& t) {
 
 PyTypeObject* boundType() {
   static PyTypeObject t = [] {
-    PyTypeObject ty{PyVarObject_HEAD_INIT(nullptr, 0)};
+    PyTypeObject ty = emptyType();
     ty.tp_name = "tilefuse._C.launcher.BoundLaunch";
     ty.tp_basicsize = sizeof(BoundLaunch);
     ty.tp_dealloc = boundDealloc;
@@ -221,7 +230,7 @@ PyTypeObject* launcherType() {
       {"_cfast", getFast, setFast, "the launch fast path (a FastPath), None before the first GPU launch", nullptr},
       {nullptr, nullptr, nullptr, nullptr, nullptr}};
   static PyTypeObject t = [] {
-    PyTypeObject ty{PyVarObject_HEAD_INIT(nullptr, 0)};
+    PyTypeObject ty = emptyType();
     ty.tp_name = "tilefuse._C.launcher.Launcher";
     ty.tp_basicsize = sizeof(Launcher);
     ty.tp_dealloc = launcherDealloc;
