@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -23,19 +24,50 @@ _TARGET = os.environ.get("TILEFUSE_TARGET") or None
 
 
 def _compiler_fingerprint() -> str:
-    """A hash of the compiler library, so that a rebuilt compiler never reuses cubins
-    that an older one produced."""
+    """An id of the compiler library, so that a rebuilt compiler never reuses cubins that an
+    older one produced: the linker's build ID (a hash of the library it wrote), else a hash of
+    the file (tens of milliseconds for its 20-40 MB, at every process's first launch)."""
     global _compiler_id
     if _compiler_id is None:
         lib = os.path.join(os.path.dirname(__file__), "libtilefuse_compiler.so")
         if not os.path.exists(lib):  # a build that links the compiler into the extension
             lib = _C.__file__
-        h = hashlib.blake2b(digest_size=16)
-        with open(lib, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        _compiler_id = h.hexdigest()
+        _compiler_id = build_id(lib)
+        if _compiler_id is None:
+            h = hashlib.blake2b(digest_size=16)
+            with open(lib, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+            _compiler_id = h.hexdigest()
     return _compiler_id
+
+
+def build_id(path: str) -> str | None:
+    """The GNU build ID (hex) of a 64-bit little-endian ELF file, from its PT_NOTE segments;
+    None for other files and files without one."""
+    with open(path, "rb") as f:
+        head = f.read(64)
+        if len(head) < 64 or head[:6] != b"\x7fELF\x02\x01":
+            return None
+        (phoff,) = struct.unpack_from("<Q", head, 0x20)
+        phentsize, phnum = struct.unpack_from("<HH", head, 0x36)
+        f.seek(phoff)
+        table = f.read(phentsize * phnum)
+        for i in range(phnum):
+            kind, _, offset, _, _, size, _, align = struct.unpack_from("<IIQQQQQQ", table, i * phentsize)
+            if kind != 4:  # PT_NOTE
+                continue
+            f.seek(offset)
+            notes = f.read(size)
+            pad = (lambda n: (n + 7) & ~7) if align == 8 else (lambda n: (n + 3) & ~3)
+            pos = 0
+            while pos + 12 <= len(notes):
+                namesz, descsz, note = struct.unpack_from("<III", notes, pos)
+                desc = pos + 12 + pad(namesz)
+                if note == 3 and notes[pos + 12 : pos + 12 + namesz] == b"GNU\0":  # NT_GNU_BUILD_ID
+                    return notes[desc : desc + descsz].hex()
+                pos = desc + pad(descsz)
+    return None
 
 
 def arch_of_device(device: int) -> str:

@@ -2,9 +2,13 @@
 
 import multiprocessing as mp
 import os
+import pathlib
+import re
+import shutil
+import subprocess
 
 import pytest
-from tilefuse import _C
+from tilefuse import _C, gpu
 
 R = _C.runtime
 
@@ -70,3 +74,35 @@ def test_no_driver_is_reported_not_raised():
     assert "libcuda.so.1" in R.driver_unavailable_reason()
     with pytest.raises(R.DriverError, match="libcuda.so.1"):
         R.device_info(0)
+
+
+def test_the_compiler_is_identified_by_its_build_id(tmp_path):
+    # The disk cache keys kernels by the compiler library's GNU build ID (what readelf
+    # prints); a file without one is hashed instead.
+    lib = pathlib.Path(gpu.__file__).with_name("libtilefuse_compiler.so")
+    if not lib.exists():
+        lib = pathlib.Path(_C.__file__)
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        pytest.skip("needs readelf")
+    notes = subprocess.run([readelf, "-n", str(lib)], capture_output=True, text=True, check=True).stdout
+    want = re.search(r"Build ID: ([0-9a-f]+)", notes)
+    assert want and gpu.build_id(str(lib)) == want[1]
+    assert gpu._compiler_fingerprint() == want[1]
+    not_elf = tmp_path / "lib.so"
+    not_elf.write_bytes(b"\x7fELF\x01\x01" + bytes(100))  # 32-bit: not read
+    assert gpu.build_id(str(not_elf)) is None
+    truncated = tmp_path / "short.so"
+    truncated.write_bytes(lib.read_bytes()[:40])
+    assert gpu.build_id(str(truncated)) is None
+
+
+def test_a_compiler_without_build_id_is_identified_by_its_contents(monkeypatch):
+    import hashlib
+
+    lib = pathlib.Path(gpu.__file__).with_name("libtilefuse_compiler.so")
+    if not lib.exists():
+        lib = pathlib.Path(_C.__file__)
+    monkeypatch.setattr(gpu, "build_id", lambda path: None)
+    monkeypatch.setattr(gpu, "_compiler_id", None)
+    assert gpu._compiler_fingerprint() == hashlib.blake2b(lib.read_bytes(), digest_size=16).hexdigest()
