@@ -25,6 +25,8 @@ CUDA_INCLUDE = pathlib.Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "i
 SCRIPT = r"""
 import json
 
+import numpy as np
+
 import tilefuse as tf
 import tilefuse.language as tl
 from tilefuse import gpu
@@ -107,6 +109,7 @@ gpu.stream_function = lambda: gpu._current_stream
 bx, bout = Tensor(0x7F1234567800), Tensor(0x7F1234567900)
 kw = {"".join(["BLO", "CK"]): 64, "".join(["num_", "warps"]): 2}
 attempt("big", lambda: scaled[(2,)](bx, bout, 100, 0.5, **kw))
+attempt("f64", lambda: scaled[(2,)](bx, bout, 100, np.float64(0.25), **kw))  # an f64 parameter: 8 bytes
 print(json.dumps(results))
 """
 
@@ -152,6 +155,7 @@ def test_full_and_fast_paths_launch_alike(fake_driver, tmp_path):
     assert all(e.endswith("size 0 of dim 0 is out of range") for e in errors)
     assert results["desc_size0"][1] == 7 and results["desc_size0_run"][1] == 8
     assert results["big"] == [["ok", "ok"], 9]
+    assert results["f64"] == [["ok", "ok"], 10]
 
     add = "grid=4,1,1 block={} shared=0 8:65536 8:131072 8:196608 4:1000"
     alpha = struct.unpack("<i", struct.pack("<f", 2.5))[0]
@@ -159,12 +163,14 @@ def test_full_and_fast_paths_launch_alike(fake_driver, tmp_path):
     off4 = "grid=4,1,1 block=128 shared=0 8:65540 8:131072 8:196608 4:1000"
     assert lines[:8] == [add.format(128)] * 2 + [add.format(256)] * 2 + [mixed] * 2 + [off4] * 2
     # The tensor maps follow the parameters: base, rank, innermost size, row stride in bytes.
-    assert len(lines) == 12 and lines[8] == lines[9]
+    assert len(lines) == 14 and lines[8] == lines[9]
     assert lines[8].startswith("grid=3,2,1 block=128 shared=") and " 8:262144 8:327680 4:64 4:45 4:64 " in lines[8]
     assert " map(262144,2,45,256," in lines[8] and " map(327680,2,45,256," in lines[8]
     half = struct.unpack("<i", struct.pack("<f", 0.5))[0]
     big = f"grid=2,1,1 block=64 shared=0 8:{0x7F1234567800} 8:{0x7F1234567900} 4:100 4:{half} stream=0x7f00deadbee0"
-    assert lines[10:] == [big] * 2
+    assert lines[10:12] == [big] * 2
+    quarter = struct.unpack("<q", struct.pack("<d", 0.25))[0]
+    assert lines[12:] == [big.replace(f"4:{half}", f"8:{quarter}")] * 2
 
 
 @tf.jit
