@@ -152,6 +152,10 @@ void init_ir(py::module_& m) {
       .def("desc_load", &Builder::descLoad, ref)
       .def("desc_store", &Builder::descStore)
       .def("reduce", &Builder::reduce, ref)
+      .def("create_combine", &Builder::createCombine, ref)
+      .def("combine_yield", &Builder::combineYield)
+      .def("gather", &Builder::gather, ref)
+      .def("histogram", &Builder::histogram, ref, py::arg("x"), py::arg("num_bins"), py::arg("mask") = nullptr)
       .def("dot", &Builder::dot, ref, py::arg("a"), py::arg("b"), py::arg("acc") = nullptr)
       .def("dot_scaled", &Builder::dotScaled, ref, py::arg("a"), py::arg("a_scale"), py::arg("b"), py::arg("b_scale"),
            py::arg("acc") = nullptr)

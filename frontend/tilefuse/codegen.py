@@ -810,9 +810,10 @@ class CodeGenerator(ast.NodeVisitor):
             print(*[tl._unwrap(a) for a in args])
             return None
         if isinstance(fn, _BoundMethod):
-            return getattr(fn.obj, fn.name)(*args, **kwargs, _builder=self.b)
+            fn = getattr(fn.obj, fn.name)
+            return fn(*args, **kwargs, **self._generator_arg(fn), _builder=self.b)
         if getattr(fn, "__tilefuse_builtin__", False):
-            return fn(*args, **kwargs, _builder=self.b)
+            return fn(*args, **kwargs, **self._generator_arg(fn), _builder=self.b)
         if getattr(fn, "__tilefuse_jit__", False):
             return self.compiler.call_device_function(self, fn, args, kwargs, node)
         if fn in (tl.range, tl.static_range):
@@ -860,6 +861,14 @@ class CodeGenerator(ast.NodeVisitor):
             return fn(*[tl._unwrap(a) for a in args], **{k: tl._unwrap(v) for k, v in kwargs.items()})
         name = getattr(fn, "__name__", repr(fn))
         raise self.error(node, f"'{name}' is not a tilefuse builtin or @jit function")
+
+    def _generator_arg(self, fn) -> dict:
+        # Builtins that take a combine_fn (tl.reduce, tl.associative_scan) call it through us.
+        return {"_generator": self} if getattr(fn, "__tilefuse_calls_jit__", False) else {}
+
+    def call_jit(self, fn, args):
+        """Calls @jit function `fn` on tensors from a builtin (a combine_fn)."""
+        return self.compiler.call_device_function(self, fn, args, {}, self.node)
 
     @staticmethod
     def _is_constexpr_annotation(ann) -> bool:

@@ -249,6 +249,9 @@ class Machine {
   void execMemory(const Op& op);
   void execDesc(const Op& op);
   void execReduce(const Op& op);
+  void execCombine(const Op& op);
+  void execGather(const Op& op);
+  void execHistogram(const Op& op);
   void execDot(const Op& op);
   void execControl(const Op& op);
   void execDebug(const Op& op);
@@ -769,6 +772,83 @@ void Machine::execReduce(const Op& op) {
   set(op.result(), std::move(r));
 }
 
+// reduce / scan with a combine region, one element at a time in the order Ops.def
+// states: a left fold, and a sequential inclusive scan (from the end with reverse).
+void Machine::execCombine(const Op& op) {
+  unsigned n = op.numOperands();
+  std::vector<const TV*> in;
+  for (Value* v : op.operands()) in.push_back(&get(v));
+  const auto& s = in[0]->type.shape;
+  int axis = static_cast<int>(op.intAttr("axis"));
+  bool scan = op.kind() == OpKind::Scan, reverse = scan && op.boolAttr("reverse");
+  int64_t outer = 1, inner = 1, len = s[axis];
+  for (int d = 0; d < axis; ++d) outer *= s[d];
+  for (size_t d = axis + 1; d < s.size(); ++d) inner *= s[d];
+  std::vector<TV> out;
+  for (unsigned i = 0; i < n; ++i) out.push_back(makeLike(op.result(i)->type()));
+  const Block& body = op.region(0);
+  auto scalar = [&](unsigned i, int64_t at) {
+    TV v = makeLike(Type::scalar(in[i]->type.elem));
+    copyElem(v, 0, *in[i], at);
+    return v;
+  };
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t e = 0; e < inner; ++e) {
+      int64_t base = o * len * inner + e;
+      auto at = [&](int64_t k) { return base + (reverse ? len - 1 - k : k) * inner; };
+      std::vector<TV> acc;
+      for (unsigned i = 0; i < n; ++i) acc.push_back(scalar(i, at(0)));
+      auto emit = [&](int64_t k) {
+        if (!scan) return;
+        for (unsigned i = 0; i < n; ++i) copyElem(out[i], at(k), acc[i], 0);
+      };
+      emit(0);
+      for (int64_t k = 1; k < len; ++k) {
+        for (unsigned i = 0; i < n; ++i) {
+          env_[body.arg(i)] = std::move(acc[i]);
+          env_[body.arg(n + i)] = scalar(i, at(k));
+        }
+        acc = runBlock(body);
+        emit(k);
+      }
+      if (!scan)
+        for (unsigned i = 0; i < n; ++i) copyElem(out[i], o * inner + e, acc[i], 0);
+    }
+  }
+  for (unsigned i = 0; i < n; ++i) set(op.result(i), std::move(out[i]));
+}
+
+void Machine::execGather(const Op& op) {
+  const TV& src = get(op.operand(0));
+  const TV& index = get(op.operand(1));
+  const auto& s = src.type.shape;
+  const auto& is = index.type.shape;
+  int axis = static_cast<int>(op.intAttr("axis"));
+  int64_t inner = 1;
+  for (size_t d = axis + 1; d < s.size(); ++d) inner *= s[d];
+  TV r = makeLike(op.result()->type());
+  for (int64_t k = 0; k < r.size(); ++k) {
+    // Outer and inner coordinates are shared with the source; only the axis changes.
+    int64_t j = index.i[k], outer = k / (inner * is[axis]), in = k % inner;
+    if (j < 0 || j >= s[axis])
+      fail(op, "gather index " + std::to_string(j) + " at element " + idxStr(is, k) + " is out of range [0, " +
+                   std::to_string(s[axis]) + ") along axis " + std::to_string(axis));
+    copyElem(r, k, src, (outer * s[axis] + j) * inner + in);
+  }
+  set(op.result(), std::move(r));
+}
+
+void Machine::execHistogram(const Op& op) {
+  const TV& x = get(op.operand(0));
+  const TV* mask = op.numOperands() == 2 ? &get(op.operand(1)) : nullptr;
+  TV r = makeLike(op.result()->type());
+  r.i.setZero();
+  int64_t bins = r.size();
+  for (int64_t k = 0; k < x.size(); ++k)
+    if ((!mask || mask->i[k]) && x.i[k] >= 0 && x.i[k] < bins) ++r.i[x.i[k]];
+  set(op.result(), std::move(r));
+}
+
 void Machine::execDot(const Op& op) {
   using MatF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using MatI = Eigen::Matrix<int64_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -915,6 +995,10 @@ void Machine::exec(const Op& op) {
     case OpKind::ReduceMax:
     case OpKind::ReduceMin:
     case OpKind::Argmax: return execReduce(op);
+    case OpKind::Reduce:
+    case OpKind::Scan: return execCombine(op);
+    case OpKind::Gather: return execGather(op);
+    case OpKind::Histogram: return execHistogram(op);
     case OpKind::Dot:
     case OpKind::DotScaled: return execDot(op);
     case OpKind::For:

@@ -426,6 +426,57 @@ Value* Builder::reduce(OpKind kind, Value* v, int axis) {
   return checked(create(kind, {v}, {Type::tile(d, s)}, {{"axis", Attr(int64_t(axis))}}));
 }
 
+Op* Builder::createCombine(OpKind kind, const std::vector<Value*>& values, int axis, bool reverse) {
+  const char* what = kind == OpKind::Scan ? "scan" : "reduce";
+  if (values.empty()) fail(std::string(what) + " needs at least one tile");
+  const Type& t0 = values[0]->type();
+  for (Value* v : values) {
+    const Type& t = v->type();
+    if (!t.isTile() || !t.isNumeric()) fail(std::string(what) + " needs tiles of numbers, got " + t.str());
+    if (t.shape != t0.shape) fail(std::string(what) + " needs tiles of one shape, got " + t0.str() + " and " + t.str());
+  }
+  if (axis < 0) axis += t0.rank();
+  if (axis < 0 || axis >= t0.rank())
+    fail(std::string(what) + " axis " + std::to_string(axis) + " is out of range for " + t0.str());
+  auto s = t0.shape;
+  if (kind == OpKind::Reduce) s.erase(s.begin() + axis);
+  std::vector<Type> results;
+  for (Value* v : values) results.push_back(Type::tile(v->type().elem, s));
+  std::map<std::string, Attr> attrs{{"axis", Attr(int64_t(axis))}};
+  if (kind == OpKind::Scan) attrs["reverse"] = reverse;
+  Op* op = create(kind, values, results, attrs);
+  for (int side = 0; side < 2; ++side)
+    for (Value* v : values) op->region(0).addArg(Type::scalar(v->type().elem));
+  return op;
+}
+
+void Builder::combineYield(const std::vector<Value*>& values) { create(OpKind::CombineYield, values, {}); }
+
+Value* Builder::gather(Value* src, Value* index, int axis) {
+  const Type &s = src->type(), &i = index->type();
+  if (!s.isTile() || !s.isNumeric()) fail("gather needs a tile of numbers as its source, got " + s.str());
+  if (!i.isTile() || !i.isIntLike() || i.elem == DType::I1) fail("gather needs a tile of integer indices, got " + i.str());
+  if (i.rank() != s.rank()) fail("gather index must have the source's rank " + std::to_string(s.rank()) + ", got " + i.str());
+  if (axis < 0) axis += s.rank();
+  if (axis < 0 || axis >= s.rank()) fail("gather axis " + std::to_string(axis) + " is out of range for " + s.str());
+  for (int d = 0; d < s.rank(); ++d)
+    if (d != axis && i.shape[d] != s.shape[d])
+      fail("gather index " + i.str() + " must match the source " + s.str() + " in every dimension but axis " +
+           std::to_string(axis));
+  return checked(create(OpKind::Gather, {src, index}, {Type::tile(s.elem, i.shape)}, {{"axis", Attr(int64_t(axis))}}));
+}
+
+Value* Builder::histogram(Value* x, int64_t numBins, Value* mask) {
+  const Type& t = x->type();
+  if (t.rank() != 1 || !t.isIntLike() || t.elem == DType::I1) fail("histogram needs a 1-D tile of integers, got " + t.str());
+  std::vector<Value*> ops{x};
+  if (mask) {
+    if (!mask->type().isTile()) mask = splat(mask, t.shape);
+    ops.push_back(mask);
+  }
+  return checked(create(OpKind::Histogram, ops, {Type::tile(DType::I32, {numBins})}));
+}
+
 Value* Builder::dot(Value* a, Value* b, Value* acc) {
   if (a->type().rank() != 2 || b->type().rank() != 2) fail("dot needs 2-D tiles, got " + a->type().str() + " and " + b->type().str());
   DType accT = a->type().elem == DType::I8 ? DType::I32 : DType::F32;

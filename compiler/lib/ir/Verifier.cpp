@@ -336,6 +336,58 @@ const Op* terminatorOf(const Op& op, const Block& b, OpKind kind, const std::str
   return t;
 }
 
+// reduce / scan: N tiles of one shape, N results, a region of 2N scalar arguments
+// (acc..., x...) ending in combine_yield of N scalars, all of the operands' dtypes.
+void verifyCombine(const Op& op) {
+  const Type& t0 = ty(op.operand(0));
+  for (Value* v : op.operands()) {
+    const Type& t = ty(v);
+    if (!t.isTile() || !t.isNumeric()) fail(op, "operands must be tiles of numbers, got " + t.str());
+    if (isStorageOnly(t.elem)) fail(op, "does not compute on " + std::string(dtypeName(t.elem)));
+    if (t.shape != t0.shape) fail(op, "operands must have one shape, got " + t0.str() + " and " + t.str());
+  }
+  int64_t axis = axisAttr(op, t0.rank());
+  if (op.kind() == OpKind::Scan) requireAttr(op, "reverse", 0);
+  auto s = t0.shape;
+  if (op.kind() == OpKind::Reduce) s.erase(s.begin() + axis);
+  unsigned n = op.numOperands();
+  if (op.numResults() != n) fail(op, "has one result per operand (" + std::to_string(n) + "), got " + std::to_string(op.numResults()));
+  std::vector<Type> scalars;
+  for (unsigned i = 0; i < n; ++i) {
+    Type want = Type::tile(ty(op.operand(i)).elem, s);
+    if (ty(op.result(i)) != want) fail(op, "result #" + std::to_string(i) + " must be " + want.str() + ", got " + ty(op.result(i)).str());
+    scalars.push_back(Type::scalar(want.elem));
+  }
+  const Block& body = op.region(0);
+  std::vector<Type> args = scalars;
+  args.insert(args.end(), scalars.begin(), scalars.end());
+  checkTypes(op, args, body.args(), "combine argument");
+  checkTypes(op, scalars, terminatorOf(op, body, OpKind::CombineYield, "combine region")->operands(), "combined value");
+}
+
+void verifyGather(const Op& op) {
+  const Type &src = ty(op.operand(0)), &index = ty(op.operand(1));
+  if (!src.isTile() || !src.isNumeric()) fail(op, "source must be a tile of numbers, got " + src.str());
+  if (!index.isTile() || !index.isIntLike() || index.elem == DType::I1)
+    fail(op, "index must be a tile of integers, got " + index.str());
+  if (index.rank() != src.rank()) fail(op, "index must have the source's rank, got " + src.str() + " and " + index.str());
+  int64_t axis = axisAttr(op, src.rank());
+  for (int64_t d = 0; d < src.rank(); ++d)
+    if (d != axis && index.shape[d] != src.shape[d])
+      fail(op, "index " + index.str() + " must match the source " + src.str() + " in every dimension but the axis");
+  Type want = Type::tile(src.elem, index.shape);
+  if (ty(op.result()) != want) fail(op, "result must be " + want.str() + ", got " + ty(op.result()).str());
+}
+
+void verifyHistogram(const Op& op) {
+  const Type& x = ty(op.operand(0));
+  if (x.rank() != 1 || !x.isIntLike() || x.elem == DType::I1) fail(op, "operand must be a 1-D tile of integers, got " + x.str());
+  if (op.numOperands() == 2 && ty(op.operand(1)) != Type::tile(DType::I1, x.shape))
+    fail(op, "mask must be " + Type::tile(DType::I1, x.shape).str() + ", got " + ty(op.operand(1)).str());
+  const Type& r = ty(op.result());
+  if (r.rank() != 1 || r.elem != DType::I32) fail(op, "result must be a 1-D tile of i32 (one count per bin), got " + r.str());
+}
+
 void verifyControlFlow(const Op& op) {
   auto results = typesOf(op.results());
   switch (op.kind()) {
@@ -389,6 +441,9 @@ void verifyTerminator(const Op& op) {
     case OpKind::Yield:
       if (!parent || (pk != OpKind::For && pk != OpKind::If && pk != OpKind::While))
         fail(op, "must end the region of a 'for', 'if' or 'while'");
+      return;
+    case OpKind::CombineYield:
+      if (!parent || (pk != OpKind::Reduce && pk != OpKind::Scan)) fail(op, "must end the region of a 'reduce' or 'scan'");
       return;
     case OpKind::Condition:
       if (!parent || pk != OpKind::While || &parent->region(0) != op.parentBlock())
@@ -485,6 +540,7 @@ void verifyTileOp(const Op& op) {
     case OpKind::Func: return verifyFunc(op);
     case OpKind::Return:
     case OpKind::Yield:
+    case OpKind::CombineYield:
     case OpKind::Condition: return verifyTerminator(op);
     case OpKind::Call: return verifyCall(op);
     case OpKind::Constant: {
@@ -538,6 +594,10 @@ void verifyTileOp(const Op& op) {
     case OpKind::ReduceMax:
     case OpKind::ReduceMin:
     case OpKind::Argmax: return verifyReduce(op);
+    case OpKind::Reduce:
+    case OpKind::Scan: return verifyCombine(op);
+    case OpKind::Gather: return verifyGather(op);
+    case OpKind::Histogram: return verifyHistogram(op);
     case OpKind::Dot:
     case OpKind::DotScaled: return verifyDot(op);
     case OpKind::For:

@@ -4,6 +4,7 @@ from . import extra, math  # noqa: F401 - tl.math, tl.extra.cuda.libdevice
 from .core import (  # noqa: F401
     DESCRIPTOR_METHODS,
     TENSOR_METHODS,
+    PropagateNan,
     abs,
     arange,
     argmax,
@@ -96,6 +97,18 @@ from .random import (  # noqa: F401
     randn,
     randn4x,
     uint_to_uniform_float,
+)
+
+from .combine import (  # noqa: F401, E402
+    associative_scan,
+    cumprod,
+    cumsum,
+    flip,
+    gather,
+    histogram,
+    interleave,
+    reduce,
+    sort,
 )
 
 bool = int1  # noqa: A001 - Triton's alias

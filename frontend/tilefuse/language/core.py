@@ -7,6 +7,7 @@ which owns type inference, promotion and broadcasting.
 
 from __future__ import annotations
 
+import enum
 import functools
 import math
 import operator
@@ -540,14 +541,38 @@ def _binary_builtin(kind, a, b, builder):
     return tensor(builder.binary(kind, at.handle, bt.handle))
 
 
-@builtin
-def minimum(x, y, propagate_nan=None, _builder=None):
-    return _binary_builtin(_K.Min, x, y, _builder)
+class PropagateNan(enum.Enum):
+    """Whether tl.minimum / tl.maximum / tl.clamp return NaN when an operand is NaN (ALL)
+    or the other operand (NONE, the default: IEEE minNum / maxNum)."""
+
+    NONE = 0
+    ALL = 0xFFFF
+
+
+def _nan_through(r, sources, propagate_nan, b):
+    """r, with the NaN of the first NaN source in its place when propagate_nan is ALL."""
+    p = _unwrap(propagate_nan)
+    if p is None or p == PropagateNan.NONE:
+        return r
+    if p != PropagateNan.ALL:
+        raise ValueError(f"propagate_nan must be tl.PropagateNan.ALL or NONE, got {p!r}")
+    if not r.dtype.is_floating():
+        return r
+    for x in reversed(sources):
+        x = to_tensor(x, b, like=r)
+        isnan = tensor(b.cmp("ne", x.handle, x.handle))
+        r = where(isnan, x, r, _builder=b)
+    return r
 
 
 @builtin
-def maximum(x, y, propagate_nan=None, _builder=None):
-    return _binary_builtin(_K.Max, x, y, _builder)
+def minimum(x, y, propagate_nan=PropagateNan.NONE, _builder=None):
+    return _nan_through(_binary_builtin(_K.Min, x, y, _builder), [x, y], propagate_nan, _builder)
+
+
+@builtin
+def maximum(x, y, propagate_nan=PropagateNan.NONE, _builder=None):
+    return _nan_through(_binary_builtin(_K.Max, x, y, _builder), [x, y], propagate_nan, _builder)
 
 
 @builtin
@@ -557,8 +582,10 @@ def umulhi(x, y, _builder=None):
 
 
 @builtin
-def clamp(x, min, max, propagate_nan=None, _builder=None):
-    return _binary_builtin(_K.Min, _binary_builtin(_K.Max, x, min, _builder), max, _builder)
+def clamp(x, min, max, propagate_nan=PropagateNan.NONE, _builder=None):
+    # As in Triton, ALL propagates a NaN of x; a NaN bound gives an undefined result.
+    r = _binary_builtin(_K.Min, _binary_builtin(_K.Max, x, min, _builder), max, _builder)
+    return _nan_through(r, [x], propagate_nan, _builder)
 
 
 def _unary(kind):

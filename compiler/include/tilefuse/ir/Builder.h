@@ -80,6 +80,12 @@ class Builder {
   // Reductions and products.
   Value* reduce(OpKind kind, Value* v, int axis);
   Value* dot(Value* a, Value* b, Value* acc);
+  // reduce / scan (Reduce or Scan) of `values` along `axis` with a combine region whose
+  // arguments (acc..., x...) are added; fill it and end it with combineYield.
+  Op* createCombine(OpKind kind, const std::vector<Value*>& values, int axis, bool reverse);
+  void combineYield(const std::vector<Value*>& values);
+  Value* gather(Value* src, Value* index, int axis);
+  Value* histogram(Value* x, int64_t numBins, Value* mask);
   Value* dotScaled(Value* a, Value* aScale, Value* b, Value* bScale, Value* acc);
 
   // Control flow. The returned op's regions are empty blocks (with their
