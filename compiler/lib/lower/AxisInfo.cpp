@@ -197,6 +197,12 @@ void AxisAnalysis::visitOp(const Op& op) {
       }
       return;
     }
+    case OpKind::Reduce:
+    case OpKind::Scan:  // a combine region on scalars: nothing known of its values
+      for (Value* a : op.region(0).args()) facts_[a] = bottom(a->type());
+      visitBlock(op.region(0));
+      for (Value* v : op.results()) facts_[v] = bottom(v->type());
+      return;
     default:  // no other op has regions
       if (op.numResults() == 1) {
         facts_[op.result()] = transfer(op);

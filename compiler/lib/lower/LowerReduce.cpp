@@ -123,3 +123,175 @@ void Lowering::lowerReduce(const Op& op) {
 }
 
 }  // namespace tilefuse::lower::detail
+
+namespace tilefuse::lower::detail {
+
+// The combine region of a reduce / scan on scalars: acc (the accumulated values) and x.
+std::vector<LVal*> Lowering::combineRegion(const Op& op, const std::vector<LVal*>& acc, const std::vector<LVal*>& x) {
+  const Block& body = op.region(0);
+  unsigned n = op.numOperands();
+  for (unsigned i = 0; i < n; ++i) {
+    vals_[body.arg(i)] = Regs{{acc[i]}, layoutOf(body.arg(i))};
+    vals_[body.arg(n + i)] = Regs{{x[i]}, layoutOf(body.arg(n + i))};
+  }
+  lowerBlock(body);
+  std::vector<LVal*> out;
+  for (const Value* v : body.terminator()->operands()) out.push_back(get(v).e[0]);
+  return out;
+}
+
+// reduce / scan with a combine region, in the order the interpreter runs it (Ops.def):
+// the operands go to shared memory; a reduce folds each output element's line left to
+// right in the thread holding it; a scan runs each line sequentially in place, one
+// line per thread, and every thread reads its slots of the results back.
+void Lowering::lowerCombine(const Op& op) {
+  unsigned n = op.numOperands();
+  const Type& in = op.operand(0)->type();
+  int axis = static_cast<int>(op.intAttr("axis"));
+  bool scan = op.kind() == OpKind::Scan, reverse = scan && op.boolAttr("reverse");
+  int64_t len = in.shape[axis], inner = dimStride(in.shape, axis), lines = numel(in) / len;
+  std::vector<int64_t> base;
+  int64_t bytes = 0;
+  barrier();
+  for (unsigned i = 0; i < n; ++i) {
+    const Type& t = op.operand(i)->type();
+    base.push_back(bytes);
+    toSmem(get(op.operand(i)), t, bytes);
+    bytes += (numel(t) * storeBytes(t) + 15) / 16 * 16;
+  }
+  barrier();
+  auto load = [&](LVal* e) {
+    std::vector<LVal*> v;
+    for (unsigned i = 0; i < n; ++i) v.push_back(fromSmem(base[i], e, op.operand(i)->type()));
+    return v;
+  };
+  // Flat index of element k of line `line` (lines in row-major order of the other dims).
+  auto element = [&](LVal* line, LVal* k) {
+    LVal* o = b_.CreateUDiv(line, idx(inner));
+    LVal* e = b_.CreateURem(line, idx(inner));
+    return b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(o, idx(len)), k), idx(inner)), e);
+  };
+  if (!scan) {
+    const Layout& L = layoutOf(op.result(0));
+    const Type& outT = op.result(0)->type();
+    std::vector<Regs> out(n, Regs{{}, L});
+    for (int s = 0; s < slots(L); ++s) {
+      LVal* line = outT.isTile() ? flatIndex(L, s) : idx(0);
+      std::vector<LVal*> acc = load(element(line, idx(0)));
+      if (len > 1)
+        acc = countedLoop(1, len, acc, [&](LVal* k, const std::vector<LVal*>& cur) {
+          return combineRegion(op, cur, load(element(line, k)));
+        });
+      for (unsigned i = 0; i < n; ++i) out[i].e.push_back(acc[i]);
+    }
+    barrier();
+    for (unsigned i = 0; i < n; ++i) {
+      const Layout& Li = layoutOf(op.result(i));
+      vals_[op.result(i)] = Li == L ? std::move(out[i]) : convert(out[i], op.result(i)->type(), Li);
+    }
+    return;
+  }
+  auto scanLine = [&](LVal* line) -> LVal* {
+    auto at = [&](LVal* k) { return element(line, reverse ? b_.CreateSub(idx(len - 1), k) : k); };
+    countedLoop(1, len, load(at(idx(0))), [&](LVal* k, const std::vector<LVal*>& cur) {
+      LVal* e = at(k);
+      std::vector<LVal*> r = combineRegion(op, cur, load(e));
+      for (unsigned i = 0; i < n; ++i) {
+        const Type& t = op.operand(i)->type();
+        b_.CreateStore(isBool(t) ? b_.CreateZExt(r[i], b_.getInt8Ty()) : r[i], smemAddr(base[i], e, t));
+      }
+      return r;
+    });
+    return nullptr;
+  };
+  if (len > 1) {
+    int64_t rounds = (lines + threads_ - 1) / threads_;
+    countedLoop(0, rounds, {}, [&](LVal* r, const std::vector<LVal*>&) {
+      LVal* line = b_.CreateAdd(b_.CreateMul(r, idx(threads_)), tid_);
+      if (lines % threads_ == 0)
+        scanLine(line);
+      else
+        guarded(b_.CreateICmpULT(line, idx(lines)), [&] { return scanLine(line); }, nullptr);
+      return std::vector<LVal*>{};
+    });
+    barrier();
+  }
+  for (unsigned i = 0; i < n; ++i) {
+    const Type& t = op.result(i)->type();
+    const Layout& L = layoutOf(op.result(i));
+    Regs out{{}, L};
+    for (int s = 0; s < slots(L); ++s) out.e.push_back(fromSmem(base[i], flatIndex(L, s), t));
+    vals_[op.result(i)] = std::move(out);
+  }
+  barrier();
+}
+
+// gather: the source in shared memory, each result slot reads the element its index names.
+void Lowering::lowerGather(const Op& op) {
+  const Type& src = op.operand(0)->type();
+  const Type& t = op.result()->type();
+  int axis = static_cast<int>(op.intAttr("axis"));
+  const Layout& L = layoutOf(op.result());
+  Regs index = in(op.operand(1), L);
+  barrier();
+  toSmem(get(op.operand(0)), src, 0);
+  barrier();
+  Regs out{{}, L};
+  for (int s = 0; s < slots(L); ++s) {
+    LVal* e = flatIndex(L, s);
+    std::vector<LVal*> c;
+    for (size_t d = 0; d < t.shape.size(); ++d) c.push_back(coord(e, t.shape, d));
+    c[axis] = b_.CreateSExtOrTrunc(index.e[s], b_.getInt32Ty());
+    out.e.push_back(fromSmem(0, flatten(c, src.shape), src));
+  }
+  barrier();
+  vals_[op.result()] = std::move(out);
+}
+
+// histogram: bins in shared memory, one shared atomic add per counted element.
+void Lowering::lowerHistogram(const Op& op) {
+  const Type& binsT = op.result()->type();
+  int64_t bins = binsT.shape[0];
+  const Regs& x = get(op.operand(0));
+  Regs mask = op.numOperands() == 2 ? in(op.operand(1), x.L) : Regs{};
+  barrier();
+  smemBytes_ = std::max<uint64_t>(smemBytes_, scratchBase() + bins * 4);
+  int64_t rounds = (bins + threads_ - 1) / threads_;
+  countedLoop(0, rounds, {}, [&](LVal* r, const std::vector<LVal*>&) {
+    LVal* bin = b_.CreateAdd(b_.CreateMul(r, idx(threads_)), tid_);
+    guarded(
+        b_.CreateICmpULT(bin, idx(bins)),
+        [&]() -> LVal* {
+          b_.CreateStore(b_.getInt32(0), smemAddr(0, bin, binsT));
+          return nullptr;
+        },
+        nullptr);
+    return std::vector<LVal*>{};
+  });
+  barrier();
+  LVal* own = owner(x.L);
+  for (int s = 0; s < slots(x.L); ++s) {
+    if (!slotOwned(x.L, s)) continue;
+    // Negative values are huge unsigned: out of range like values past the last bin.
+    LVal* v = b_.CreateSExt(x.e[s], b_.getInt64Ty());
+    LVal* counted = b_.CreateAnd(own, b_.CreateICmpULT(v, b_.getInt64(bins)));
+    if (!mask.e.empty()) counted = b_.CreateAnd(counted, mask.e[s]);
+    guarded(
+        counted,
+        [&]() -> LVal* {
+          LVal* addr = smemAddr(0, b_.CreateTrunc(v, b_.getInt32Ty()), binsT);
+          b_.CreateAtomicRMW(llvm::AtomicRMWInst::Add, addr, b_.getInt32(1), llvm::MaybeAlign(4),
+                             llvm::AtomicOrdering::Monotonic);
+          return nullptr;
+        },
+        nullptr);
+  }
+  barrier();
+  const Layout& L = layoutOf(op.result());
+  Regs out{{}, L};
+  for (int s = 0; s < slots(L); ++s) out.e.push_back(fromSmem(0, flatIndex(L, s), binsT));
+  barrier();
+  vals_[op.result()] = std::move(out);
+}
+
+}  // namespace tilefuse::lower::detail

@@ -629,6 +629,13 @@ void Lowering::lowerOp(const Op& op) {
     case OpKind::ReduceMin:
     case OpKind::Argmax:
       return lowerReduce(op);
+    case OpKind::Reduce:
+    case OpKind::Scan:
+      return lowerCombine(op);
+    case OpKind::Gather:
+      return lowerGather(op);
+    case OpKind::Histogram:
+      return lowerHistogram(op);
     case OpKind::Dot:
       return lowerDot(op);
     case OpKind::For:

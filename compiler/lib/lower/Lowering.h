@@ -303,6 +303,10 @@ class Lowering {
   void lowerTmaStore(const Op& op, int map);
   void lowerReduce(const Op& op);
   bool lowerReduceByShuffles(const Op& op);
+  void lowerCombine(const Op& op);
+  std::vector<LVal*> combineRegion(const Op& op, const std::vector<LVal*>& acc, const std::vector<LVal*>& x);
+  void lowerGather(const Op& op);
+  void lowerHistogram(const Op& op);
   void lowerDot(const Op& op);
   void hintDot(const Op& op, const std::string& whyNotWgmma);
   Regs dotRegs(const Op& op, const Type& at, const Regs& aRegs, const Type& bt, const Regs& bRegs, const Regs& acc,
