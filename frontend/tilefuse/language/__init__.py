@@ -1,6 +1,17 @@
 """tilefuse.language (imported as `tl`): the ops kernels are written with."""
 
 from . import extra, math  # noqa: F401 - tl.math, tl.extra.cuda.libdevice
+from .combine import (  # noqa: F401
+    associative_scan,
+    cumprod,
+    cumsum,
+    flip,
+    gather,
+    histogram,
+    interleave,
+    reduce,
+    sort,
+)
 from .core import (  # noqa: F401
     DESCRIPTOR_METHODS,
     TENSOR_METHODS,
@@ -97,18 +108,6 @@ from .random import (  # noqa: F401
     randn,
     randn4x,
     uint_to_uniform_float,
-)
-
-from .combine import (  # noqa: F401, E402
-    associative_scan,
-    cumprod,
-    cumsum,
-    flip,
-    gather,
-    histogram,
-    interleave,
-    reduce,
-    sort,
 )
 
 bool = int1  # noqa: A001 - Triton's alias

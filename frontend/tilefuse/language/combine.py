@@ -25,7 +25,6 @@ from .core import (
     reshape,
     tensor,
     to_tensor,
-    trans,
     where,
 )
 
@@ -193,8 +192,11 @@ def _compare_and_swap(x, j, desc_bit, descending, b):
         rows = lo.shape[0]
         # Bit desc_bit (> j) of the flat index lies in the row index, at bit desc_bit - j - 1.
         r = tensor(b.arange(0, rows))
-        bit = b.binary(_K.And, b.binary(_K.Shr, r.handle, b.const_int(desc_bit - j - 1, int32.to_ir_type())),
-                       b.const_int(1, int32.to_ir_type()))
+        bit = b.binary(
+            _K.And,
+            b.binary(_K.Shr, r.handle, b.const_int(desc_bit - j - 1, int32.to_ir_type())),
+            b.const_int(1, int32.to_ir_type()),
+        )
         mask = b.cmp("ne", b.expand_dims(bit, 1), b.const_int(0, int32.to_ir_type()))
         cond = tensor(b.binary(_K.Xor, cond.handle, mask))
     elif descending:
