@@ -19,6 +19,7 @@ from ops_common import BF16
 from tilefuse.errors import CompilationError
 
 from tests import combine_kernels as K
+from tests.ptxas import assert_assembles
 
 
 @pytest.fixture
@@ -331,3 +332,31 @@ def k_plain_combine(x_ptr):
 def test_combine_fn_must_be_jit():
     with pytest.raises(CompilationError, match="combine_fn must be a @tilefuse.jit function or a tl builtin"):
         k_plain_combine[(1,)](np.zeros(8, np.float32))
+
+
+# --- the GPU lowering, statically: the PTX of every kernel above assembles ---
+
+F32, I32 = np.zeros(2048, np.float32), np.zeros(2048, np.int32)
+PTX_CASES = {
+    "scan_rows": (K.k_scan, (F32, F32), dict(M=16, N=64, AXIS=1, OP="assoc", REV=True)),
+    "scan_cols": (K.k_scan, (I32, I32), dict(M=64, N=16, AXIS=0, OP="cumprod", REV=False)),
+    "scan_1d": (K.k_scan1d, (F32, F32), dict(N=1024, REV=False)),
+    "recurrence": (K.k_recurrence, (I32, I32, I32), dict(M=8, N=256, AXIS=1, REV=False)),
+    "argmax": (K.k_argmax, (F32, F32, I32), dict(M=16, N=64, AXIS=0, KEEP=True)),
+    "reduce_all": (K.k_reduce_all, (I32, I32, I32, I32), dict(M=8, N=32)),
+    "sort": (K.k_sort, (F32, F32), dict(M=4, N=256, DESC=True)),
+    "flip": (K.k_flip, (F32, F32), dict(M=4, N=64, DIM=0)),
+    "interleave": (K.k_interleave, (I32, I32, I32), dict(M=8, N=32)),
+    "gather": (K.k_gather, (F32, np.zeros(2048, np.int64), F32), dict(M=16, N=32, IM=16, IN=128, AXIS=1)),
+    "histogram": (K.k_histogram, (I32, I32, 100), dict(N=1024, BINS=128, MASKED=True)),
+    "minmax_nan": (K.k_minmax_nan, (F32, F32, F32), dict(N=256, PROP=tl.PropagateNan.ALL)),
+}
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("case", sorted(PTX_CASES))
+def test_gpu_lowering_assembles(case, arch, tmp_path):
+    kernel, args, kw = PTX_CASES[case]
+    for num_warps in (1, 4):
+        k = kernel.warmup(*args, grid=(1,), target=arch, num_warps=num_warps, **kw)
+        assert_assembles(k.asm["ptx"], arch, tmp_path)
