@@ -140,17 +140,31 @@ std::vector<LVal*> Lowering::combineRegion(const Op& op, const std::vector<LVal*
   return out;
 }
 
-// reduce / scan with a combine region, in the order the interpreter runs it (Ops.def):
-// the operands go to shared memory; a reduce folds each output element's line left to
-// right in the thread holding it; a scan runs each line sequentially in place, one
-// line per thread, and every thread reads its slots of the results back.
+// reduce / scan with a combine region, through shared memory. A line (the elements
+// along the axis at one position of the other dims) is split into `chunks` runs of
+// `run` elements where threads would idle otherwise. Reduce: each run folds left to
+// right into a partial, then each output element folds its line's partials. Scan, in
+// place and in scan order: (1) each run is scanned sequentially, (2) the runs' last
+// elements, sequentially, become the prefixes up to each run's end, (3) every other
+// element of run c > 0 becomes combine(prefix of run c - 1, itself). With one run this
+// is the interpreter's order; with more, equal for an associative combine and within
+// rounding for floats.
 void Lowering::lowerCombine(const Op& op) {
   unsigned n = op.numOperands();
   const Type& in = op.operand(0)->type();
   int axis = static_cast<int>(op.intAttr("axis"));
   bool scan = op.kind() == OpKind::Scan, reverse = scan && op.boolAttr("reverse");
   int64_t len = in.shape[axis], inner = dimStride(in.shape, axis), lines = numel(in) / len;
-  std::vector<int64_t> base;
+  // The cost in sequential steps: a reduce folds a run, then the partials; a scan makes
+  // two passes over a run and one over the runs.
+  int64_t chunks = 1, cost = len;
+  for (int64_t c = 2; c <= len && lines * c <= threads_; c *= 2) {
+    int64_t k = (scan ? 2 : 1) * (len / c) + c;
+    if (k < cost) chunks = c, cost = k;
+  }
+  int64_t run = len / chunks;
+  // Shared memory: the operands, then (reduce) the partials of each run.
+  std::vector<int64_t> base, partial;
   int64_t bytes = 0;
   barrier();
   for (unsigned i = 0; i < n; ++i) {
@@ -159,28 +173,72 @@ void Lowering::lowerCombine(const Op& op) {
     toSmem(get(op.operand(i)), t, bytes);
     bytes += (numel(t) * storeBytes(t) + 15) / 16 * 16;
   }
+  for (unsigned i = 0; i < n && !scan && chunks > 1; ++i) {
+    partial.push_back(bytes);
+    bytes += (lines * chunks * storeBytes(op.operand(i)->type()) + 15) / 16 * 16;
+  }
+  smemBytes_ = std::max<uint64_t>(smemBytes_, scratchBase() + bytes);
   barrier();
-  auto load = [&](LVal* e) {
+  auto load = [&](const std::vector<int64_t>& at, LVal* e) {
     std::vector<LVal*> v;
-    for (unsigned i = 0; i < n; ++i) v.push_back(fromSmem(base[i], e, op.operand(i)->type()));
+    for (unsigned i = 0; i < n; ++i) v.push_back(fromSmem(at[i], e, op.operand(i)->type()));
     return v;
   };
-  // Flat index of element k of line `line` (lines in row-major order of the other dims).
-  auto element = [&](LVal* line, LVal* k) {
+  auto store = [&](const std::vector<int64_t>& at, LVal* e, const std::vector<LVal*>& v) {
+    for (unsigned i = 0; i < n; ++i) {
+      const Type& t = op.operand(i)->type();
+      b_.CreateStore(isBool(t) ? b_.CreateZExt(v[i], b_.getInt8Ty()) : v[i], smemAddr(at[i], e, t));
+    }
+  };
+  // Flat index of position p of line `line` (lines in row-major order of the other dims;
+  // positions in scan order).
+  auto at = [&](LVal* line, LVal* p) {
+    LVal* k = reverse ? b_.CreateSub(idx(len - 1), p) : p;
     LVal* o = b_.CreateUDiv(line, idx(inner));
     LVal* e = b_.CreateURem(line, idx(inner));
     return b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(o, idx(len)), k), idx(inner)), e);
   };
+  // Combines `count` positions from `first` in steps of `stride`; a scan stores each result.
+  auto fold = [&](LVal* line, LVal* first, int64_t count, int64_t stride) {
+    std::vector<LVal*> acc = load(base, at(line, first));
+    if (count < 2) return acc;
+    return countedLoop(1, count, acc, [&](LVal* k, const std::vector<LVal*>& cur) {
+      LVal* e = at(line, b_.CreateAdd(first, b_.CreateMul(k, idx(stride))));
+      std::vector<LVal*> r = combineRegion(op, cur, load(base, e));
+      if (scan) store(base, e, r);
+      return r;
+    });
+  };
+  // Runs body(w) for w in [0, workers), thread t taking t, t + threads, ...
+  auto forWorkers = [&](int64_t workers, const std::function<void(LVal*)>& body) {
+    countedLoop(0, (workers + threads_ - 1) / threads_, {}, [&](LVal* r, const std::vector<LVal*>&) {
+      LVal* w = b_.CreateAdd(b_.CreateMul(r, idx(threads_)), tid_);
+      auto call = [&]() -> LVal* {
+        body(w);
+        return nullptr;
+      };
+      if (workers % threads_ == 0)
+        call();
+      else
+        guarded(b_.CreateICmpULT(w, idx(workers)), call, nullptr);
+      return std::vector<LVal*>{};
+    });
+    barrier();
+  };
+  auto runFirst = [&](LVal* w) { return b_.CreateMul(b_.CreateURem(w, idx(chunks)), idx(run)); };
   if (!scan) {
+    if (chunks > 1)
+      forWorkers(lines * chunks, [&](LVal* w) {
+        store(partial, w, fold(b_.CreateUDiv(w, idx(chunks)), runFirst(w), run, 1));
+      });
     const Layout& L = layoutOf(op.result(0));
-    const Type& outT = op.result(0)->type();
     std::vector<Regs> out(n, Regs{{}, L});
     for (int s = 0; s < slots(L); ++s) {
-      LVal* line = outT.isTile() ? flatIndex(L, s) : idx(0);
-      std::vector<LVal*> acc = load(element(line, idx(0)));
-      if (len > 1)
-        acc = countedLoop(1, len, acc, [&](LVal* k, const std::vector<LVal*>& cur) {
-          return combineRegion(op, cur, load(element(line, k)));
+      LVal* line = op.result(0)->type().isTile() ? flatIndex(L, s) : idx(0);
+      std::vector<LVal*> acc = chunks == 1 ? fold(line, idx(0), len, 1) : load(partial, b_.CreateMul(line, idx(chunks)));
+      if (chunks > 1)
+        acc = countedLoop(1, chunks, acc, [&](LVal* c, const std::vector<LVal*>& cur) {
+          return combineRegion(op, cur, load(partial, b_.CreateAdd(b_.CreateMul(line, idx(chunks)), c)));
         });
       for (unsigned i = 0; i < n; ++i) out[i].e.push_back(acc[i]);
     }
@@ -191,30 +249,26 @@ void Lowering::lowerCombine(const Op& op) {
     }
     return;
   }
-  auto scanLine = [&](LVal* line) -> LVal* {
-    auto at = [&](LVal* k) { return element(line, reverse ? b_.CreateSub(idx(len - 1), k) : k); };
-    countedLoop(1, len, load(at(idx(0))), [&](LVal* k, const std::vector<LVal*>& cur) {
-      LVal* e = at(k);
-      std::vector<LVal*> r = combineRegion(op, cur, load(e));
-      for (unsigned i = 0; i < n; ++i) {
-        const Type& t = op.operand(i)->type();
-        b_.CreateStore(isBool(t) ? b_.CreateZExt(r[i], b_.getInt8Ty()) : r[i], smemAddr(base[i], e, t));
-      }
-      return r;
+  if (run > 1)
+    forWorkers(lines * chunks, [&](LVal* w) { fold(b_.CreateUDiv(w, idx(chunks)), runFirst(w), run, 1); });
+  if (chunks > 1) {
+    forWorkers(lines, [&](LVal* line) { fold(line, idx(run - 1), chunks, run); });
+    forWorkers(lines * chunks, [&](LVal* w) {
+      LVal* line = b_.CreateUDiv(w, idx(chunks));
+      LVal* first = runFirst(w);
+      guarded(
+          b_.CreateICmpNE(first, idx(0)),
+          [&]() -> LVal* {
+            std::vector<LVal*> prefix = load(base, at(line, b_.CreateSub(first, idx(1))));
+            countedLoop(0, run - 1, {}, [&](LVal* k, const std::vector<LVal*>&) {
+              LVal* e = at(line, b_.CreateAdd(first, k));
+              store(base, e, combineRegion(op, prefix, load(base, e)));
+              return std::vector<LVal*>{};
+            });
+            return nullptr;
+          },
+          nullptr);
     });
-    return nullptr;
-  };
-  if (len > 1) {
-    int64_t rounds = (lines + threads_ - 1) / threads_;
-    countedLoop(0, rounds, {}, [&](LVal* r, const std::vector<LVal*>&) {
-      LVal* line = b_.CreateAdd(b_.CreateMul(r, idx(threads_)), tid_);
-      if (lines % threads_ == 0)
-        scanLine(line);
-      else
-        guarded(b_.CreateICmpULT(line, idx(lines)), [&] { return scanLine(line); }, nullptr);
-      return std::vector<LVal*>{};
-    });
-    barrier();
   }
   for (unsigned i = 0; i < n; ++i) {
     const Type& t = op.result(i)->type();
