@@ -110,7 +110,9 @@ def k_gather(
 ):
     src = tl.load(src_ptr + tl.arange(0, M)[:, None] * N + tl.arange(0, N)[None, :])
     ioffs = tl.arange(0, IM)[:, None] * IN + tl.arange(0, IN)[None, :]
-    tl.store(out_ptr + ioffs, tl.gather(src, tl.load(idx_ptr + ioffs), AXIS))
+    index = tl.load(idx_ptr + ioffs)
+    g = tl.gather(src, index, AXIS) if AXIS == 0 else src.gather(index, AXIS)  # the method form too
+    tl.store(out_ptr + ioffs, g)
 
 
 @tf.jit

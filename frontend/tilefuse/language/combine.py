@@ -278,6 +278,6 @@ def _as_method(fn):
 
 
 # Tensor methods, as Triton's tensor has them (x.cumsum(0), x.sort(), ...).
-for _fn in (reduce, associative_scan, cumsum, cumprod, sort, flip, histogram):
+for _fn in (reduce, associative_scan, cumsum, cumprod, sort, flip, histogram, gather):
     setattr(tensor, _fn.__name__, _as_method(_fn))
     TENSOR_METHODS.add(_fn.__name__)
