@@ -251,6 +251,30 @@ TEST_F(BuilderTest, ReduceShapes) {
   finish();
 }
 
+TEST_F(BuilderTest, CombineGatherHistogramShapes) {
+  func({tile(DType::F32, {16, 32}), tile(DType::I32, {16, 32}), tile(DType::I64, {64})});
+  Block* top = b.insertionBlock();
+  Op* r = b.createCombine(OpKind::Reduce, {arg(0), arg(1)}, -1, false);
+  EXPECT_EQ(r->result(0)->type(), tile(DType::F32, {16}));
+  EXPECT_EQ(r->result(1)->type(), tile(DType::I32, {16}));
+  ASSERT_EQ(r->region(0).numArgs(), 4u);  // (acc..., x...)
+  EXPECT_EQ(r->region(0).arg(2)->type(), f32());
+  EXPECT_EQ(r->region(0).arg(3)->type(), i32());
+  b.setInsertionPointToEnd(r->region(0));
+  b.combineYield({r->region(0).arg(0), r->region(0).arg(1)});
+  b.setInsertionPointToEnd(*top);
+  Op* s = b.createCombine(OpKind::Scan, {arg(0)}, 0, true);
+  EXPECT_EQ(s->result(0)->type(), tile(DType::F32, {16, 32}));
+  EXPECT_TRUE(s->boolAttr("reverse"));
+  b.setInsertionPointToEnd(s->region(0));
+  b.combineYield({b.binary(OpKind::Add, s->region(0).arg(0), s->region(0).arg(1))});
+  b.setInsertionPointToEnd(*top);
+  Value* index = b.broadcastTo(b.expandDims(b.arange(0, 8), 0), {16, 8});
+  EXPECT_EQ(b.gather(arg(0), index, 1)->type(), tile(DType::F32, {16, 8}));
+  EXPECT_EQ(b.histogram(arg(2), 16, nullptr)->type(), tile(DType::I32, {16}));
+  finish();
+}
+
 TEST_F(BuilderTest, LoadStoreWithBroadcastMask) {
   func({Type::ptr(DType::F32), tile(DType::I1, {64, 1})});
   Value* rows = b.expandDims(b.arange(0, 64), 1);
@@ -489,6 +513,19 @@ TEST_F(BuilderTest, ErrorReductions) {
   expectError([&] { b.reduce(OpKind::ReduceSum, arg(0), 2); }, "reduction axis 2 is out of range for tile<64x32xf32>");
   expectError([&] { b.reduce(OpKind::ReduceMax, arg(1), 0); }, "reductions need a tile, got f32");
   expectError([&] { b.reduce(OpKind::ReduceMin, arg(2), 0); }, "'reduce_min' does not compute on f8e4m3");
+}
+
+TEST_F(BuilderTest, ErrorCombineGatherHistogram) {
+  func({tile(DType::F32, {16, 32}), tile(DType::I32, {8, 32}), f32(), tile(DType::I32, {16, 4})});
+  expectError([&] { b.createCombine(OpKind::Scan, {arg(0), arg(1)}, 0, false); },
+              "scan needs tiles of one shape, got tile<16x32xf32> and tile<8x32xi32>");
+  expectError([&] { b.createCombine(OpKind::Reduce, {arg(0)}, 2, false); },
+              "reduce axis 2 is out of range for tile<16x32xf32>");
+  expectError([&] { b.createCombine(OpKind::Reduce, {arg(2)}, 0, false); }, "reduce needs tiles of numbers, got f32");
+  expectError([&] { b.gather(arg(0), arg(3), 0); },
+              "gather index tile<16x4xi32> must match the source tile<16x32xf32> in every dimension but axis 0");
+  expectError([&] { b.gather(arg(0), arg(0), 1); }, "gather needs a tile of integer indices, got tile<16x32xf32>");
+  expectError([&] { b.histogram(arg(0), 16, nullptr); }, "histogram needs a 1-D tile of integers, got tile<16x32xf32>");
 }
 
 TEST_F(BuilderTest, ErrorMemory) {

@@ -228,14 +228,14 @@ void Lowering::lowerCombine(const Op& op) {
   auto runFirst = [&](LVal* w) { return b_.CreateMul(b_.CreateURem(w, idx(chunks)), idx(run)); };
   if (!scan) {
     if (chunks > 1)
-      forWorkers(lines * chunks, [&](LVal* w) {
-        store(partial, w, fold(b_.CreateUDiv(w, idx(chunks)), runFirst(w), run, 1));
-      });
+      forWorkers(lines * chunks,
+                 [&](LVal* w) { store(partial, w, fold(b_.CreateUDiv(w, idx(chunks)), runFirst(w), run, 1)); });
     const Layout& L = layoutOf(op.result(0));
     std::vector<Regs> out(n, Regs{{}, L});
     for (int s = 0; s < slots(L); ++s) {
       LVal* line = op.result(0)->type().isTile() ? flatIndex(L, s) : idx(0);
-      std::vector<LVal*> acc = chunks == 1 ? fold(line, idx(0), len, 1) : load(partial, b_.CreateMul(line, idx(chunks)));
+      std::vector<LVal*> acc =
+          chunks == 1 ? fold(line, idx(0), len, 1) : load(partial, b_.CreateMul(line, idx(chunks)));
       if (chunks > 1)
         acc = countedLoop(1, chunks, acc, [&](LVal* c, const std::vector<LVal*>& cur) {
           return combineRegion(op, cur, load(partial, b_.CreateAdd(b_.CreateMul(line, idx(chunks)), c)));
@@ -249,8 +249,7 @@ void Lowering::lowerCombine(const Op& op) {
     }
     return;
   }
-  if (run > 1)
-    forWorkers(lines * chunks, [&](LVal* w) { fold(b_.CreateUDiv(w, idx(chunks)), runFirst(w), run, 1); });
+  if (run > 1) forWorkers(lines * chunks, [&](LVal* w) { fold(b_.CreateUDiv(w, idx(chunks)), runFirst(w), run, 1); });
   if (chunks > 1) {
     forWorkers(lines, [&](LVal* line) { fold(line, idx(run - 1), chunks, run); });
     forWorkers(lines * chunks, [&](LVal* w) {
