@@ -517,8 +517,11 @@ TEST_F(BuilderTest, ErrorReductions) {
 
 TEST_F(BuilderTest, ErrorCombineGatherHistogram) {
   func({tile(DType::F32, {16, 32}), tile(DType::I32, {8, 32}), f32(), tile(DType::I32, {16, 4})});
-  expectError([&] { b.createCombine(OpKind::Scan, {arg(0), arg(1)}, 0, false); },
-              "scan needs tiles of one shape, got tile<16x32xf32> and tile<8x32xi32>");
+  expectError(
+      [&] {
+        b.createCombine(OpKind::Scan, {arg(0), arg(1)}, 0, false);
+      },
+      "scan needs tiles of one shape, got tile<16x32xf32> and tile<8x32xi32>");
   expectError([&] { b.createCombine(OpKind::Reduce, {arg(0)}, 2, false); },
               "reduce axis 2 is out of range for tile<16x32xf32>");
   expectError([&] { b.createCombine(OpKind::Reduce, {arg(2)}, 0, false); }, "reduce needs tiles of numbers, got f32");

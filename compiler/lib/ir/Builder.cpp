@@ -455,8 +455,10 @@ void Builder::combineYield(const std::vector<Value*>& values) { create(OpKind::C
 Value* Builder::gather(Value* src, Value* index, int axis) {
   const Type &s = src->type(), &i = index->type();
   if (!s.isTile() || !s.isNumeric()) fail("gather needs a tile of numbers as its source, got " + s.str());
-  if (!i.isTile() || !i.isIntLike() || i.elem == DType::I1) fail("gather needs a tile of integer indices, got " + i.str());
-  if (i.rank() != s.rank()) fail("gather index must have the source's rank " + std::to_string(s.rank()) + ", got " + i.str());
+  if (!i.isTile() || !i.isIntLike() || i.elem == DType::I1)
+    fail("gather needs a tile of integer indices, got " + i.str());
+  if (i.rank() != s.rank())
+    fail("gather index must have the source's rank " + std::to_string(s.rank()) + ", got " + i.str());
   if (axis < 0) axis += s.rank();
   if (axis < 0 || axis >= s.rank()) fail("gather axis " + std::to_string(axis) + " is out of range for " + s.str());
   for (int d = 0; d < s.rank(); ++d)
@@ -468,7 +470,8 @@ Value* Builder::gather(Value* src, Value* index, int axis) {
 
 Value* Builder::histogram(Value* x, int64_t numBins, Value* mask) {
   const Type& t = x->type();
-  if (t.rank() != 1 || !t.isIntLike() || t.elem == DType::I1) fail("histogram needs a 1-D tile of integers, got " + t.str());
+  if (t.rank() != 1 || !t.isIntLike() || t.elem == DType::I1)
+    fail("histogram needs a 1-D tile of integers, got " + t.str());
   std::vector<Value*> ops{x};
   if (mask) {
     if (!mask->type().isTile()) mask = splat(mask, t.shape);

@@ -351,11 +351,13 @@ void verifyCombine(const Op& op) {
   auto s = t0.shape;
   if (op.kind() == OpKind::Reduce) s.erase(s.begin() + axis);
   unsigned n = op.numOperands();
-  if (op.numResults() != n) fail(op, "has one result per operand (" + std::to_string(n) + "), got " + std::to_string(op.numResults()));
+  if (op.numResults() != n)
+    fail(op, "has one result per operand (" + std::to_string(n) + "), got " + std::to_string(op.numResults()));
   std::vector<Type> scalars;
   for (unsigned i = 0; i < n; ++i) {
     Type want = Type::tile(ty(op.operand(i)).elem, s);
-    if (ty(op.result(i)) != want) fail(op, "result #" + std::to_string(i) + " must be " + want.str() + ", got " + ty(op.result(i)).str());
+    if (ty(op.result(i)) != want)
+      fail(op, "result #" + std::to_string(i) + " must be " + want.str() + ", got " + ty(op.result(i)).str());
     scalars.push_back(Type::scalar(want.elem));
   }
   const Block& body = op.region(0);
@@ -370,7 +372,8 @@ void verifyGather(const Op& op) {
   if (!src.isTile() || !src.isNumeric()) fail(op, "source must be a tile of numbers, got " + src.str());
   if (!index.isTile() || !index.isIntLike() || index.elem == DType::I1)
     fail(op, "index must be a tile of integers, got " + index.str());
-  if (index.rank() != src.rank()) fail(op, "index must have the source's rank, got " + src.str() + " and " + index.str());
+  if (index.rank() != src.rank())
+    fail(op, "index must have the source's rank, got " + src.str() + " and " + index.str());
   int64_t axis = axisAttr(op, src.rank());
   for (int64_t d = 0; d < src.rank(); ++d)
     if (d != axis && index.shape[d] != src.shape[d])
@@ -381,11 +384,13 @@ void verifyGather(const Op& op) {
 
 void verifyHistogram(const Op& op) {
   const Type& x = ty(op.operand(0));
-  if (x.rank() != 1 || !x.isIntLike() || x.elem == DType::I1) fail(op, "operand must be a 1-D tile of integers, got " + x.str());
+  if (x.rank() != 1 || !x.isIntLike() || x.elem == DType::I1)
+    fail(op, "operand must be a 1-D tile of integers, got " + x.str());
   if (op.numOperands() == 2 && ty(op.operand(1)) != Type::tile(DType::I1, x.shape))
     fail(op, "mask must be " + Type::tile(DType::I1, x.shape).str() + ", got " + ty(op.operand(1)).str());
   const Type& r = ty(op.result());
-  if (r.rank() != 1 || r.elem != DType::I32) fail(op, "result must be a 1-D tile of i32 (one count per bin), got " + r.str());
+  if (r.rank() != 1 || r.elem != DType::I32)
+    fail(op, "result must be a 1-D tile of i32 (one count per bin), got " + r.str());
 }
 
 void verifyControlFlow(const Op& op) {
@@ -443,7 +448,8 @@ void verifyTerminator(const Op& op) {
         fail(op, "must end the region of a 'for', 'if' or 'while'");
       return;
     case OpKind::CombineYield:
-      if (!parent || (pk != OpKind::Reduce && pk != OpKind::Scan)) fail(op, "must end the region of a 'reduce' or 'scan'");
+      if (!parent || (pk != OpKind::Reduce && pk != OpKind::Scan))
+        fail(op, "must end the region of a 'reduce' or 'scan'");
       return;
     case OpKind::Condition:
       if (!parent || pk != OpKind::While || &parent->region(0) != op.parentBlock())
@@ -595,9 +601,12 @@ void verifyTileOp(const Op& op) {
     case OpKind::ReduceMin:
     case OpKind::Argmax: return verifyReduce(op);
     case OpKind::Reduce:
-    case OpKind::Scan: return verifyCombine(op);
-    case OpKind::Gather: return verifyGather(op);
-    case OpKind::Histogram: return verifyHistogram(op);
+    case OpKind::Scan:
+      return verifyCombine(op);
+    case OpKind::Gather:
+      return verifyGather(op);
+    case OpKind::Histogram:
+      return verifyHistogram(op);
     case OpKind::Dot:
     case OpKind::DotScaled: return verifyDot(op);
     case OpKind::For:
