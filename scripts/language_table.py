@@ -29,26 +29,14 @@ uint_to_uniform_float umulhi view void warp_id where xor_sum zeros zeros_like
 
 # Why a name is missing. Issue 16 is "Triton's language, complete"; "part N" is its item.
 MISSING = {
-    "PropagateNan": "tl.maximum/minimum's propagate_nan (issue 16 part 4)",
     "TRITON_MAX_TENSOR_NUMEL": "not yet: tile sizes are limited by the verifier, not by this constant",
     "load_tensor_descriptor": "not yet: use desc.load(offsets)",
     "store_tensor_descriptor": "not yet: use desc.store(offsets, value)",
     "add": "not yet: use +",
     "advance": "block pointers (issue 16 part 7)",
     "make_block_ptr": "block pointers (issue 16 part 7)",
-    "associative_scan": "scans (issue 16 part 4)",
-    "cumsum": "scans (issue 16 part 4)",
-    "cumprod": "scans (issue 16 part 4)",
-    "reduce": "reductions with a combine_fn (issue 16 part 4)",
-    "reduce_or": "reductions with a combine_fn (issue 16 part 4)",
-    "xor_sum": "not yet (issue 16 part 9)",
-    "sort": "issue 16 part 4",
     "topk": "issue 16 part 4",
     "bitonic_merge": "issue 16 part 4",
-    "flip": "issue 16 part 4",
-    "histogram": "issue 16 part 4",
-    "gather": "issue 16 part 4",
-    "interleave": "issue 16 part 4",
     "atomic_and": "atomics (issue 16 part 5)",
     "atomic_cas": "atomics (issue 16 part 5)",
     "atomic_min": "atomics (issue 16 part 5)",
@@ -83,6 +71,9 @@ NOTES = {
     "assume": "accepted and checked to be boolean; not used by the optimizer yet",
     "float8e4nv": "f8e4m3 (OCP)",
     "float8e5": "f8e5m2 (OCP)",
+    "associative_scan": "sequential along the axis; the GPU splits long lines into runs (same result for an "
+    "associative combine_fn, within rounding for floats)",
+    "sort": "Triton's bitonic network, along the last dimension (as Triton)",
 }
 
 ROOT = Path(__file__).resolve().parents[1]

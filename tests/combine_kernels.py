@@ -86,6 +86,14 @@ def k_reduce_all(x_ptr, out_ptr, last_ptr, max_ptr, M: tl.constexpr, N: tl.const
 
 
 @tf.jit
+def k_bit_reduce(x_ptr, or_ptr, xor_ptr, all_ptr, M: tl.constexpr, N: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, M)[:, None] * N + tl.arange(0, N)[None, :])
+    tl.store(or_ptr + tl.arange(0, M), tl.reduce_or(x, 1))
+    tl.store(xor_ptr + tl.arange(0, N), x.xor_sum(0))
+    tl.store(all_ptr, tl.xor_sum(x))
+
+
+@tf.jit
 def k_sort(x_ptr, out_ptr, M: tl.constexpr, N: tl.constexpr, DESC: tl.constexpr):
     offs = tl.arange(0, M)[:, None] * N + tl.arange(0, N)[None, :]
     tl.store(out_ptr + offs, tl.sort(tl.load(x_ptr + offs), descending=DESC))

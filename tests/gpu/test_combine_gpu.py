@@ -115,6 +115,18 @@ def test_reduce_all_and_left_fold(rng):
         np.testing.assert_array_equal(gpu, ref)
 
 
+@pytest.mark.parametrize("num_warps", WARPS)
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64])
+def test_reduce_or_and_xor_sum(rng, dtype, num_warps):
+    m, n = 16, 64
+    x = rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max, (m, n), endpoint=True, dtype=dtype)
+    _, *pairs = both(
+        K.k_bit_reduce, [x, np.empty(m, dtype), np.empty(n, dtype), np.zeros(1, dtype)], num_warps, M=m, N=n
+    )
+    for gpu, ref in pairs:
+        np.testing.assert_array_equal(gpu, ref)
+
+
 @pytest.mark.parametrize("num_warps", [1, 4])
 @pytest.mark.parametrize("desc", [False, True])
 @pytest.mark.parametrize(("m", "n"), [(1, 2), (1, 1024), (4, 256), (32, 8)])

@@ -996,12 +996,9 @@ void Machine::exec(const Op& op) {
     case OpKind::ReduceMin:
     case OpKind::Argmax: return execReduce(op);
     case OpKind::Reduce:
-    case OpKind::Scan:
-      return execCombine(op);
-    case OpKind::Gather:
-      return execGather(op);
-    case OpKind::Histogram:
-      return execHistogram(op);
+    case OpKind::Scan: return execCombine(op);
+    case OpKind::Gather: return execGather(op);
+    case OpKind::Histogram: return execHistogram(op);
     case OpKind::Dot:
     case OpKind::DotScaled: return execDot(op);
     case OpKind::For:

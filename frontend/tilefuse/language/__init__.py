@@ -10,7 +10,9 @@ from .combine import (  # noqa: F401
     histogram,
     interleave,
     reduce,
+    reduce_or,
     sort,
+    xor_sum,
 )
 from .core import (  # noqa: F401
     DESCRIPTOR_METHODS,

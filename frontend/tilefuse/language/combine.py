@@ -1,6 +1,6 @@
 """Reductions and scans with a combine function, and the tile ops Triton's standard
 library builds on them or on shape ops: tl.reduce, tl.associative_scan, tl.cumsum,
-tl.cumprod, tl.sort, tl.flip, tl.interleave, tl.gather, tl.histogram.
+tl.cumprod, tl.reduce_or, tl.xor_sum, tl.sort, tl.flip, tl.interleave, tl.gather, tl.histogram.
 
 The combine function (a @jit function or a tl builtin) is generated into the region of
 one `reduce` or `scan` op: it takes (acc..., x...) scalars and returns the combined
@@ -123,6 +123,33 @@ def _sum_combine(a, b, _builder=None):
 @builtin
 def _prod_combine(a, b, _builder=None):
     return tensor(_builder.binary(_K.Mul, a.handle, b.handle))
+
+
+@builtin
+def _or_combine(a, b, _builder=None):
+    return tensor(_builder.binary(_K.Or, a.handle, b.handle))
+
+
+@builtin
+def _xor_combine(a, b, _builder=None):
+    return tensor(_builder.binary(_K.Xor, a.handle, b.handle))
+
+
+def _int_reduce(name, combine, input, axis, keep_dims, b):
+    x = to_tensor(input, b)
+    if not x.dtype.is_int():
+        raise TypeError(f"tl.{name} needs integers, got {x.dtype!r}")
+    return reduce(x, axis, combine, keep_dims, _builder=b)
+
+
+@builtin
+def reduce_or(input, axis, keep_dims=False, _builder=None):
+    return _int_reduce("reduce_or", _or_combine, input, axis, keep_dims, _builder)
+
+
+@builtin
+def xor_sum(input, axis=None, keep_dims=False, _builder=None):
+    return _int_reduce("xor_sum", _xor_combine, input, axis, keep_dims, _builder)
 
 
 def _scan_input(input, dtype, b, promote_ints):
@@ -278,6 +305,6 @@ def _as_method(fn):
 
 
 # Tensor methods, as Triton's tensor has them (x.cumsum(0), x.sort(), ...).
-for _fn in (reduce, associative_scan, cumsum, cumprod, sort, flip, histogram, gather):
+for _fn in (reduce, associative_scan, cumsum, cumprod, sort, flip, histogram, gather, reduce_or, xor_sum):
     setattr(tensor, _fn.__name__, _as_method(_fn))
     TENSOR_METHODS.add(_fn.__name__)

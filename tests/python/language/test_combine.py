@@ -182,6 +182,18 @@ def test_reduce_all_and_left_fold(rng):
     np.testing.assert_array_equal(last, want)
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64])
+def test_reduce_or_and_xor_sum(rng, dtype):
+    m, n = 16, 64
+    info = np.iinfo(dtype)
+    x = rng.integers(info.min, info.max, (m, n), endpoint=True, dtype=dtype)
+    o, xo, a = np.empty(m, dtype), np.empty(n, dtype), np.zeros(1, dtype)
+    K.k_bit_reduce[(1,)](x, o, xo, a, M=m, N=n)
+    np.testing.assert_array_equal(o, np.bitwise_or.reduce(x, axis=1))
+    np.testing.assert_array_equal(xo, np.bitwise_xor.reduce(x, axis=0))
+    assert a[0] == np.bitwise_xor.reduce(x, axis=None)
+
+
 def ref_bitonic(x, descending):
     """Triton's bitonic network on the rows of x: swap when (left > right) ^ descending."""
     y = np.array(x).reshape(-1)
@@ -344,6 +356,7 @@ PTX_CASES = {
     "recurrence": (K.k_recurrence, (I32, I32, I32), dict(M=8, N=256, AXIS=1, REV=False)),
     "argmax": (K.k_argmax, (F32, F32, I32), dict(M=16, N=64, AXIS=0, KEEP=True)),
     "reduce_all": (K.k_reduce_all, (I32, I32, I32, I32), dict(M=8, N=32)),
+    "bit_reduce": (K.k_bit_reduce, (I32, I32, I32, I32), dict(M=16, N=64)),
     "sort": (K.k_sort, (F32, F32), dict(M=4, N=256, DESC=True)),
     "flip": (K.k_flip, (F32, F32), dict(M=4, N=64, DIM=0)),
     "interleave": (K.k_interleave, (I32, I32, I32), dict(M=8, N=32)),
