@@ -6,7 +6,8 @@ The combine function (a @jit function or a tl builtin) is generated into the reg
 one `reduce` or `scan` op: it takes (acc..., x...) scalars and returns the combined
 values. The order is fixed (Ops.def): reduce folds left to right along the axis; scan is
 inclusive and sequential along the axis, from the end with reverse=True, where acc holds
-the combination of the later elements.
+the combination of the later elements. The GPU may split long lines into runs: the same
+result for an associative combine_fn (as Triton requires), within rounding for floats.
 """
 
 from __future__ import annotations
