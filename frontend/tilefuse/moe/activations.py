@@ -163,6 +163,14 @@ def scaled_act(name, h, probs, interleave=0, *, config: ActConfig | None = None,
         n,
         k,
         *params,
+        **_meta(act, k, cfg),
+    )
+    return y
+
+
+def _meta(act, k, cfg):
+    """The constexprs and launch options both kernels take."""
+    return dict(
         ACT=act,
         BLOCK_R=cfg.block_rows,
         BLOCK_C=cfg.block_cols,
@@ -170,7 +178,6 @@ def scaled_act(name, h, probs, interleave=0, *, config: ActConfig | None = None,
         EVEN_ODD=act.glu and k == 1,
         num_warps=cfg.num_warps,
     )
-    return y
 
 
 def scaled_act_backward(name, h, probs, dy, interleave=0, *, config: ActConfig | None = None, **act_params):
@@ -193,11 +200,6 @@ def scaled_act_backward(name, h, probs, dy, interleave=0, *, config: ActConfig |
         n,
         k,
         *params,
-        ACT=act,
-        BLOCK_R=cfg.block_rows,
-        BLOCK_C=cfg.block_cols,
-        GLU_RUN=math.gcd(k, cfg.block_cols),
-        EVEN_ODD=act.glu and k == 1,
-        num_warps=cfg.num_warps,
+        **_meta(act, k, cfg),
     )
     return dh, dprobs
