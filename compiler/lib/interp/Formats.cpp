@@ -82,7 +82,7 @@ double roundToFloat(double x, DType d, Rounding mode, uint32_t rbits) {
   double quantum = std::ldexp(1.0, exp - f.mant);
   double n = a / quantum;  // exact: division by a power of two
   double fl = std::floor(n);
-  double r;
+  double r = fl;  // each mode below sets it (the initializer quiets -Wmaybe-uninitialized)
   switch (mode) {
     case Rounding::NearestEven: r = std::nearbyint(n); break;
     case Rounding::TowardZero: r = fl; break;
