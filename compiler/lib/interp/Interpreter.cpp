@@ -603,6 +603,31 @@ void Machine::execShape(const Op& op) {
   set(op.result(), std::move(r));
 }
 
+// The values atomics leave in memory (integers before wrapping to the element type).
+int64_t atomicInt(const Op& op, int64_t old, int64_t v, int64_t cmp, bool u) {
+  switch (op.kind()) {
+    case OpKind::AtomicAdd: return old + v;
+    case OpKind::AtomicMax: return lessInt(old, v, u) ? v : old;
+    case OpKind::AtomicMin: return lessInt(v, old, u) ? v : old;
+    case OpKind::AtomicXchg: return v;
+    case OpKind::AtomicAnd: return old & v;
+    case OpKind::AtomicOr: return old | v;
+    case OpKind::AtomicXor: return old ^ v;
+    case OpKind::AtomicCas: return old == cmp ? v : old;
+    default: throw InternalError("interpreter: integer atomic " + std::string(op.mnemonic()));
+  }
+}
+
+double atomicFloat(const Op& op, double old, double v, DType d) {
+  switch (op.kind()) {
+    case OpKind::AtomicAdd: return formats::roundToFloat(old + v, d);
+    case OpKind::AtomicMax: return std::fmax(old, v);
+    case OpKind::AtomicMin: return std::fmin(old, v);
+    case OpKind::AtomicXchg: return v;
+    default: throw InternalError("interpreter: float atomic " + std::string(op.mnemonic()));
+  }
+}
+
 void Machine::execMemory(const Op& op) {
   const TV& p = get(op.operand(0));
   DType d = p.type.elem;
@@ -611,7 +636,8 @@ void Machine::execMemory(const Op& op) {
   const Type& shape = p.type;
   int64_t n = p.i.size();
   bool isLoad = op.kind() == OpKind::Load;
-  unsigned maskIdx = isLoad ? 1 : 2;
+  bool cas = op.kind() == OpKind::AtomicCas;
+  unsigned maskIdx = isLoad ? 1 : cas ? 3 : 2;
   const TV* mask = op.numOperands() > maskIdx ? &get(op.operand(maskIdx)) : nullptr;
   Type vt = Type::tile(d, shape.shape);
   TV r = makeLike(vt);
@@ -635,7 +661,8 @@ void Machine::execMemory(const Op& op) {
     set(op.result(), std::move(r));
     return;
   }
-  const TV& v = get(op.operand(1));
+  const TV& v = get(op.operand(cas ? 2 : 1));
+  const TV* cmp = cas ? &get(op.operand(1)) : nullptr;
   const char* what = op.kind() == OpKind::Store ? "store" : "atomic";
   for (int64_t k = 0; k < n; ++k) {
     if (mask && !mask->i[k]) {
@@ -651,17 +678,14 @@ void Machine::execMemory(const Op& op) {
         writeI(addr, d, v.i[k]);
       continue;
     }
-    bool add = op.kind() == OpKind::AtomicAdd;
     if (r.isF()) {
       double old = readF(addr, d);
       r.f[k] = old;
-      double nv = add ? formats::roundToFloat(old + v.f[k], d) : std::fmax(old, v.f[k]);
-      writeF(addr, d, nv);
+      writeF(addr, d, atomicFloat(op, old, v.f[k], d));
     } else {
       int64_t old = readI(addr, d);
       r.i[k] = old;
-      int64_t big = lessInt(old, v.i[k], isUnsigned(d)) ? v.i[k] : old;
-      writeI(addr, d, formats::wrapInt(add ? old + v.i[k] : big, d));
+      writeI(addr, d, formats::wrapInt(atomicInt(op, old, v.i[k], cmp ? cmp->i[k] : 0, isUnsigned(d)), d));
     }
   }
   if (op.numResults()) set(op.result(), std::move(r));
@@ -987,6 +1011,12 @@ void Machine::exec(const Op& op) {
     case OpKind::Load:
     case OpKind::Store:
     case OpKind::AtomicAdd:
+    case OpKind::AtomicMin:
+    case OpKind::AtomicXchg:
+    case OpKind::AtomicAnd:
+    case OpKind::AtomicOr:
+    case OpKind::AtomicXor:
+    case OpKind::AtomicCas:
     case OpKind::AtomicMax: return execMemory(op);
     case OpKind::MakeDesc:
     case OpKind::DescLoad:
@@ -1007,6 +1037,7 @@ void Machine::exec(const Op& op) {
     case OpKind::Call: return execControl(op);
     case OpKind::Print:
     case OpKind::Assert: return execDebug(op);
+    case OpKind::DebugBarrier: return;  // programs run one at a time, each as one thread
     default:
       if (op.has(Elementwise)) return execArith(op);
       throw InternalError("interpreter cannot execute '" + std::string(op.mnemonic()) + "'");

@@ -376,7 +376,14 @@ void Builder::store(Value* ptr, Value* value, Value* mask) {
   checked(create(OpKind::Store, ops, {}));
 }
 
-Value* Builder::atomic(OpKind kind, Value* ptr, Value* value, Value* mask) {
+namespace {
+std::map<std::string, Attr> semAttr(const std::string& sem) {
+  if (sem.empty()) return {};
+  return {{"sem", Attr(sem)}};
+}
+}  // namespace
+
+Value* Builder::atomic(OpKind kind, Value* ptr, Value* value, Value* mask, const std::string& sem) {
   if (!ptr->type().isPtr()) fail("atomics need a pointer or a tile of pointers, got " + ptr->type().str());
   value = castTo(value, ptr->type().elem);
   std::tie(ptr, value) = broadcastPair(ptr, value);
@@ -386,8 +393,20 @@ Value* Builder::atomic(OpKind kind, Value* ptr, Value* value, Value* mask) {
     value = broadcastTo(value, ptr->type().shape);  // the result takes the mask's shape too
     ops = {ptr, value, mask};
   }
-  return checked(create(kind, ops, {value->type()}));
+  return checked(create(kind, ops, {value->type()}, semAttr(sem)));
 }
+
+Value* Builder::atomicCas(Value* ptr, Value* cmp, Value* value, const std::string& sem) {
+  if (!ptr->type().isPtr()) fail("atomic_cas needs a pointer or a tile of pointers, got " + ptr->type().str());
+  cmp = castTo(cmp, ptr->type().elem);
+  value = castTo(value, ptr->type().elem);
+  std::tie(ptr, cmp) = broadcastPair(ptr, cmp);
+  std::tie(ptr, value) = broadcastPair(ptr, value);
+  cmp = broadcastTo(cmp, ptr->type().shape);
+  return checked(create(OpKind::AtomicCas, {ptr, cmp, value}, {value->type()}, semAttr(sem)));
+}
+
+void Builder::debugBarrier() { checked(create(OpKind::DebugBarrier, {}, {})); }
 
 Value* Builder::makeDesc(Value* base, const std::vector<Value*>& sizes, const std::vector<Value*>& strides,
                          const std::vector<int64_t>& blockShape) {

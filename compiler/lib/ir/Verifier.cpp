@@ -231,13 +231,27 @@ void verifyMemory(const Op& op) {
       if (ty(op.operand(1)) != value) fail(op, "value must be " + value.str() + ", got " + ty(op.operand(1)).str());
       checkMask(op, 2, p);
       return;
-    default:  // atomics
-      if (ty(op.operand(1)) != value) fail(op, "value must be " + value.str() + ", got " + ty(op.operand(1)).str());
+    default: {  // atomics
+      bool cas = op.kind() == OpKind::AtomicCas;
+      for (unsigned i = 1; i < (cas ? 3u : 2u); ++i)
+        if (ty(op.operand(i)) != value)
+          fail(op, std::string(i == 1 && cas ? "cmp" : "value") + " must be " + value.str() + ", got " +
+                       ty(op.operand(i)).str());
       if (ty(op.result()) != value) fail(op, "result must be " + value.str() + ", got " + ty(op.result()).str());
-      if (isStorageOnly(p.elem) || p.elem == DType::I1 || (p.elem == DType::F64 && op.kind() == OpKind::AtomicMax))
+      bool minMax = op.kind() == OpKind::AtomicMax || op.kind() == OpKind::AtomicMin;
+      bool intOnly = cas || op.kind() == OpKind::AtomicAnd || op.kind() == OpKind::AtomicOr ||
+                     op.kind() == OpKind::AtomicXor;
+      if (isStorageOnly(p.elem) || p.elem == DType::I1 || (p.elem == DType::F64 && minMax) ||
+          (intOnly && !isInt(p.elem)))
         fail(op, "does not support element type " + std::string(dtypeName(p.elem)));
-      checkMask(op, 2, p);
+      if (!cas) checkMask(op, 2, p);
+      if (op.hasAttr("sem")) {
+        const std::string& sem = op.strAttr("sem");
+        if (sem != "acq_rel" && sem != "acquire" && sem != "release" && sem != "relaxed")
+          fail(op, "sem must be acq_rel, acquire, release or relaxed, got '" + sem + "'");
+      }
       return;
+    }
   }
 }
 
@@ -592,6 +606,12 @@ void verifyTileOp(const Op& op) {
     case OpKind::Load:
     case OpKind::Store:
     case OpKind::AtomicAdd:
+    case OpKind::AtomicMin:
+    case OpKind::AtomicXchg:
+    case OpKind::AtomicAnd:
+    case OpKind::AtomicOr:
+    case OpKind::AtomicXor:
+    case OpKind::AtomicCas:
     case OpKind::AtomicMax: return verifyMemory(op);
     case OpKind::MakeDesc:
     case OpKind::DescLoad:

@@ -387,6 +387,12 @@ void verifyTileOpLayouts(const Op& op) {
     case OpKind::Load:
     case OpKind::Store:
     case OpKind::AtomicAdd:
+    case OpKind::AtomicMin:
+    case OpKind::AtomicXchg:
+    case OpKind::AtomicAnd:
+    case OpKind::AtomicOr:
+    case OpKind::AtomicXor:
+    case OpKind::AtomicCas:
     case OpKind::AtomicMax: {
       const Type& p = op.operand(0)->type();
       for (unsigned i = 1; i < op.numOperands(); ++i) same(i, p, "the pointers'");

@@ -257,6 +257,12 @@ class Planner {
       case OpKind::Hint:
       case OpKind::Load:
       case OpKind::AtomicAdd:
+      case OpKind::AtomicMin:
+      case OpKind::AtomicXchg:
+      case OpKind::AtomicAnd:
+      case OpKind::AtomicOr:
+      case OpKind::AtomicXor:
+      case OpKind::AtomicCas:
       case OpKind::AtomicMax:
         plan[o.result()] = of(o.operand(0));
         return;

@@ -3,6 +3,33 @@
 
 namespace tilefuse::lower::detail {
 
+namespace {
+// The atomicrmw operation of an atomic op on element type d.
+llvm::AtomicRMWInst::BinOp rmwOp(const Op& op, DType d) {
+  using R = llvm::AtomicRMWInst;
+  bool f = isFloat(d), u = isUnsigned(d);
+  switch (op.kind()) {
+    case OpKind::AtomicAdd: return f ? R::FAdd : R::Add;
+    case OpKind::AtomicMax: return f ? R::FMax : u ? R::UMax : R::Max;
+    case OpKind::AtomicMin: return f ? R::FMin : u ? R::UMin : R::Min;
+    case OpKind::AtomicXchg: return R::Xchg;
+    case OpKind::AtomicAnd: return R::And;
+    case OpKind::AtomicOr: return R::Or;
+    case OpKind::AtomicXor: return R::Xor;
+    default: throw InternalError("rmwOp on " + std::string(op.mnemonic()));
+  }
+}
+
+// Triton's sem as an LLVM ordering (NVPTX adds the fences); an op without one is relaxed.
+llvm::AtomicOrdering ordering(const Op& op) {
+  std::string sem = op.hasAttr("sem") ? op.strAttr("sem") : "relaxed";
+  if (sem == "acq_rel") return llvm::AtomicOrdering::AcquireRelease;
+  if (sem == "acquire") return llvm::AtomicOrdering::Acquire;
+  if (sem == "release") return llvm::AtomicOrdering::Release;
+  return llvm::AtomicOrdering::Monotonic;
+}
+}  // namespace
+
 void Lowering::lowerMemory(const Op& op) {
   const Type& pt = op.operand(0)->type();
   DType d = pt.elem;
@@ -12,14 +39,16 @@ void Lowering::lowerMemory(const Op& op) {
   const Regs& p = get(op.operand(0));
   const Layout& L = p.L;
   bool load = op.kind() == OpKind::Load;
-  unsigned maskIdx = load ? 1 : 2;
+  bool cas = op.kind() == OpKind::AtomicCas;
+  unsigned maskIdx = load ? 1 : cas ? 3 : 2;
   Regs maskRegs = op.numOperands() > maskIdx ? in(op.operand(maskIdx), L) : Regs{};
   const Regs* mask = maskRegs.e.empty() ? nullptr : &maskRegs;
   Regs otherRegs = load && op.numOperands() > 2 ? in(op.operand(2), L) : Regs{};
   const Regs* other = otherRegs.e.empty() ? nullptr : &otherRegs;
-  Regs value = load ? Regs{} : in(op.operand(1), L);
+  Regs value = load ? Regs{} : in(op.operand(cas ? 2 : 1), L);
+  Regs cmp = cas ? in(op.operand(1), L) : Regs{};
   Regs out{{}, L};
-  if (op.kind() != OpKind::AtomicAdd && op.kind() != OpKind::AtomicMax && d != DType::I1) {
+  if ((load || op.kind() == OpKind::Store) && d != DType::I1) {
     const Value* m = mask ? op.operand(maskIdx) : nullptr;
     int64_t width = accessWidth(op.operand(0), m);
     int64_t eb = static_cast<int64_t>(mod_.getDataLayout().getTypeAllocSize(mt));
@@ -66,16 +95,14 @@ void Lowering::lowerMemory(const Op& op) {
           nullptr);
       continue;
     }
-    bool f = isFloat(d);
-    llvm::AtomicRMWInst::BinOp rmw = op.kind() == OpKind::AtomicAdd
-                                         ? (f ? llvm::AtomicRMWInst::FAdd : llvm::AtomicRMWInst::Add)
-                                         : (f               ? llvm::AtomicRMWInst::FMax
-                                            : isUnsigned(d) ? llvm::AtomicRMWInst::UMax
-                                                            : llvm::AtomicRMWInst::Max);
-    out.e.push_back(guarded(
-        cond,
-        [&]() -> LVal* { return b_.CreateAtomicRMW(rmw, ptr, v, llvm::MaybeAlign(), llvm::AtomicOrdering::Monotonic); },
-        llvm::Constant::getNullValue(et)));
+    auto atomic = [&]() -> LVal* {
+      llvm::AtomicOrdering ord = ordering(op);
+      if (!cas) return b_.CreateAtomicRMW(rmwOp(op, d), ptr, v, llvm::MaybeAlign(), ord);
+      LVal* pair = b_.CreateAtomicCmpXchg(ptr, cmp.e[s], v, llvm::MaybeAlign(), ord,
+                                          llvm::AtomicCmpXchgInst::getStrongestFailureOrdering(ord));
+      return b_.CreateExtractValue(pair, 0);
+    };
+    out.e.push_back(guarded(cond, atomic, llvm::Constant::getNullValue(et)));
   }
   if (op.numResults()) vals_[op.result()] = std::move(out);
 }

@@ -618,6 +618,12 @@ void Lowering::lowerOp(const Op& op) {
     case OpKind::Load:
     case OpKind::Store:
     case OpKind::AtomicAdd:
+    case OpKind::AtomicMin:
+    case OpKind::AtomicXchg:
+    case OpKind::AtomicAnd:
+    case OpKind::AtomicOr:
+    case OpKind::AtomicXor:
+    case OpKind::AtomicCas:
     case OpKind::AtomicMax:
       return lowerMemory(op);
     case OpKind::MakeDesc:
@@ -650,6 +656,8 @@ void Lowering::lowerOp(const Op& op) {
       return lowerCall(op);
     case OpKind::Print:
       return lowerPrint(op);
+    case OpKind::DebugBarrier:
+      return barrier();
     case OpKind::Assert:
       return lowerAssert(op);
     default:

@@ -139,6 +139,12 @@ class Converter {
       case OpKind::Load:
       case OpKind::Store:
       case OpKind::AtomicAdd:
+      case OpKind::AtomicMin:
+      case OpKind::AtomicXchg:
+      case OpKind::AtomicAnd:
+      case OpKind::AtomicOr:
+      case OpKind::AtomicXor:
+      case OpKind::AtomicCas:
       case OpKind::AtomicMax:
         for (unsigned i = 1; i < o.numOperands(); ++i) w[i] = inLayoutOf(o.operand(i), o.operand(0));
         break;

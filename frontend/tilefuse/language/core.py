@@ -512,22 +512,77 @@ def store(pointer, value, mask=None, boundary_check=None, cache_modifier="", evi
     _builder.store(p.handle, v.handle, m)
 
 
-def _atomic(kind, pointer, val, mask, b):
+_ATOMIC_SEMS = ("acq_rel", "acquire", "release", "relaxed")
+_ATOMIC_SCOPES = ("gpu", "cta", "sys")
+
+
+def _check_sem_scope(sem, scope):
+    # Triton's default sem is acq_rel; scope is checked but the GPU backend always emits
+    # system-scope atomics, which are at least as strong as gpu or cta scope.
+    sem, scope = _unwrap(sem), _unwrap(scope)
+    if sem is not None and sem not in _ATOMIC_SEMS:
+        raise ValueError(f"atomic sem must be one of {', '.join(_ATOMIC_SEMS)}, got {sem!r}")
+    if scope is not None and scope not in _ATOMIC_SCOPES:
+        raise ValueError(f"atomic scope must be one of {', '.join(_ATOMIC_SCOPES)}, got {scope!r}")
+    return sem or "acq_rel"
+
+
+def _atomic(kind, pointer, val, mask, sem, scope, b):
+    sem = _check_sem_scope(sem, scope)
     p = to_tensor(pointer, b)
     v = to_tensor(val, b, like=_PointeeProxy(p))
     mask = _unwrap(mask)
     m = to_tensor(mask, b).handle if mask is not None else None
-    return tensor(b.atomic(kind, p.handle, v.handle, m))
+    return tensor(b.atomic(kind, p.handle, v.handle, m, sem))
 
 
 @builtin
 def atomic_add(pointer, val, mask=None, sem=None, scope=None, _builder=None):
-    return _atomic(_K.AtomicAdd, pointer, val, mask, _builder)
+    return _atomic(_K.AtomicAdd, pointer, val, mask, sem, scope, _builder)
 
 
 @builtin
 def atomic_max(pointer, val, mask=None, sem=None, scope=None, _builder=None):
-    return _atomic(_K.AtomicMax, pointer, val, mask, _builder)
+    return _atomic(_K.AtomicMax, pointer, val, mask, sem, scope, _builder)
+
+
+@builtin
+def atomic_min(pointer, val, mask=None, sem=None, scope=None, _builder=None):
+    return _atomic(_K.AtomicMin, pointer, val, mask, sem, scope, _builder)
+
+
+@builtin
+def atomic_xchg(pointer, val, mask=None, sem=None, scope=None, _builder=None):
+    return _atomic(_K.AtomicXchg, pointer, val, mask, sem, scope, _builder)
+
+
+@builtin
+def atomic_and(pointer, val, mask=None, sem=None, scope=None, _builder=None):
+    return _atomic(_K.AtomicAnd, pointer, val, mask, sem, scope, _builder)
+
+
+@builtin
+def atomic_or(pointer, val, mask=None, sem=None, scope=None, _builder=None):
+    return _atomic(_K.AtomicOr, pointer, val, mask, sem, scope, _builder)
+
+
+@builtin
+def atomic_xor(pointer, val, mask=None, sem=None, scope=None, _builder=None):
+    return _atomic(_K.AtomicXor, pointer, val, mask, sem, scope, _builder)
+
+
+@builtin
+def atomic_cas(pointer, cmp, val, sem=None, scope=None, _builder=None):
+    sem = _check_sem_scope(sem, scope)
+    p = to_tensor(pointer, _builder)
+    c = to_tensor(cmp, _builder, like=_PointeeProxy(p))
+    v = to_tensor(val, _builder, like=_PointeeProxy(p))
+    return tensor(_builder.atomic_cas(p.handle, c.handle, v.handle, sem))
+
+
+@builtin
+def debug_barrier(_builder=None):
+    _builder.debug_barrier()
 
 
 @builtin

@@ -71,7 +71,10 @@ class Builder {
   // Memory.
   Value* load(Value* ptr, Value* mask = nullptr, Value* other = nullptr);
   void store(Value* ptr, Value* value, Value* mask = nullptr);
-  Value* atomic(OpKind kind, Value* ptr, Value* value, Value* mask = nullptr);
+  // sem: "" (relaxed) or a Triton sem ("acq_rel", "acquire", "release", "relaxed").
+  Value* atomic(OpKind kind, Value* ptr, Value* value, Value* mask = nullptr, const std::string& sem = "");
+  Value* atomicCas(Value* ptr, Value* cmp, Value* value, const std::string& sem = "");
+  void debugBarrier();
   Value* makeDesc(Value* base, const std::vector<Value*>& sizes, const std::vector<Value*>& strides,
                   const std::vector<int64_t>& blockShape);
   Value* descLoad(Value* desc, const std::vector<Value*>& offsets);
