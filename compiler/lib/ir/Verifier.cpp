@@ -635,6 +635,8 @@ void verifyTileOp(const Op& op) {
     case OpKind::Print:
       requireAttr(op, "prefix", 3);
       return;
+    case OpKind::DebugBarrier:
+      return;  // no operands, results or attributes: the op table's counts say it all
     case OpKind::Assert:
       requireAttr(op, "message", 3);
       if (!ty(op.operand(0)).isNumeric() || ty(op.operand(0)).elem != DType::I1)

@@ -39,6 +39,7 @@ from .core import (  # noqa: F401
     ceil,
     clamp,
     constexpr,
+    debug_barrier,
     device_assert,
     device_print,
     dot,
