@@ -147,9 +147,9 @@ void init_ir(py::module_& m) {
       .def("load", &Builder::load, ref, py::arg("ptr"), py::arg("mask") = nullptr, py::arg("other") = nullptr)
       .def("store", &Builder::store, py::arg("ptr"), py::arg("value"), py::arg("mask") = nullptr)
       .def("atomic", &Builder::atomic, ref, py::arg("kind"), py::arg("ptr"), py::arg("value"),
-           py::arg("mask") = nullptr, py::arg("sem") = "")
+           py::arg("mask") = nullptr, py::arg("sem") = "", py::arg("scope") = "")
       .def("atomic_cas", &Builder::atomicCas, ref, py::arg("ptr"), py::arg("cmp"), py::arg("value"),
-           py::arg("sem") = "")
+           py::arg("sem") = "", py::arg("scope") = "")
       .def("debug_barrier", &Builder::debugBarrier)
       .def("make_desc", &Builder::makeDesc, ref)
       .def("desc_load", &Builder::descLoad, ref)

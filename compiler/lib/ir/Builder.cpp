@@ -377,13 +377,16 @@ void Builder::store(Value* ptr, Value* value, Value* mask) {
 }
 
 namespace {
-std::map<std::string, Attr> semAttr(const std::string& sem) {
-  if (sem.empty()) return {};
-  return {{"sem", Attr(sem)}};
+std::map<std::string, Attr> semAttrs(const std::string& sem, const std::string& scope) {
+  std::map<std::string, Attr> a;
+  if (!sem.empty()) a.emplace("sem", Attr(sem));
+  if (!scope.empty()) a.emplace("scope", Attr(scope));
+  return a;
 }
 }  // namespace
 
-Value* Builder::atomic(OpKind kind, Value* ptr, Value* value, Value* mask, const std::string& sem) {
+Value* Builder::atomic(OpKind kind, Value* ptr, Value* value, Value* mask, const std::string& sem,
+                       const std::string& scope) {
   if (!ptr->type().isPtr()) fail("atomics need a pointer or a tile of pointers, got " + ptr->type().str());
   value = castTo(value, ptr->type().elem);
   std::tie(ptr, value) = broadcastPair(ptr, value);
@@ -393,17 +396,17 @@ Value* Builder::atomic(OpKind kind, Value* ptr, Value* value, Value* mask, const
     value = broadcastTo(value, ptr->type().shape);  // the result takes the mask's shape too
     ops = {ptr, value, mask};
   }
-  return checked(create(kind, ops, {value->type()}, semAttr(sem)));
+  return checked(create(kind, ops, {value->type()}, semAttrs(sem, scope)));
 }
 
-Value* Builder::atomicCas(Value* ptr, Value* cmp, Value* value, const std::string& sem) {
+Value* Builder::atomicCas(Value* ptr, Value* cmp, Value* value, const std::string& sem, const std::string& scope) {
   if (!ptr->type().isPtr()) fail("atomic_cas needs a pointer or a tile of pointers, got " + ptr->type().str());
   cmp = castTo(cmp, ptr->type().elem);
   value = castTo(value, ptr->type().elem);
   std::tie(ptr, cmp) = broadcastPair(ptr, cmp);
   std::tie(ptr, value) = broadcastPair(ptr, value);
   cmp = broadcastTo(cmp, ptr->type().shape);
-  return checked(create(OpKind::AtomicCas, {ptr, cmp, value}, {value->type()}, semAttr(sem)));
+  return checked(create(OpKind::AtomicCas, {ptr, cmp, value}, {value->type()}, semAttrs(sem, scope)));
 }
 
 void Builder::debugBarrier() { checked(create(OpKind::DebugBarrier, {}, {})); }

@@ -250,6 +250,10 @@ void verifyMemory(const Op& op) {
         if (sem != "acq_rel" && sem != "acquire" && sem != "release" && sem != "relaxed")
           fail(op, "sem must be acq_rel, acquire, release or relaxed, got '" + sem + "'");
       }
+      if (op.hasAttr("scope")) {
+        const std::string& scope = op.strAttr("scope");
+        if (scope != "gpu" && scope != "cta" && scope != "sys") fail(op, "scope must be gpu, cta or sys, got '" + scope + "'");
+      }
       return;
     }
   }

@@ -20,13 +20,20 @@ llvm::AtomicRMWInst::BinOp rmwOp(const Op& op, DType d) {
   }
 }
 
-// Triton's sem as an LLVM ordering (NVPTX adds the fences); an op without one is relaxed.
+// Triton's sem as an LLVM ordering; an op without one is relaxed.
 llvm::AtomicOrdering ordering(const Op& op) {
   std::string sem = op.hasAttr("sem") ? op.strAttr("sem") : "relaxed";
   if (sem == "acq_rel") return llvm::AtomicOrdering::AcquireRelease;
   if (sem == "acquire") return llvm::AtomicOrdering::Acquire;
   if (sem == "release") return llvm::AtomicOrdering::Release;
   return llvm::AtomicOrdering::Monotonic;
+}
+
+// The membar of an atomic's attr scope (absent: gpu).
+llvm::Intrinsic::ID membar(const Op& op) {
+  std::string scope = op.hasAttr("scope") ? op.strAttr("scope") : "gpu";
+  if (scope == "cta") return llvm::Intrinsic::nvvm_membar_cta;
+  return scope == "sys" ? llvm::Intrinsic::nvvm_membar_sys : llvm::Intrinsic::nvvm_membar_gl;
 }
 }  // namespace
 
@@ -96,11 +103,17 @@ void Lowering::lowerMemory(const Op& op) {
       continue;
     }
     auto atomic = [&]() -> LVal* {
-      llvm::AtomicOrdering ord = ordering(op);
-      if (!cas) return b_.CreateAtomicRMW(rmwOp(op, d), ptr, v, llvm::MaybeAlign(), ord);
-      LVal* pair = b_.CreateAtomicCmpXchg(ptr, cmp.e[s], v, llvm::MaybeAlign(), ord,
-                                          llvm::AtomicCmpXchgInst::getStrongestFailureOrdering(ord));
-      return b_.CreateExtractValue(pair, 0);
+      // LLVM 19's NVPTX emits relaxed atom whatever the ordering and cannot select acquire
+      // or release fences: membars at the op's scope carry the sem.
+      using O = llvm::AtomicOrdering;
+      O ord = ordering(op), relaxed = O::Monotonic;
+      auto fence = [&] { b_.CreateIntrinsic(membar(op), {}, {}); };
+      if (ord == O::Release || ord == O::AcquireRelease) fence();
+      LVal* old = cas ? b_.CreateExtractValue(
+                            b_.CreateAtomicCmpXchg(ptr, cmp.e[s], v, llvm::MaybeAlign(), relaxed, relaxed), 0)
+                      : b_.CreateAtomicRMW(rmwOp(op, d), ptr, v, llvm::MaybeAlign(), relaxed);
+      if (ord == O::Acquire || ord == O::AcquireRelease) fence();
+      return old;
     };
     out.e.push_back(guarded(cond, atomic, llvm::Constant::getNullValue(et)));
   }

@@ -517,23 +517,22 @@ _ATOMIC_SCOPES = ("gpu", "cta", "sys")
 
 
 def _check_sem_scope(sem, scope):
-    # Triton's default sem is acq_rel; scope is checked but the GPU backend always emits
-    # system-scope atomics, which are at least as strong as gpu or cta scope.
+    # Triton's defaults: acq_rel at gpu scope.
     sem, scope = _unwrap(sem), _unwrap(scope)
     if sem is not None and sem not in _ATOMIC_SEMS:
         raise ValueError(f"atomic sem must be one of {', '.join(_ATOMIC_SEMS)}, got {sem!r}")
     if scope is not None and scope not in _ATOMIC_SCOPES:
         raise ValueError(f"atomic scope must be one of {', '.join(_ATOMIC_SCOPES)}, got {scope!r}")
-    return sem or "acq_rel"
+    return sem or "acq_rel", scope or "gpu"
 
 
 def _atomic(kind, pointer, val, mask, sem, scope, b):
-    sem = _check_sem_scope(sem, scope)
+    sem, scope = _check_sem_scope(sem, scope)
     p = to_tensor(pointer, b)
     v = to_tensor(val, b, like=_PointeeProxy(p))
     mask = _unwrap(mask)
     m = to_tensor(mask, b).handle if mask is not None else None
-    return tensor(b.atomic(kind, p.handle, v.handle, m, sem))
+    return tensor(b.atomic(kind, p.handle, v.handle, m, sem, scope))
 
 
 @builtin
@@ -573,11 +572,11 @@ def atomic_xor(pointer, val, mask=None, sem=None, scope=None, _builder=None):
 
 @builtin
 def atomic_cas(pointer, cmp, val, sem=None, scope=None, _builder=None):
-    sem = _check_sem_scope(sem, scope)
+    sem, scope = _check_sem_scope(sem, scope)
     p = to_tensor(pointer, _builder)
     c = to_tensor(cmp, _builder, like=_PointeeProxy(p))
     v = to_tensor(val, _builder, like=_PointeeProxy(p))
-    return tensor(_builder.atomic_cas(p.handle, c.handle, v.handle, sem))
+    return tensor(_builder.atomic_cas(p.handle, c.handle, v.handle, sem, scope))
 
 
 @builtin

@@ -108,8 +108,13 @@ def test_bad_atomics_name_the_kernel_line(op, dtype, sem, scope, msg):
 def test_rmw_ptx_assembles(op, dtype, arch, tmp_path):
     dst0, v, old = ak.rmw_inputs(np.random.default_rng(0), op, dtype, 2)
     k = ak.rmw.warmup(dst0, v, old, 13, OP=op, BLOCK=ak.BLOCK, grid=(2,), target=arch)
-    assert "atom" in k.asm["ptx"]
-    assert_assembles(k.asm["ptx"], arch, tmp_path)
+    ptx = k.asm["ptx"]
+    assert "atom" in ptx
+    # rmw's sem/scope per op: relaxed max has no fence, the others a membar at their scope.
+    bars = {"max": 0, "and": 1, "or": 1, "xor": 2, "xchg": 2, "min": 2, "add": 2}[op]
+    scope = {"or": "cta", "xor": "sys"}.get(op, "gl")
+    assert ptx.count("membar.") == ptx.count(f"membar.{scope}") == bars
+    assert_assembles(ptx, arch, tmp_path)
 
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])

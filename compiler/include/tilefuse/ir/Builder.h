@@ -71,9 +71,11 @@ class Builder {
   // Memory.
   Value* load(Value* ptr, Value* mask = nullptr, Value* other = nullptr);
   void store(Value* ptr, Value* value, Value* mask = nullptr);
-  // sem: "" (relaxed) or a Triton sem ("acq_rel", "acquire", "release", "relaxed").
-  Value* atomic(OpKind kind, Value* ptr, Value* value, Value* mask = nullptr, const std::string& sem = "");
-  Value* atomicCas(Value* ptr, Value* cmp, Value* value, const std::string& sem = "");
+  // sem: "" (relaxed) or a Triton sem ("acq_rel", "acquire", "release", "relaxed");
+  // scope: "" (gpu) or "gpu", "cta", "sys".
+  Value* atomic(OpKind kind, Value* ptr, Value* value, Value* mask = nullptr, const std::string& sem = "",
+                const std::string& scope = "");
+  Value* atomicCas(Value* ptr, Value* cmp, Value* value, const std::string& sem = "", const std::string& scope = "");
   void debugBarrier();
   Value* makeDesc(Value* base, const std::vector<Value*>& sizes, const std::vector<Value*>& strides,
                   const std::vector<int64_t>& blockShape);
