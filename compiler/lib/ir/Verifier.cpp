@@ -252,7 +252,8 @@ void verifyMemory(const Op& op) {
       }
       if (op.hasAttr("scope")) {
         const std::string& scope = op.strAttr("scope");
-        if (scope != "gpu" && scope != "cta" && scope != "sys") fail(op, "scope must be gpu, cta or sys, got '" + scope + "'");
+        if (scope != "gpu" && scope != "cta" && scope != "sys")
+          fail(op, "scope must be gpu, cta or sys, got '" + scope + "'");
       }
       return;
     }

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tilefuse as tf
 import tilefuse.language as tl
+
 from tests import atomic_kernels as ak
 from tests.ptxas import PTXAS, assert_assembles
 
@@ -92,7 +93,13 @@ def k_bad_atomic(p_ptr, OP: tl.constexpr, SEM: tl.constexpr, SCOPE: tl.constexpr
     [
         ("and", np.float32, None, None, "'atomic_and' does not support element type f32"),
         ("cas", np.float32, None, None, "'atomic_cas' does not support element type f32"),
-        ("and", np.int32, "seq_cst", None, "atomic sem must be one of acq_rel, acquire, release, relaxed, got 'seq_cst'"),
+        (
+            "and",
+            np.int32,
+            "seq_cst",
+            None,
+            "atomic sem must be one of acq_rel, acquire, release, relaxed, got 'seq_cst'",
+        ),
         ("cas", np.int32, None, "device", "atomic scope must be one of gpu, cta, sys, got 'device'"),
     ],
 )
