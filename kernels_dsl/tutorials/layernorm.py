@@ -8,8 +8,9 @@ dy * xhat (to dw) and dy (to db). Summing those over all M rows in one buffer
 would serialize every program on the same N addresses, so, as in Triton's
 tutorial, row i adds into row (i % GROUP_SIZE_M) of a [GROUP_SIZE_M, N] fp32
 buffer, and `_layer_norm_bwd_dwdb` reduces the GROUP_SIZE_M rows. Triton's
-tutorial guards each buffer row with a spin lock (atomic_cas); tilefuse has no
-atomic_cas, so the rows are accumulated with tl.atomic_add instead.
+tutorial guards each buffer row with a spin lock (atomic_cas); here the rows are
+accumulated with tl.atomic_add, which needs no lock (the lock pattern itself is
+tests/atomic_kernels.py's spin_lock).
 """
 
 import numpy as np
