@@ -6,7 +6,7 @@ namespace tilefuse::lower::detail {
 
 // A hint for a dot that misses the tensor-core path of its arch.
 void Lowering::hintDot(const Op& op, const std::string& whyNotWgmma) {
-  bool mma = onMma(op);
+  bool mma = onMmaLayout(op);
   std::string where = mma ? "runs on mma.sync, operands staged through shared memory each step"
                           : "runs on FMAs (no tensor-core form for these types and shapes on " + opts_.arch + ")";
   if (!whyNotWgmma.empty())
@@ -33,7 +33,7 @@ Regs Lowering::dotRegs(const Op& op, const Type& at, const Regs& aRegs, const Ty
   llvm::Type* accTy = intDot ? b_.getInt32Ty() : b_.getFloatTy();
   // Operands go to shared memory in their own types; products accumulate in fp32 (i32).
   int64_t aBytes = m * k * storeBytes(at);
-  if (onMma(op)) {
+  if (onMmaLayout(op)) {
     // The accumulator in the mma layout (as planned; other layouts convert around it).
     Regs accM = convert(acc, ct, mmaAccLayout(m, n, threads_));
     barrier();

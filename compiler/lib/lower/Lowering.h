@@ -316,17 +316,11 @@ class Lowering {
   // (its tiling in `w`; else `why` says why wgmma does not apply, for a hint).
   bool onWgmma(const Op& op, WgmmaShape* w = nullptr, std::string* why = nullptr) {
     if (op.kind() != OpKind::Dot && op.kind() != OpKind::DotScaled) return false;
-    const DistLayout* d = op.result()->type().dist();
-    bool planned = d && d->kind == DistKind::Wgmma;
+    bool planned = onWgmmaLayout(op);
     WgmmaShape unused;
     bool applies = wgmmaApplies(op, opts_.arch, threads_, w ? w : &unused, planned ? nullptr : why);
     if (planned && !applies) throw InternalError("lowering: a dot in a #wgmma layout that wgmma cannot run");
     return planned;
-  }
-  // Whether dot `op` runs on mma.sync: its result is in the #mma layout.
-  static bool onMma(const Op& op) {
-    const DistLayout* d = op.result()->type().dist();
-    return op.kind() == OpKind::Dot && d && d->kind == DistKind::Mma;
   }
   WgmmaB wgmmaB(const Op& dot) const { return detail::wgmmaB(dot, threads_); }
   SharedTile wgmmaOperandTile(const Op& dot, unsigned which, const WgmmaShape& w) const {

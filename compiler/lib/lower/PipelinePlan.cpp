@@ -67,13 +67,6 @@ bool indexOp(const Op& op) {
   }
 }
 
-// A dot that plan-layouts put on wgmma (its result in the #wgmma layout).
-bool onWgmmaLayout(const Op& op) {
-  if (op.kind() != OpKind::Dot && op.kind() != OpKind::DotScaled) return false;
-  const DistLayout* d = op.result()->type().dist();
-  return d && d->kind == DistKind::Wgmma;
-}
-
 // The arch of the GPU-stage function holding `op`.
 std::string funcArch(const Op& op) {
   const Op* f = &op;

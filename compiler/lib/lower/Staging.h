@@ -50,6 +50,17 @@ inline bool scaledOnFp8(const Op& dot) {
 inline bool wgmmaPromotes(const Op& dot) {
   return (dot.kind() == OpKind::Dot && isFp8(dot.operand(0)->type().elem)) || scaledOnFp8(dot);
 }
+// A dot that plan-layouts put on wgmma (its result in the #wgmma layout), or on
+// mma.sync (#mma): the GPU-stage passes and the lowering take the instruction from it.
+inline bool onWgmmaLayout(const Op& op) {
+  if (op.kind() != OpKind::Dot && op.kind() != OpKind::DotScaled) return false;
+  const DistLayout* d = op.result()->type().dist();
+  return d && d->kind == DistKind::Wgmma;
+}
+inline bool onMmaLayout(const Op& op) {
+  const DistLayout* d = op.result()->type().dist();
+  return op.kind() == OpKind::Dot && d && d->kind == DistKind::Mma;
+}
 // The accumulator operand of dot (2) and dot_scaled (4).
 inline unsigned accOperand(const Op& dot) { return dot.kind() == OpKind::Dot ? 2 : 4; }
 

@@ -26,12 +26,6 @@ namespace {
 
 namespace L = lower::detail;
 
-bool onWgmma(const Op& op) {
-  if (op.kind() != OpKind::Dot && op.kind() != OpKind::DotScaled) return false;
-  const DistLayout* d = op.result()->type().dist();
-  return d && d->kind == DistKind::Wgmma;
-}
-
 // Whether `op` lies in a loop (which may enter its pipelined loop again).
 bool inLoop(const Op& op) {
   for (const Op* p = op.parentOp(); p; p = p->parentOp())
@@ -65,7 +59,7 @@ void allocate(Op& f) {
       }
       return;
     }
-    if (!onWgmma(*o)) return;
+    if (!L::onWgmmaLayout(*o)) return;
     const Op* loop = o->parentOp();
     bool pipelined = loop && loop->kind() == OpKind::For && loop->hasAttr("pipeline_stages");
     if (pipelined) return;
