@@ -990,7 +990,7 @@ void Machine::execDebug(const Op& op) {
 }
 
 void Machine::exec(const Op& op) {
-  switch (op.kind()) {
+  switch (accessKind(op)) {
     case OpKind::Cmp: return execCmp(op);
     case OpKind::Cast:
     case OpKind::Bitcast: return execCast(op);
@@ -1009,15 +1009,7 @@ void Machine::exec(const Op& op) {
     case OpKind::Select:
     case OpKind::PtrAdd: return execShape(op);
     case OpKind::Load:
-    case OpKind::Store:
-    case OpKind::AtomicAdd:
-    case OpKind::AtomicMin:
-    case OpKind::AtomicXchg:
-    case OpKind::AtomicAnd:
-    case OpKind::AtomicOr:
-    case OpKind::AtomicXor:
-    case OpKind::AtomicCas:
-    case OpKind::AtomicMax: return execMemory(op);
+    case OpKind::Store: return execMemory(op);
     case OpKind::MakeDesc:
     case OpKind::DescLoad:
     case OpKind::DescStore: return execDesc(op);

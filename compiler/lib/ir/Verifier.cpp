@@ -561,7 +561,7 @@ void verifyStructure(const Op& op) {
 }
 
 void verifyTileOp(const Op& op) {
-  switch (op.kind()) {
+  switch (accessKind(op)) {
     case OpKind::Func: return verifyFunc(op);
     case OpKind::Return:
     case OpKind::Yield:
@@ -609,15 +609,7 @@ void verifyTileOp(const Op& op) {
       if (ty(op.result()) != Type::scalar(DType::I32)) fail(op, "result must be i32, got " + ty(op.result()).str());
       return;
     case OpKind::Load:
-    case OpKind::Store:
-    case OpKind::AtomicAdd:
-    case OpKind::AtomicMin:
-    case OpKind::AtomicXchg:
-    case OpKind::AtomicAnd:
-    case OpKind::AtomicOr:
-    case OpKind::AtomicXor:
-    case OpKind::AtomicCas:
-    case OpKind::AtomicMax: return verifyMemory(op);
+    case OpKind::Store: return verifyMemory(op);
     case OpKind::MakeDesc:
     case OpKind::DescLoad:
     case OpKind::DescStore: return verifyDesc(op);

@@ -381,19 +381,11 @@ void verifyTileOpLayouts(const Op& op) {
       fail(op, nth(i) + " must be in " + whose + " layout " + layoutStr(ref.layout) + ", got " + layoutStr(t.layout));
   };
   const Type& r = op.numResults() ? op.result(0)->type() : Type{};
-  switch (op.kind()) {
+  switch (accessKind(op)) {
     case OpKind::Hint:
       return same(0, r, "the result's");
     case OpKind::Load:
-    case OpKind::Store:
-    case OpKind::AtomicAdd:
-    case OpKind::AtomicMin:
-    case OpKind::AtomicXchg:
-    case OpKind::AtomicAnd:
-    case OpKind::AtomicOr:
-    case OpKind::AtomicXor:
-    case OpKind::AtomicCas:
-    case OpKind::AtomicMax: {
+    case OpKind::Store: {
       const Type& p = op.operand(0)->type();
       for (unsigned i = 1; i < op.numOperands(); ++i) same(i, p, "the pointers'");
       if (r.isTile() && r.layout != p.layout)

@@ -241,7 +241,7 @@ class Planner {
   }
 
   void op(const Op& o) {
-    switch (o.kind()) {
+    switch (accessKind(o)) {
       case OpKind::Dot:
       case OpKind::DotScaled: {
         WgmmaShape w;
@@ -256,14 +256,6 @@ class Planner {
       }
       case OpKind::Hint:
       case OpKind::Load:
-      case OpKind::AtomicAdd:
-      case OpKind::AtomicMin:
-      case OpKind::AtomicXchg:
-      case OpKind::AtomicAnd:
-      case OpKind::AtomicOr:
-      case OpKind::AtomicXor:
-      case OpKind::AtomicCas:
-      case OpKind::AtomicMax:
         plan[o.result()] = of(o.operand(0));
         return;
       case OpKind::For: {

@@ -471,7 +471,7 @@ void Lowering::lowerOp(const Op& op) {
     vals_[op.result()] = std::move(r);
   };
   auto operand = [&](unsigned i) { return in(op.operand(i), L); };
-  switch (op.kind()) {
+  switch (accessKind(op)) {
     case OpKind::Constant: {
       const Attr& v = *op.attr("value");
       LVal* c;
@@ -617,14 +617,6 @@ void Lowering::lowerOp(const Op& op) {
     }
     case OpKind::Load:
     case OpKind::Store:
-    case OpKind::AtomicAdd:
-    case OpKind::AtomicMin:
-    case OpKind::AtomicXchg:
-    case OpKind::AtomicAnd:
-    case OpKind::AtomicOr:
-    case OpKind::AtomicXor:
-    case OpKind::AtomicCas:
-    case OpKind::AtomicMax:
       return lowerMemory(op);
     case OpKind::MakeDesc:
     case OpKind::DescLoad:

@@ -132,20 +132,12 @@ class Converter {
       return t;
     };
     const Op* parent = o.parentOp();
-    switch (o.kind()) {
+    switch (accessKind(o)) {
       case OpKind::Hint:
         w[0] = o.result()->type();
         break;
       case OpKind::Load:
       case OpKind::Store:
-      case OpKind::AtomicAdd:
-      case OpKind::AtomicMin:
-      case OpKind::AtomicXchg:
-      case OpKind::AtomicAnd:
-      case OpKind::AtomicOr:
-      case OpKind::AtomicXor:
-      case OpKind::AtomicCas:
-      case OpKind::AtomicMax:
         for (unsigned i = 1; i < o.numOperands(); ++i) w[i] = inLayoutOf(o.operand(i), o.operand(0));
         break;
       case OpKind::Dot:

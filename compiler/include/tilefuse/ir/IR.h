@@ -35,6 +35,7 @@ enum OpTrait : uint32_t {
   Loop = 1u << 9,
   IsolatedFromAbove = 1u << 10,
   GpuLevel = 1u << 11,  // only in functions of the GPU stage ({gpu = true})
+  Atomic = 1u << 12,    // a read-modify-write through its pointers, returning the old values
 };
 
 struct OpInfo {
@@ -66,13 +67,14 @@ struct Use {
 
 class Value {
  public:
-  Value(Type type, Op* def, Block* owner, unsigned index) : type_(std::move(type)), def_(def), owner_(owner), index_(index) {}
+  Value(Type type, Op* def, Block* owner, unsigned index)
+      : type_(std::move(type)), def_(def), owner_(owner), index_(index) {}
   Value(const Value&) = delete;
   Value& operator=(const Value&) = delete;
 
   const Type& type() const { return type_; }
   void setType(Type t) { type_ = std::move(t); }
-  Op* definingOp() const { return def_; }      // null for block arguments
+  Op* definingOp() const { return def_; }       // null for block arguments
   Block* ownerBlock() const { return owner_; }  // the block of a block argument, else the defining op's block
   unsigned index() const { return index_; }
   const std::vector<Use>& uses() const { return uses_; }
@@ -212,6 +214,10 @@ class Module {
 
 // Func helpers: the name, result types, and whether it is in the GPU stage ({gpu = true}).
 std::string funcName(const Op& func);
+// The kind a dispatching switch reads: every atomic as OpKind::Load, since it is
+// verified, laid out and executed as an access through its pointers (its own kind
+// decides only the read-modify-write).
+inline OpKind accessKind(const Op& op) { return op.has(Atomic) ? OpKind::Load : op.kind(); }
 std::vector<Type> funcResultTypes(const Op& func);
 bool isGpuStage(const Op& func);
 
