@@ -129,6 +129,7 @@ def main():
     res = {
         "driver": tf._C.runtime.device_info(0).name,
         "tensors": kind,
+        "torch_reads": "direct" if tf._C.launcher.torch_reads_enabled() else f"methods: {tf.gpu.torch_reads_why}",
         "python_launch_us": per_call_us(lambda: k[(4,)](x, y, out, n, BLOCK_SIZE=1024)),
         "parts_us": {
             "empty lambda": per_call_us(lambda: None),

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "Specialize.h"
+#include "TorchReads.h"
 
 namespace tilefuse::launcher {
 
@@ -127,7 +128,8 @@ void FastPath::addTensorTypes(const std::vector<py::type>& types) {
     if (std::any_of(tensorTypes_.begin(), tensorTypes_.end(), [&](const TensorType& k) { return k.type == type; }))
       continue;
     if (!py::hasattr(t, "data_ptr") || !py::hasattr(t, "get_device")) continue;
-    TensorType k{type, t.attr("data_ptr"), t.attr("get_device"), py::object()};
+    const TorchReads* reads = TorchReads::get();
+    TensorType k{type, t.attr("data_ptr"), t.attr("get_device"), py::object(), reads && reads->covers(type)};
     if (py::hasattr(t, "dtype")) {
       py::object d = t.attr("dtype");
       if (Py_TYPE(d.ptr())->tp_descr_get && Py_TYPE(d.ptr())->tp_descr_set) k.dtype = d;  // wins over the instance
@@ -204,6 +206,15 @@ bool FastPath::bindCall(py::handle grid, const py::tuple& args, const py::dict& 
 
 bool FastPath::bindTensor(const TensorType& t, PyObject* v, Item& it, int64_t& ptr, Bound& b) const {
   static PyObject* dtypeName = PyUnicode_InternFromString("dtype");
+  if (t.direct) {
+    TorchTensor r;
+    if (!TorchReads::get()->read(v, r)) return false;
+    ptr = r.ptr;
+    int64_t align = static_cast<int64_t>(static_cast<uint64_t>(ptr) % specialize::kAlignment);
+    it = {Kind::Tensor, align | (int64_t(r.dtype) << 8), (int64_t(r.deviceType) << 32) | uint32_t(r.deviceIndex),
+          nullptr};
+    return true;
+  }
   int64_t dev = 0;
   if (!callInt(t.dataPtr.ptr(), v, ptr) || !callInt(t.getDevice.ptr(), v, dev)) return false;
   PyObject* dt = t.dtype ? Py_TYPE(t.dtype.ptr())->tp_descr_get(t.dtype.ptr(), v, reinterpret_cast<PyObject*>(t.type))
@@ -266,7 +277,7 @@ bool FastPath::bindVector(const std::array<uint32_t, 3>& dims, PyObject* const* 
                           [&](const TensorType& k) { return k.type == Py_TYPE(v); });
     if (t != tensorTypes_.end()) {
       if (!bindTensor(*t, v, it, b.values[i], b)) return false;
-      mix(h, reinterpret_cast<size_t>(it.obj));
+      mix(h, reinterpret_cast<size_t>(it.obj));  // null for direct reads, whose dtype is in `a`
     } else {
       specialize::ArgSpec spec;
       double f = 0;

@@ -27,7 +27,8 @@ bool parseGrid(PyObject* grid, std::array<uint32_t, 3>& dims);
 enum class Kind : uint8_t { Const, Tensor, Scalar, Grid };
 
 // One parameter's part of a key. Tensor: a = the address modulo 16, b = the device, obj =
-// the dtype (by identity: torch dtypes are singletons); Scalar: a = its ArgSpec code; Const:
+// the dtype (by identity: torch dtypes are singletons), or, read through TorchReads, a =
+// the address modulo 16 and the dtype's code, b = the device's type and index, obj = null; Scalar: a = its ArgSpec code; Const:
 // obj = the value; Grid: the grid, num_warps and num_stages in a and b. Plain data: a key
 // being matched borrows obj from the call, a remembered key owns it (Entry::refs).
 struct Item {
@@ -54,7 +55,7 @@ class FastPath {
   PyObject* call(const std::array<uint32_t, 3>& dims, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames);
 
   // The types of torch tensors, whose data_ptr, get_device and dtype the fast path reads
-  // (the methods as the type defines them).
+  // (through TorchReads where enabled for the type, else the methods as the type defines them).
   void addTensorTypes(const std::vector<py::type>& types);
 
   // After the full path launched kernel[grid](*args, **kwargs) (kwargs naming num_warps and
@@ -75,6 +76,7 @@ class FastPath {
     PyTypeObject* type;
     py::object dataPtr, getDevice;  // the type's methods
     py::object dtype;               // its data descriptor `dtype`, else null (read as an attribute)
+    bool direct;                    // read through TorchReads, without the methods
   };
   struct Entry {
     std::vector<Item> key;

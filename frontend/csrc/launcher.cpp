@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "FastPath.h"
+#include "TorchReads.h"
 #include "tilefuse/runtime/TensorMap.h"
 
 namespace py = pybind11;
@@ -268,6 +269,20 @@ void init_launcher(py::module_& m) {
            py::arg("result"))
       .def("key", &FastPath::key, py::arg("grid"), py::arg("args"), py::arg("kwargs"))
       .def("__len__", &FastPath::size);
+  l.def(
+      "enable_torch_reads",
+      [](const std::string& library, std::vector<py::object> types, std::vector<py::object> probes) {
+        std::vector<PyObject*> t, p;
+        for (const auto& x : types) t.push_back(x.ptr());
+        for (const auto& x : probes) p.push_back(x.ptr());
+        std::string why;
+        bool ok = tilefuse::launcher::TorchReads::enable(library, t, p, why) != nullptr;
+        return py::make_tuple(ok, why);
+      },
+      py::arg("library"), py::arg("types"), py::arg("probes"),
+      "Reads exactly these torch tensor types without Python calls, if the probes confirm the layout: "
+      "(enabled, why not)");
+  l.def("torch_reads_enabled", [] { return tilefuse::launcher::TorchReads::get() != nullptr; });
   PyTypeObject* launcher = launcherType();
   Py_INCREF(launcher);
   l.attr("Launcher") = py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(launcher));

@@ -220,6 +220,26 @@ def _current_stream(device: int) -> int:
 
 
 _torch = None
+torch_reads_why = "not tried"  # why the fast path calls torch's tensor methods, if it does
+
+
+def _enable_torch_reads(torch):
+    """Lets the launch fast path read torch.Tensor / Parameter without calling their methods
+    (frontend/csrc/TorchReads.h), once probe tensors confirm the layout; TILEFUSE_TORCH_READS=0
+    keeps the method calls."""
+    global torch_reads_why
+    if _C.launcher.torch_reads_enabled() or os.environ.get("TILEFUSE_TORCH_READS", "1") == "0":
+        torch_reads_why = "" if _C.launcher.torch_reads_enabled() else "TILEFUSE_TORCH_READS=0"
+        return
+    lib = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
+    probes = [
+        torch.empty(4, dtype=torch.float16)[1:],
+        torch.empty(2, dtype=torch.float32),
+        torch.empty(3, dtype=torch.bfloat16, device="cuda")[1:],
+        torch.nn.Parameter(torch.empty(2, dtype=torch.float32, device="cuda"), requires_grad=False),
+    ]
+    ok, why = _C.launcher.enable_torch_reads(lib, [torch.Tensor, torch.nn.Parameter], probes)
+    torch_reads_why = "" if ok else why
 
 
 def stream_function():
@@ -227,6 +247,7 @@ def stream_function():
     _current_stream(0)  # imports torch once, if it is there
     if not _torch:
         return None
+    _enable_torch_reads(_torch)
     return getattr(_torch._C, "_cuda_getCurrentRawStream", None) or _current_stream
 
 

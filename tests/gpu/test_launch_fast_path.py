@@ -69,3 +69,49 @@ def test_grid_and_keyword_spellings_share_one_launch():
     add[(16,)](x, y, out, x.numel(), **built)
     torch.cuda.synchronize()
     assert torch.equal(out, x + y)
+
+
+def test_torch_tensors_are_read_without_their_methods():
+    """On this torch the fast path reads torch.Tensor and Parameter directly (TorchReads.h):
+    their key items carry no dtype object, a subclass's do (its methods may differ), and a
+    view's address, a dtype change and a Parameter are read as the methods would."""
+    from tilefuse import _C, gpu
+
+    g = torch.Generator(device="cuda").manual_seed(4)
+    base = torch.randn(4096 + 64, device="cuda", generator=g)
+    x, y = base[64:], torch.randn(4096, device="cuda", generator=g)  # x: a view 256 bytes in
+    out = torch.full_like(y, float("nan"))
+    _launch(x, y, out)
+    assert _C.launcher.torch_reads_enabled(), gpu.torch_reads_why
+    fast = add._fast_path()
+    n = x.numel()
+    key = fast.key((16,), (x, y, out, n), {"BLOCK_SIZE": 256})
+    tensor_items = [k for k in key if k[0] == 1]
+    assert len(tensor_items) == 3 and all(obj is None for _, _, _, obj in tensor_items)
+    before = len(fast)
+    out.fill_(float("nan"))
+    _launch(x, y, out)  # the fast path, with the view's address
+    torch.cuda.synchronize()
+    assert torch.equal(out, x + y) and len(fast) == before
+
+    class Sub(torch.Tensor):
+        pass
+
+    s = x.as_subclass(Sub)
+    fast.add_tensor_types([Sub])
+    sub_items = [k for k in fast.key((16,), (s, y, out, n), {"BLOCK_SIZE": 256}) if k[0] == 1]
+    assert sub_items[0][3] is torch.float32 and sub_items[1][3] is None
+
+    p = torch.nn.Parameter(y.clone(), requires_grad=False)
+    out.fill_(float("nan"))
+    _launch(x, p, out)
+    _launch(x, p, out)
+    torch.cuda.synchronize()
+    assert torch.equal(out, x + y)
+
+    h = torch.randn(4096, device="cuda", generator=g).half()  # another dtype: another kernel
+    oh = torch.full_like(h, float("nan"))
+    _launch(h, h, oh)
+    _launch(h, h, oh)
+    torch.cuda.synchronize()
+    assert torch.equal(oh, h + h)
