@@ -12,11 +12,9 @@ namespace tilefuse::launcher {
 
 namespace {
 
-// The at::Tensor inside a THPVariable: after the object header and MaybeOwned's bool.
-constexpr size_t kTensorOffset = sizeof(PyObject) + alignof(void*);
-static_assert(kTensorOffset == 24, "THPVariable's at::Tensor follows a 16-byte header and an 8-aligned bool");
-
-void* tensorAt(PyObject* obj) { return reinterpret_cast<char*>(obj) + kTensorOffset; }
+// Where a THPVariable's at::Tensor may be: right after the object header (newer torch:
+// `at::Tensor cdata`), or after MaybeOwned's bool (older: `c10::MaybeOwned<at::Tensor>`).
+constexpr size_t kOffsets[] = {sizeof(PyObject), sizeof(PyObject) + alignof(void*)};
 
 std::unique_ptr<TorchReads>& slot() {
   static std::unique_ptr<TorchReads> reads;
@@ -61,7 +59,7 @@ const TorchReads* TorchReads::get() { return slot().get(); }
 bool TorchReads::covers(PyTypeObject* t) const { return std::find(types_.begin(), types_.end(), t) != types_.end(); }
 
 bool TorchReads::read(PyObject* tensor, TorchTensor& out) const {
-  void* t = tensorAt(tensor);
+  void* t = reinterpret_cast<char*>(tensor) + offset_;
   void* p = nullptr;
   if (dataPtr_(t, &p) || deviceType_(t, &out.deviceType) || deviceIndex_(t, &out.deviceIndex) || dtype_(t, &out.dtype))
     return false;
@@ -97,10 +95,14 @@ const TorchReads* TorchReads::enable(const std::string& library, const std::vect
       why = "a probe is not a torch tensor of the given types";
       return nullptr;
     }
-    if (*static_cast<int64_t*>(tensorAt(probe)) != impl) {
-      why = "this torch's THPVariable layout is not the one expected";
+    size_t at = 0;
+    for (size_t o : kOffsets)
+      if (*reinterpret_cast<int64_t*>(reinterpret_cast<char*>(probe) + o) == impl) at = o;
+    if (!at || (reads->offset_ && at != reads->offset_)) {
+      why = "this torch's THPVariable layout is not one of those known";
       return nullptr;
     }
+    reads->offset_ = at;
     TorchTensor r{};
     if (!reads->read(probe, r) || r.ptr != ptr || (device >= 0 ? r.deviceIndex != device : r.deviceType == 1)) {
       why = "the shim's reads disagree with the tensor's methods";

@@ -2,9 +2,9 @@
 // method calls per tensor (data_ptr, get_device, dtype) are most of what a launch from
 // Python costs above the driver's own call.
 //
-// A torch.Tensor object is a THPVariable: PyObject_HEAD, then a c10::MaybeOwned<at::Tensor>
-// (a bool, then a union whose either member is an at::Tensor, i.e. a TensorImpl pointer).
-// The at::Tensor at that offset is what libtorch's stable C shim (AOTInductor's
+// A torch.Tensor object is a THPVariable: PyObject_HEAD, then its at::Tensor (a TensorImpl
+// pointer), held directly (newer torch) or in a c10::MaybeOwned (a bool, then a union
+// whose either member is an at::Tensor). That at::Tensor is what libtorch's stable C shim (AOTInductor's
 // aoti_torch_get_data_ptr, _device_index, _device_type, _dtype) takes as its handle. The
 // layout is not public API, so it is checked once on probe tensors against what the Python
 // methods say (`_cdata` is the TensorImpl pointer); where anything is missing or disagrees,
@@ -44,6 +44,7 @@ class TorchReads {
   PtrFn dataPtr_ = nullptr;
   IntFn deviceType_ = nullptr, deviceIndex_ = nullptr, dtype_ = nullptr;
   std::vector<PyTypeObject*> types_;
+  size_t offset_ = 0;  // of the at::Tensor in the object
 };
 
 }  // namespace tilefuse::launcher
