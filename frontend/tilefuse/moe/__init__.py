@@ -11,4 +11,5 @@ from .activations import (  # noqa: F401
     scaled_act_backward,
 )
 from .grouped_gemm import GemmConfig, grouped_gemm, grouped_gemm_dgrad, grouped_gemm_wgrad  # noqa: F401
+from .mlp import MLPConfig, MLPContext, backward_dw, mlp_backward, mlp_forward  # noqa: F401
 from .quant import Quantized, dequantize, quantize  # noqa: F401

@@ -1,0 +1,189 @@
+"""The steps of the grouped MLP (mlp.py), each a launch of DSL kernels: the FC1 and
+FC2-dgrad epilogues (composed from the grouped GEMMs, scaled activations and quantizers
+until moe.fused lands: `fc1_forward` and `fc2_dgrad` have its signatures), operand
+quantization, the wgrad and the bias gradients.
+
+Quantized recipes (MXFP8, FP8-block): GEMM operands are rowwise copies for the forward
+and the dgrads, and the weights' columnwise copies (stored transposed) for the dgrads.
+The wgrads consume columnwise copies of their two operands, whose blocks run over the
+token dimension across the whole tensor (a block may hold rows of two experts): the rows
+are zero-padded to a whole number of blocks first. There is no fp8 wgrad kernel yet:
+the copies are dequantized and cast to bf16 (exact: an E4M3 code times a power of two is
+a bf16 value, unless the block's amax is below about 2^-120) and go through the bf16
+wgrad with fp32 accumulation.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from kernels_dsl.moe import mlp as K
+
+from .. import cdiv
+from . import _arrays
+from .activations import scaled_act, scaled_act_backward
+from .grouped_gemm import _schedule, grouped_gemm, grouped_gemm_dgrad, grouped_gemm_wgrad
+from .quant import Quantized, dequantize, quantize
+
+# Rows per columnwise block, per recipe (the token dimension of the wgrad copies).
+COL_BLOCK = {"mxfp8": 32, "fp8_block": 128}
+_WEIGHT_BLOCK = {"mxfp8": None, "fp8_block": (128, 128)}
+_TILE = (32, 64)  # rows, columns of the cast and bias-gradient programs
+
+
+def zeros(like, shape, kind):
+    """A zero-filled array of `kind` beside `like` (outputs whose pad rows stay 0)."""
+    if isinstance(like, np.ndarray):
+        return np.zeros(shape, _arrays._NUMPY[kind])
+    torch = sys.modules["torch"]
+    return torch.zeros(shape, dtype=getattr(torch, _arrays._TORCH[kind]), device=like.device)
+
+
+def cast_rows(src, kind, rows_out=None):
+    """src [R, N] as `kind` with rows_out >= R rows (those past R zero), by cast_rows."""
+    r, n = (int(d) for d in src.shape)
+    rp = r if rows_out is None else rows_out
+    dst = _arrays.empty(src, (rp, n), kind)
+    if rp and n:
+        K.cast_rows[(cdiv(rp, _TILE[0]), cdiv(n, _TILE[1]))](src, dst, r, rp, n, BR=_TILE[0], BN=_TILE[1])
+    return dst
+
+
+def quantize_rows(a, recipe):
+    return quantize(a, recipe)
+
+
+def quantize_cols(a, recipe):
+    """The columnwise (wgrad) copy of a [R, N], its rows zero-padded to whole blocks."""
+    b = COL_BLOCK[recipe]
+    rp = cdiv(int(a.shape[0]), b) * b
+    return quantize(a if rp == a.shape[0] else cast_rows(a, "bfloat16", rp), recipe, axis=0)
+
+
+def expert_shape(w) -> tuple[int, int]:
+    """[N, K] of one expert of w [G, N, K] or of a list of G [N, K]."""
+    shape = w[0].shape if isinstance(w, (list, tuple)) else w.shape[1:]
+    return int(shape[0]), int(shape[1])
+
+
+def stacked(w):
+    """A [G, N, K] weight as it is; a list of G [N, K] experts copied into one [G, N, K]
+    (by cast_rows: the quantizers read one tensor)."""
+    if not isinstance(w, (list, tuple)):
+        return w
+    n, k = (int(d) for d in w[0].shape)
+    out = _arrays.empty(w[0], (len(w), n, k), "bfloat16")
+    for g, wg in enumerate(w):
+        K.cast_rows[(cdiv(n, _TILE[0]), cdiv(k, _TILE[1]))](wg, out[g], n, n, k, BR=_TILE[0], BN=_TILE[1])
+    return out
+
+
+def quantize_weight(w, recipe, axis):
+    """The rowwise (axis -1: forward) or columnwise (axis 0: dgrad) copy of w [G, N, K]
+    as the grouped GEMMs take it: w.reshape(G·N, K) quantized (FP8-block: 128 x 128)."""
+    w3 = stacked(w)
+    g, n, k = (int(d) for d in w3.shape)
+    return quantize(w3.reshape(g * n, k), recipe, axis, block=_WEIGHT_BLOCK[recipe])
+
+
+def gemm_operands(a, w, recipe, dgrad):
+    """(a, w) as the grouped GEMM takes them under `recipe`."""
+    if recipe == "bf16":
+        return a, w
+    return quantize_rows(a, recipe), quantize_weight(w, recipe, 0 if dgrad else -1)
+
+
+def fc1_forward(
+    x,
+    w1,
+    splits,
+    probs,
+    activation,
+    recipe="bf16",
+    *,
+    bias=None,
+    bias_scale=None,
+    interleave=0,
+    act_params=None,
+    mode="exact",
+    quantize_out=True,
+):
+    """(c, y): C = x w1ᵀ (+ bias) in bf16 and the FC2 input y = act(·)·probs, applied to
+    the bf16 C (mode "exact") or to the fp32 accumulator ("accumulator"), rounded to bf16;
+    for a quantized recipe (and quantize_out) y is its (rowwise, columnwise) copies."""
+    params = act_params or {}
+    xa, wa = gemm_operands(x, w1, recipe, dgrad=False)
+    n1 = expert_shape(w1)[0]
+    rows = int(x.shape[0])
+    if mode == "exact":
+        c = grouped_gemm(xa, wa, splits, bias, bias_scale, out=zeros(x, (rows, n1), "bfloat16"))
+        y = scaled_act(activation, c, probs, interleave, **params)
+    else:
+        acc = grouped_gemm(xa, wa, splits, bias, bias_scale, out=zeros(x, (rows, n1), "float32"), out_dtype="float32")
+        c = cast_rows(acc, "bfloat16")
+        y = cast_rows(scaled_act(activation, acc, probs, interleave, **params), "bfloat16")
+    if recipe == "bf16" or not quantize_out:
+        return c, y
+    return c, (quantize_rows(y, recipe), quantize_cols(y, recipe))
+
+
+def fc2_dgrad(dy, w2, splits, c, probs, activation, recipe="bf16", *, interleave=0, act_params=None, recompute=False):
+    """(dh, dprobs, y_col): dA = dy w2 (fp32), dh = dA·probs·act'(C) in bf16 (for a
+    quantized recipe its (rowwise, columnwise) copies), dprobs = Σ_j dA·act(C) in a fixed
+    order; with recompute, the FC2 input act(C)·probs regenerated (bf16, or its
+    columnwise copy), bitwise what fc1_forward made in exact mode."""
+    params = act_params or {}
+    dya, wa = gemm_operands(dy, w2, recipe, dgrad=True)
+    n = expert_shape(w2)[1]
+    da = grouped_gemm_dgrad(dya, wa, splits, out=zeros(dy, (int(dy.shape[0]), n), "float32"), out_dtype="float32")
+    dh, dprobs = scaled_act_backward(activation, c, probs, da, interleave, **params)
+    if recipe != "bf16":
+        dh = (quantize_rows(dh, recipe), quantize_cols(dh, recipe))
+    y_col = None
+    if recompute:
+        y_col = scaled_act(activation, c, probs, interleave, **params)
+        y_col = y_col if recipe == "bf16" else quantize_cols(y_col, recipe)
+    return dh, dprobs, y_col
+
+
+def wgrad_operand(a):
+    """A bf16 wgrad operand: a itself, or a columnwise copy dequantized and cast."""
+    if not isinstance(a, Quantized):
+        return a
+    return cast_rows(dequantize(a), "bfloat16")
+
+
+def wgrad(dy, x, splits):
+    """dw [G, N, K] = dy_gᵀ x_g from bf16 arrays or columnwise copies."""
+    return grouped_gemm_wgrad(wgrad_operand(dy), wgrad_operand(x), splits)
+
+
+def bias_grad(dy, splits, out_kind, scale=None):
+    """db [G, N] = Σ over each group's rows of dy (· scale_r), fp32 sums, in out_kind."""
+    rows, n = (int(d) for d in dy.shape)
+    sched = _schedule(dy, splits, rows, _TILE[0])
+    g = int(splits.shape[0])
+    db = _arrays.empty(dy, (g, n), out_kind)
+    if n:
+        K.grouped_bias_grad[(cdiv(n, _TILE[1]), g)](
+            dy, dy if scale is None else scale, sched.offsets, db, n, SCALED=scale is not None, BR=_TILE[0], BN=_TILE[1]
+        )
+    return db
+
+
+def add_scaled_bias_dprobs(dprobs, dy, b, splits):
+    """dprobs[r] += Σ_j dy[r, j]·b_g[j] (the scaled bias's share), in place."""
+    rows, n = (int(d) for d in dy.shape)
+    s = _schedule(dy, splits, rows, _TILE[0])
+    K.scaled_bias_dprobs[(s.slots,)](
+        dy, b, dprobs, s.offsets, s.tile_start, s.tiles, int(splits.shape[0]), n, BM=_TILE[0], BN=_TILE[1]
+    )
+
+
+def splits_status(splits, rows):
+    """An int32 [1] flag on splits' device: K.SPLITS_OK, _NEGATIVE or _PAST_ROWS."""
+    flag = _arrays.empty(splits, (1,), "int32")
+    K.check_splits[(1,)](splits, flag, int(splits.shape[0]), rows, BG=32)
+    return flag
