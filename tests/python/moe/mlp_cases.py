@@ -1,0 +1,138 @@
+"""The grouped MLP suite's runs and checks (SPEC-moe.md §5, §6), shared by the interpreter
+tests (test_mlp.py) and the GPU tests (tests/gpu/test_moe_mlp_gpu.py): `to_device`
+turns the numpy inputs into what the library runs on, `to_numpy` brings results back."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import numpy as np
+from tilefuse import moe
+
+from tests.python.moe import mlp_reference as ref
+from tests.python.moe.act_reference import first_params
+from tests.python.moe.errors import assert_error_rms, error_stats
+from tests.python.moe.gemm_reference import offsets
+
+# Options (SPEC §5): (cfg changes, requires_grad, weights as lists, bitwise equal to the
+# baseline run: bias + scaled bias, grouped weights, everything required, no recompute).
+OPTIONS = {
+    "no_bias": (dict(bias=False, scaled_bias=False), None, False, False),
+    "unscaled_bias": (dict(scaled_bias=False), None, False, False),
+    "weight_list": ({}, None, True, True),
+    "delay_wgrad": (dict(delay_wgrad=True), None, False, True),
+    "delay_wgrad_recompute": (dict(delay_wgrad=True, recompute=True), None, False, True),
+    "frozen_fc1": ({}, dict(x=False, w1=False), False, True),
+    "frozen_fc1_recompute": (dict(recompute=True), dict(x=False, w1=False), False, True),
+    "frozen_fc2": ({}, dict(w2=False), False, True),
+    "no_x_grad": ({}, dict(x=False), False, True),
+    "frozen_probs": ({}, dict(probs=False), False, True),
+}
+# The bound on the accumulator mode's FC2-wgrad deviation, as a multiple of SReLU's under
+# the same recipe and inputs (SPEC §6.4: relative to the shipped baseline activation).
+ACC_BASELINE_FACTOR = 4.0
+# A loose ceiling on it (relative to dW2's RMS): bf16 rounds C at 2^-9 relative;
+# E4M3's 2^-4 steps make a few elements flip a quantization bin.
+ACC_CEILING = {"bf16": 2.0**-7, "mxfp8": 2.0**-3, "fp8_block": 2.0**-3}
+
+
+class Run(NamedTuple):
+    out: object
+    grads: dict
+    record: list
+    saved: set  # names in ctx.saved between forward and backward
+    saved_bytes: int
+    saved_after_backward: set
+
+
+def config(name, recipe, **changes):
+    base = moe.MLPConfig(
+        activation=name, recipe=recipe, bias=True, scaled_bias=True, act_params=dict(first_params(name))
+    )
+    return dataclasses.replace(base, **changes)
+
+
+def run(inp, cfg, needs=None, as_list=False, to_device=lambda a: a):
+    d = {k: to_device(v) for k, v in inp.items()}
+    params = {k: v for k, v in ref.params_of(d, as_list).items() if cfg.bias or k[0] == "w"}
+    out, ctx = moe.mlp_forward(d["x"], d["probs"], d["splits"], params, cfg, needs)
+    saved, nbytes = set(ctx.saved), ctx.saved_bytes
+    grads = moe.mlp_backward(ctx, d["dy"])
+    after = set(ctx.saved)
+    if cfg.delay_wgrad:
+        assert grads["dw1"] is None and grads["dw2"] is None, "delayed wgrads came back from mlp_backward"
+        grads |= moe.backward_dw(ctx)
+    return Run(out, grads, list(ctx.record), saved, nbytes, after)
+
+
+def stacked(v, to_numpy):
+    if isinstance(v, list):
+        return np.stack([to_numpy(e) for e in v])
+    return to_numpy(v)
+
+
+def assert_bitwise(a: Run, b: Run, keys, to_numpy):
+    for k in keys:
+        x, y = (a.out, b.out) if k == "out" else (a.grads[k], b.grads[k])
+        if x is None or y is None:
+            assert x is None and y is None, f"{k}: present in one run only"
+            continue
+        x, y = stacked(x, to_numpy), stacked(y, to_numpy)
+        assert x.dtype == y.dtype and x.shape == y.shape, f"{k}: {x.dtype}{x.shape} vs {y.dtype}{y.shape}"
+        same = x.view(np.uint8) == y.view(np.uint8)
+        assert same.all(), f"{k}: {np.count_nonzero(~same)} of {same.size} bytes differ"
+
+
+def check_reference(res: Run, inp, cfg, needs=None, to_numpy=np.asarray):
+    """Every output and gradient against float64 (error RMS per recipe); None exactly
+    where frozen; pad rows 0; the empty experts' weight and bias gradients exactly 0."""
+    want = ref.forward_backward(ref.dequantized_inputs(inp, cfg.recipe), cfg, needs)
+    off = offsets(inp["splits"], inp["x"].shape[0])
+    empty = np.diff(off) == 0
+    bound = ref.RMS_BOUNDS[cfg.recipe]
+    for k in ("out",) + ref.GRADS:
+        got = res.out if k == "out" else res.grads[k]
+        if want[k] is None:
+            assert got is None, f"{k}: expected None (frozen, or no bias), got an array"
+            continue
+        assert got is not None, f"{k}: missing"
+        got = stacked(got, to_numpy).astype(np.float64)
+        if k in ("out", "dx", "dprobs"):
+            assert not got[off[-1] :].any(), f"{k}: pad rows past row {off[-1]} are not 0"
+            got = got[: off[-1]]
+        else:
+            assert not got[empty].any(), f"{k}: an empty expert's gradient is not 0"
+        if want[k].size and np.any(want[k]):
+            assert_error_rms(got, want[k], rms_bound=bound, max_bound=ref.MAX_FACTOR * bound, what=k)
+
+
+def fc2_input_bytes(rows, n, recipe):
+    """The FC2 input's bytes as the forward saves it for the wgrad: bf16 [T, n], or the
+    columnwise copy of its rows padded to whole blocks (codes [n, RP] and scales)."""
+    if recipe == "bf16":
+        return rows * n * 2
+    blk = 32 if recipe == "mxfp8" else 128
+    rp = -(-rows // blk) * blk
+    scales = n * (rp // 32) if recipe == "mxfp8" else n * (rp // 128) * 4  # e8m0 / float32
+    return n * rp + scales
+
+
+def check_recompute(off: Run, on: Run, inp, cfg, to_numpy):
+    """SPEC §6.1-3: bitwise equal results, the record shows the regeneration, the FC2
+    input is not saved and the saved bytes drop by exactly its size."""
+    assert_bitwise(off, on, ("out",) + ref.GRADS, to_numpy)
+    step = f"fc2_dgrad:composed-recompute-{cfg.recipe}"
+    assert step in on.record and step not in off.record, (on.record, off.record)
+    fc2 = {k for k in off.saved if k.startswith("fc2_input")}
+    assert fc2 and not any(k.startswith("fc2_input") for k in on.saved), (off.saved, on.saved)
+    rows, d = inp["x"].shape
+    drop = fc2_input_bytes(rows, inp["w2"].shape[2], cfg.recipe)
+    assert off.saved_bytes - on.saved_bytes == drop, (off.saved_bytes, on.saved_bytes, drop)
+    return drop
+
+
+def accumulator_deviation(off: Run, on: Run, to_numpy):
+    """The accumulator mode's dW2 with recompute against without (everything else bitwise)."""
+    assert_bitwise(off, on, ("out", "dx", "dprobs", "dw1", "db1", "db2"), to_numpy)
+    return error_stats(stacked(on.grads["dw2"], to_numpy), stacked(off.grads["dw2"], to_numpy))

@@ -1,0 +1,137 @@
+"""float64 reference of the grouped MLP (SPEC-moe.md §1, §4) and its inputs, shared by the
+interpreter tests (test_mlp.py) and the GPU tests (tests/gpu/test_moe_mlp_gpu.py).
+
+The reference takes the float64 values of the inputs; for a quantized recipe those are
+the dequantized rowwise copies (x, dy) and the dequantized weights (moe.quantize, bit-exact
+against golden_quant.py in test_moe_quantize.py), so that both sides start from
+representable values. It keeps every intermediate in float64: what the library rounds on
+the way (C, the FC2 input, dA·s·act', the gradients; for quantized recipes the FC2 input
+and the FC1 grad-output, and the wgrads' columnwise copies) is the error the per-recipe
+error-RMS bounds below cover.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+from tilefuse import moe
+
+from tests.python.moe.act_reference import full_params, glu_merge, glu_split, reference
+from tests.python.moe.gemm_reference import offsets
+
+BF16 = ml_dtypes.bfloat16
+GRADS = ("dx", "dprobs", "dw1", "dw2", "db1", "db2")
+
+# Error RMS relative to the tensor's RMS, end to end, per recipe (max error: 16 times that,
+# a loose ceiling on the tail). bf16: about six roundings to bf16 along the longest path
+# (C, the FC2 input, dh, the output), each at most 2^-9 relative (RMS 2^-9/sqrt(3)), the
+# activation's derivative amplifying C's by x·f'/f (2 for SReLU, more near GeLU's
+# minimum): 2^-6. MXFP8 and FP8-block: E4M3 rounds to 3 mantissa bits, at most 2^-4
+# relative (RMS about 2^-4/sqrt(3) = 3.6% for one quantization); the FC2 input, the FC1
+# grad-output and the wgrads' columnwise copies are quantized on the way: 2^-2.5.
+RMS_BOUNDS = {"bf16": 2.0**-6, "mxfp8": 2.0**-2.5, "fp8_block": 2.0**-2.5}
+MAX_FACTOR = 16.0
+
+# (T rows, splits): several 32-row tiles with partial ones, an empty expert in the middle
+# and the last, pad rows past the sum; one expert owning every row; G = 1.
+CASES = {
+    "ragged": (100, [30, 0, 45, 20, 0]),
+    "one_owns_all": (70, [0, 70, 0]),
+    "g1": (45, [45]),
+}
+# (d, n) per recipe: the quantized recipes' block multiples (32; FP8-block 128).
+DIMS = {"bf16": (64, 32), "mxfp8": (64, 32), "fp8_block": (128, 128)}
+
+
+def n1_of(name, n):
+    return 2 * n if moe.ACTIVATIONS[name].glu else n
+
+
+def make_inputs(rng, name, recipe, case, bias=True):
+    """numpy inputs: x [T, d], probs [T] in (0, 1], splits, w1, w2 scaled for unit-RMS
+    activations, b1, b2 (fp32), dy [T, d]."""
+    rows, sizes = CASES[case]
+    d, n = DIMS[recipe]
+    g, n1 = len(sizes), n1_of(name, n)
+    inp = dict(
+        x=rng.standard_normal((rows, d)).astype(BF16),
+        probs=(1.0 - rng.random(rows)).astype(np.float32),
+        splits=np.array(sizes, np.int32),
+        w1=(rng.standard_normal((g, n1, d)) / np.sqrt(d)).astype(BF16),
+        w2=(rng.standard_normal((g, d, n)) / np.sqrt(n)).astype(BF16),
+        dy=rng.standard_normal((rows, d)).astype(BF16),
+    )
+    if bias:
+        inp["b1"] = (0.5 * rng.standard_normal((g, n1))).astype(np.float32)
+        inp["b2"] = (0.5 * rng.standard_normal((g, d))).astype(np.float32)
+    return inp
+
+
+def params_of(inp, as_list=False):
+    p = {k: inp[k] for k in ("w1", "w2", "b1", "b2") if k in inp}
+    if as_list:
+        p["w1"], p["w2"] = list(p["w1"]), list(p["w2"])
+    return p
+
+
+def dequantized_inputs(inp, recipe):
+    """float64 values of the inputs as the recipe's forward GEMMs see them."""
+    f = {k: np.asarray(v, np.float64) for k, v in inp.items()}
+    if recipe == "bf16":
+        return f
+    for k in ("x", "dy"):
+        f[k] = np.asarray(moe.dequantize(moe.quantize(inp[k], recipe)), np.float64)
+    block = (128, 128) if recipe == "fp8_block" else None
+    for k in ("w1", "w2"):
+        g, n, kk = inp[k].shape
+        q = moe.quantize(inp[k].reshape(g * n, kk), recipe, block=block)
+        f[k] = np.asarray(moe.dequantize(q), np.float64).reshape(g, n, kk)
+    return f
+
+
+def forward_backward(f, cfg, needs=None):
+    """{out, dx, dprobs, dw1, dw2, db1, db2} in float64 over the groups' rows (None where
+    `needs` says frozen), f: float64 inputs (dequantized_inputs)."""
+    name, p = cfg.activation, full_params(cfg.activation, cfg.act_params)
+    glu = moe.ACTIVATIONS[name].glu
+    x, s, w1, w2, dy = f["x"], f["probs"], f["w1"], f["w2"], f["dy"]
+    off = offsets(f["splits"], x.shape[0])
+    rows, d = off[-1], x.shape[1]
+    g_count, n1, n = w1.shape[0], w1.shape[1], w2.shape[2]
+    r = {"out": np.zeros((rows, d)), "dx": np.zeros((rows, d)), "dprobs": np.zeros(rows)}
+    r |= {"dw1": np.zeros(w1.shape), "dw2": np.zeros(w2.shape), "db1": np.zeros((g_count, n1))}
+    r["db2"] = np.zeros((g_count, d))
+    for g in range(g_count):
+        a0, e = off[g], off[g + 1]
+        xg, sg, dyg = x[a0:e], s[a0:e, None], dy[a0:e]
+        h = xg @ w1[g].T + (f["b1"][g] if cfg.bias else 0.0)
+        if glu:
+            ha, hb = glu_split(h, cfg.interleave)
+            fv, _, (da, db), _ = reference(name)(ha, hb, **p)
+        else:
+            fv, _, dfv, _ = reference(name)(h, **p)
+        y = sg * fv
+        b2 = f["b2"][g] if cfg.bias else np.zeros(d)
+        r["out"][a0:e] = y @ w2[g].T + (b2 * sg if cfg.scaled_bias else b2)
+        dA = dyg @ w2[g]
+        dh = glu_merge(dA * sg * da, dA * sg * db, cfg.interleave) if glu else dA * sg * dfv
+        r["dprobs"][a0:e] = (dA * fv).sum(axis=1) + ((dyg * b2).sum(axis=1) if cfg.scaled_bias else 0.0)
+        r["dx"][a0:e] = dh @ w1[g]
+        r["dw1"][g], r["dw2"][g] = dh.T @ xg, dyg.T @ y
+        r["db1"][g] = dh.sum(axis=0)
+        r["db2"][g] = (dyg * sg).sum(axis=0) if cfg.scaled_bias else dyg.sum(axis=0)
+    if not cfg.bias:
+        r["db1"] = r["db2"] = None
+    needs = dict(needs or {})
+    # The API's rule: a bias's gradient follows its weight's unless given.
+    needs.setdefault("b1", needs.get("w1", True))
+    needs.setdefault("b2", needs.get("w2", True))
+    for k, need in needs.items():
+        if not need and f"d{k}" in r:
+            r[f"d{k}"] = None
+    return r
+
+
+def rows_of(got, rows):
+    """The float64 values of the first `rows` rows (the groups' rows) of an output."""
+    return np.asarray(got, np.float64)[:rows]
