@@ -1,10 +1,12 @@
 """`make run`: compiles an example kernel, prints its tile IR before and after the
-pass pipeline, and runs it on the CPU interpreter against numpy."""
+pass pipeline, and runs it on the CPU interpreter against numpy; then the MoE MLP's
+forward and backward against float64 (tilefuse/moe/demo.py)."""
 
 import numpy as np
 
 import tilefuse as tf
 import tilefuse.language as tl
+from tilefuse.moe import demo as moe_demo
 
 
 @tf.jit
@@ -33,6 +35,7 @@ def main():
     print(f"softmax of a {x.shape} float32 matrix on the interpreter: max |error| vs float64 = {err:.2e}")
     if not err < 1e-6:
         raise SystemExit("demo result is wrong")
+    moe_demo.main()
 
 
 if __name__ == "__main__":

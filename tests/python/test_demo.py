@@ -28,3 +28,7 @@ def test_demo_runs_and_prints_ir_and_error():
     m = re.search(r"max \|error\| vs float64 = ([0-9.eE+-]+)", out)
     assert m, out
     assert float(m.group(1)) < 1e-6
+    # The MoE MLP's forward and backward (tilefuse/moe/demo.py), each recipe checked there.
+    for recipe in ("bf16", "mxfp8"):
+        m = re.search(rf"moe MLP {recipe} .*\n +error RMS / RMS vs float64: out ([0-9.e+-]+), dx", out)
+        assert m and float(m.group(1)) < 2.0**-4, out
