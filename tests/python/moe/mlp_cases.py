@@ -30,11 +30,12 @@ OPTIONS = {
     "frozen_probs": ({}, dict(probs=False), False, True),
 }
 # The bound on the accumulator mode's FC2-wgrad deviation, as a multiple of SReLU's under
-# the same recipe and inputs (SPEC §6.4: relative to the shipped baseline activation).
-ACC_BASELINE_FACTOR = 4.0
-# A loose ceiling on it (relative to dW2's RMS): bf16 rounds C at 2^-9 relative;
+# the same recipe and inputs (SPEC §6.4: relative to the shipped baseline activation;
+# measured within 1.2 times on the interpreter).
+ACC_BASELINE_FACTOR = 2.0
+# A loose ceiling on its max (relative to dW2's RMS): bf16 rounds C at 2^-9 relative;
 # E4M3's 2^-4 steps make a few elements flip a quantization bin.
-ACC_CEILING = {"bf16": 2.0**-7, "mxfp8": 2.0**-3, "fp8_block": 2.0**-3}
+ACC_MAX = {"bf16": 2.0**-3, "mxfp8": 4.0, "fp8_block": 4.0}
 
 
 class Run(NamedTuple):
@@ -84,13 +85,13 @@ def assert_bitwise(a: Run, b: Run, keys, to_numpy):
         assert same.all(), f"{k}: {np.count_nonzero(~same)} of {same.size} bytes differ"
 
 
-def check_reference(res: Run, inp, cfg, needs=None, to_numpy=np.asarray):
+def check_reference(res: Run, inp, cfg, needs=None, to_numpy=np.asarray, to_device=lambda a: a):
     """Every output and gradient against float64 (error RMS per recipe); None exactly
     where frozen; pad rows 0; the empty experts' weight and bias gradients exactly 0."""
-    want = ref.forward_backward(ref.dequantized_inputs(inp, cfg.recipe), cfg, needs)
+    want = ref.forward_backward(ref.dequantized_inputs(inp, cfg.recipe, to_device, to_numpy), cfg, needs)
     off = offsets(inp["splits"], inp["x"].shape[0])
     empty = np.diff(off) == 0
-    bound = ref.RMS_BOUNDS[cfg.recipe]
+    bound, ceiling = ref.RMS_BOUNDS[cfg.recipe], ref.MAX_BOUNDS[cfg.recipe]
     for k in ("out",) + ref.GRADS:
         got = res.out if k == "out" else res.grads[k]
         if want[k] is None:
@@ -104,7 +105,7 @@ def check_reference(res: Run, inp, cfg, needs=None, to_numpy=np.asarray):
         else:
             assert not got[empty].any(), f"{k}: an empty expert's gradient is not 0"
         if want[k].size and np.any(want[k]):
-            assert_error_rms(got, want[k], rms_bound=bound, max_bound=ref.MAX_FACTOR * bound, what=k)
+            assert_error_rms(got, want[k], rms_bound=bound, max_bound=ceiling, what=k)
 
 
 def fc2_input_bytes(rows, n, recipe):
@@ -136,3 +137,30 @@ def accumulator_deviation(off: Run, on: Run, to_numpy):
     """The accumulator mode's dW2 with recompute against without (everything else bitwise)."""
     assert_bitwise(off, on, ("out", "dx", "dprobs", "dw1", "db1", "db2"), to_numpy)
     return error_stats(stacked(on.grads["dw2"], to_numpy), stacked(off.grads["dw2"], to_numpy))
+
+
+def srelu_inputs(inp, name):
+    """The same x, probs, splits, w2, b2 and dy for SReLU: a GLU's w1 and b1 cut to their
+    first n rows (SReLU's n1 = n)."""
+    if not moe.ACTIVATIONS[name].glu:
+        return inp
+    n = inp["w2"].shape[2]
+    return inp | {k: np.ascontiguousarray(inp[k][:, :n]) for k in ("w1", "b1") if k in inp}
+
+
+def accumulator_check(inp, name, recipe, run_fn, to_numpy):
+    """SPEC §6.4: (runs without and with recompute in accumulator mode, dW2's deviation,
+    SReLU's on the same inputs); asserts the deviation is not 0 (the forward did read the
+    fp32 accumulator) and within ACC_BASELINE_FACTOR of SReLU's and ACC_MAX."""
+
+    def deviation(act, x):
+        runs = [run_fn(x, config(act, recipe, recompute_mode="accumulator", recompute=r)) for r in (False, True)]
+        return runs, accumulator_deviation(*runs, to_numpy)
+
+    runs, dev = deviation(name, inp)
+    base = dev if name == "srelu" else deviation("srelu", srelu_inputs(inp, name))[1]
+    print(f"{name} {recipe}: accumulator-mode dW2 deviation {dev} (SReLU on the same inputs: {base})")
+    assert dev.rms > 0, "accumulator mode changed nothing: the forward did not read the fp32 accumulator"
+    assert dev.rms <= ACC_BASELINE_FACTOR * base.rms, (dev, base)
+    assert dev.max <= ACC_MAX[recipe], dev
+    return runs
