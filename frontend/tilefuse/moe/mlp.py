@@ -26,6 +26,7 @@ import numpy as np
 from kernels_dsl.moe import mlp as K
 
 from ..arrays import is_torch_tensor
+from . import _arrays
 from . import _mlp_ops as ops
 from .activations import _activation, _layout, _params
 from .grouped_gemm import _check, _check_splits, _weights, grouped_gemm, grouped_gemm_dgrad
@@ -36,6 +37,9 @@ MODES = ("exact", "accumulator")
 GRADS = ("x", "probs", "w1", "w2", "b1", "b2")
 _MULTIPLE = {"bf16": 1, "mxfp8": 32, "fp8_block": 128}
 _FN = "mlp_forward"
+# The FC1 and FC2-dgrad epilogues: composed from the kernels until moe.fused lands (then
+# fused.fc1_forward, fused.fc2_dgrad, "fused": the same signatures).
+_fc1_forward, _fc2_dgrad, _EPILOGUES = ops.fc1_forward, ops.fc2_dgrad, "composed"
 
 
 @dataclass
@@ -196,13 +200,14 @@ def mlp_forward(x, probs, splits, params, cfg, requires_grad=None, *, check_spli
     n1, n = _check_params(params, cfg, act, x, g, d)
     needs = _check_needs(requires_grad)
     lists = {f"{k}_list": isinstance(params[k], (list, tuple)) for k in ("w1", "w2")}
-    ctx = MLPContext(cfg, needs, dict(rows=rows, d=d, n=n, n1=n1, **lists))
+    kinds = {f"{k}_kind": _arrays.kind_of(k, params[k]) for k in ("b1", "b2") if k in params}
+    ctx = MLPContext(cfg, needs, dict(rows=rows, d=d, n=n, n1=n1, **lists, **kinds))
     ctx.splits_status = _check_splits_values(splits, rows, check_splits)
     w1, w2, b1, b2 = params["w1"], params["w2"], params.get("b1"), params.get("b2")
     r, mode = cfg.recipe, cfg.recompute_mode
     act_args = dict(interleave=cfg.interleave, act_params=cfg.act_params)
-    c, y = ops.fc1_forward(x, w1, splits, probs, cfg.activation, r, bias=b1, mode=mode, **act_args)
-    ctx.record.append(f"fc1_forward:composed-{mode}-{r}")
+    c, y = _fc1_forward(x, w1, splits, probs, cfg.activation, r, bias=b1, mode=mode, **act_args)
+    ctx.record.append(f"fc1_forward:{_EPILOGUES}-{mode}-{r}")
     y_row, y_col = (y, y) if r == "bf16" else y
     w2a = w2 if r == "bf16" else ops.quantize_weight(w2, r, -1)
     out = ops.zeros(x, (rows, d), "bfloat16")
@@ -266,8 +271,9 @@ def _like_weights(dw, as_list):
 
 
 def mlp_backward(ctx, dy):
-    """{dx, dprobs, dw1, dw2, db1, db2} for the output gradient dy [T, d] bf16; None where
-    not required, and dw1, dw2 None when cfg.delay_wgrad (backward_dw returns them)."""
+    """{dx, dprobs, dw1, dw2, db1, db2} for the output gradient dy [T, d] bf16 (dx, dw bf16,
+    dw in its weight's form; dprobs fp32; db in its bias's dtype); None where not required,
+    and dw1, dw2 None when cfg.delay_wgrad (backward_dw returns them)."""
     if not isinstance(ctx, MLPContext):
         raise TypeError(f"mlp_backward: ctx must be what mlp_forward returned, got {type(ctx).__name__}")
     if ctx.stage != "forward":
@@ -279,7 +285,7 @@ def mlp_backward(ctx, dy):
     wgrads = []
     regen = cfg.recompute and needs["w2"]
     if _upstream(needs) or regen:
-        dh, dprobs, y_col = ops.fc2_dgrad(
+        dh, dprobs, y_col = _fc2_dgrad(
             dy,
             kept["w2"],
             splits,
@@ -291,7 +297,7 @@ def mlp_backward(ctx, dy):
             act_params=cfg.act_params,
             recompute=regen,
         )
-        rec.append(f"fc2_dgrad:composed{'-recompute' if regen else ''}-{r}")
+        rec.append(f"fc2_dgrad:{_EPILOGUES}{'-recompute' if regen else ''}-{r}")
         dh_row, dh_col = (dh, dh) if r == "bf16" else dh
         if needs["probs"]:
             if cfg.scaled_bias:
@@ -304,14 +310,16 @@ def mlp_backward(ctx, dy):
             grads["dx"] = grouped_gemm_dgrad(dh_row, wq, splits, out=dx)
             rec.append(f"fc1_dgrad:grouped_gemm_dgrad-{r}")
         if needs["b1"] and cfg.bias:
-            grads["db1"] = ops.bias_grad(dh_row if r == "bf16" else dequantize(dh_row), splits, "float32")
+            kind = ctx.shapes["b1_kind"]
+            grads["db1"] = ops.bias_grad(dh_row if r == "bf16" else dequantize(dh_row), splits, kind)
             rec.append("db1:grouped_bias_grad")
         if needs["w1"]:
             wgrads.append(("dw1", "fc1_wgrad", dh_col, kept["x"], ctx.shapes["w1_list"]))
         if regen:
             kept["fc2_input"] = y_col
     if needs["b2"] and cfg.bias:
-        grads["db2"] = ops.bias_grad(dy, splits, "float32", kept["probs"] if cfg.scaled_bias else None)
+        scale = kept["probs"] if cfg.scaled_bias else None
+        grads["db2"] = ops.bias_grad(dy, splits, ctx.shapes["b2_kind"], scale)
         rec.append("db2:grouped_bias_grad" + "-scaled" * cfg.scaled_bias)
     if needs["w2"]:
         dy_col = dy if r == "bf16" else ops.quantize_cols(dy, r)

@@ -221,7 +221,13 @@ def test_torch_cpu_tensor_is_refused(rng):
         moe.mlp_forward(x, inp["probs"], inp["splits"], ref.params_of(inp), cfg)
 
 
-def test_bf16_dtype_of_outputs(rng):
-    inp, res = baseline(rng, "swiglu", "bf16")
-    assert res.out.dtype == ml_dtypes.bfloat16 and res.grads["dx"].dtype == ml_dtypes.bfloat16
-    assert res.grads["dprobs"].dtype == np.float32 and res.grads["dw1"].dtype == ml_dtypes.bfloat16
+def test_output_dtypes_and_bf16_bias(rng):
+    """dx and dw bf16, dprobs fp32, db in its bias's dtype (bf16 biases here)."""
+    inp = ref.make_inputs(rng, "srelu", "bf16", "ragged")
+    inp |= {k: inp[k].astype(ml_dtypes.bfloat16) for k in ("b1", "b2")}
+    cfg = cases.config("srelu", "bf16")
+    res = cases.run(inp, cfg)
+    bf16, g = ml_dtypes.bfloat16, res.grads
+    assert res.out.dtype == bf16 and g["dx"].dtype == bf16 and g["dw1"].dtype == bf16 and g["dw2"].dtype == bf16
+    assert g["dprobs"].dtype == np.float32 and g["db1"].dtype == bf16 and g["db2"].dtype == bf16
+    cases.check_reference(res, inp, cfg)
