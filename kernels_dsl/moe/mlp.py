@@ -14,13 +14,17 @@ SPLITS_OK, SPLITS_NEGATIVE, SPLITS_PAST_ROWS = 0, 1, 2
 
 
 @tf.jit
-def cast_rows(src_ptr, dst_ptr, R, RP, N, BR: tl.constexpr, BN: tl.constexpr):
-    # dst [RP, N] = src [R, N] in dst's dtype (one rounding), rows R .. RP zero: the
-    # columnwise quantizers need whole blocks of rows.
+def cast_rows(src_ptr, dst_ptr, offsets_ptr, G, R, RP, N, TO_END: tl.constexpr, BR: tl.constexpr, BN: tl.constexpr):
+    # dst [RP, N] = src [R, N] in dst's dtype (one rounding), rows R .. RP zero (the
+    # columnwise quantizers need whole blocks of rows); with TO_END also the rows from
+    # offsets[G], the groups' end (pad rows, whatever they hold, stay out of the blocks).
     rows = tl.program_id(0) * BR + tl.arange(0, BR)
     cols = tl.program_id(1) * BN + tl.arange(0, BN)
+    end = R
+    if TO_END:
+        end = tl.minimum(tl.load(offsets_ptr + G), R)
     offs = rows.to(tl.int64)[:, None] * N + cols[None, :]
-    v = tl.load(src_ptr + offs, mask=(rows[:, None] < R) & (cols[None, :] < N), other=0.0)
+    v = tl.load(src_ptr + offs, mask=(rows[:, None] < end) & (cols[None, :] < N), other=0.0)
     tl.store(dst_ptr + offs, v.to(dst_ptr.dtype.element_ty), mask=(rows[:, None] < RP) & (cols[None, :] < N))
 
 

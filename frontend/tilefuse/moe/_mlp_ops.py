@@ -41,13 +41,17 @@ def zeros(like, shape, kind):
     return torch.zeros(shape, dtype=getattr(torch, _arrays._TORCH[kind]), device=like.device)
 
 
-def cast_rows(src, kind, rows_out=None):
-    """src [R, N] as `kind` with rows_out >= R rows (those past R zero), by cast_rows."""
+def cast_rows(src, kind, rows_out=None, splits=None):
+    """src [R, N] as `kind` with rows_out >= R rows (those past R zero, and with splits
+    those past the groups' end), by cast_rows."""
     r, n = (int(d) for d in src.shape)
     rp = r if rows_out is None else rows_out
     dst = _arrays.empty(src, (rp, n), kind)
+    ends = src if splits is None else _schedule(src, splits, r, _TILE[0]).offsets
+    g = 0 if splits is None else int(splits.shape[0])
     if rp and n:
-        K.cast_rows[(cdiv(rp, _TILE[0]), cdiv(n, _TILE[1]))](src, dst, r, rp, n, BR=_TILE[0], BN=_TILE[1])
+        grid = (cdiv(rp, _TILE[0]), cdiv(n, _TILE[1]))
+        K.cast_rows[grid](src, dst, ends, g, r, rp, n, TO_END=splits is not None, BR=_TILE[0], BN=_TILE[1])
     return dst
 
 
@@ -55,11 +59,11 @@ def quantize_rows(a, recipe):
     return quantize(a, recipe)
 
 
-def quantize_cols(a, recipe):
-    """The columnwise (wgrad) copy of a [R, N], its rows zero-padded to whole blocks."""
+def quantize_cols(a, recipe, splits):
+    """The columnwise (wgrad) copy of a [R, N]: its rows past the groups' end zeroed and
+    padded to whole blocks first, so that pad rows never enter a block's scale."""
     b = COL_BLOCK[recipe]
-    rp = cdiv(int(a.shape[0]), b) * b
-    return quantize(a if rp == a.shape[0] else cast_rows(a, "bfloat16", rp), recipe, axis=0)
+    return quantize(cast_rows(a, "bfloat16", cdiv(int(a.shape[0]), b) * b, splits), recipe, axis=0)
 
 
 def expert_shape(w) -> tuple[int, int]:
@@ -76,7 +80,8 @@ def stacked(w):
     n, k = (int(d) for d in w[0].shape)
     out = _arrays.empty(w[0], (len(w), n, k), "bfloat16")
     for g, wg in enumerate(w):
-        K.cast_rows[(cdiv(n, _TILE[0]), cdiv(k, _TILE[1]))](wg, out[g], n, n, k, BR=_TILE[0], BN=_TILE[1])
+        grid = (cdiv(n, _TILE[0]), cdiv(k, _TILE[1]))
+        K.cast_rows[grid](wg, out[g], wg, 0, n, n, k, TO_END=False, BR=_TILE[0], BN=_TILE[1])
     return out
 
 
@@ -126,7 +131,7 @@ def fc1_forward(
         y = cast_rows(scaled_act(activation, acc, probs, interleave, **params), "bfloat16")
     if recipe == "bf16" or not quantize_out:
         return c, y
-    return c, (quantize_rows(y, recipe), quantize_cols(y, recipe))
+    return c, (quantize_rows(y, recipe), quantize_cols(y, recipe, splits))
 
 
 def fc2_dgrad(dy, w2, splits, c, probs, activation, recipe="bf16", *, interleave=0, act_params=None, recompute=False):
@@ -140,11 +145,11 @@ def fc2_dgrad(dy, w2, splits, c, probs, activation, recipe="bf16", *, interleave
     da = grouped_gemm_dgrad(dya, wa, splits, out=zeros(dy, (int(dy.shape[0]), n), "float32"), out_dtype="float32")
     dh, dprobs = scaled_act_backward(activation, c, probs, da, interleave, **params)
     if recipe != "bf16":
-        dh = (quantize_rows(dh, recipe), quantize_cols(dh, recipe))
+        dh = (quantize_rows(dh, recipe), quantize_cols(dh, recipe, splits))
     y_col = None
     if recompute:
         y_col = scaled_act(activation, c, probs, interleave, **params)
-        y_col = y_col if recipe == "bf16" else quantize_cols(y_col, recipe)
+        y_col = y_col if recipe == "bf16" else quantize_cols(y_col, recipe, splits)
     return dh, dprobs, y_col
 
 

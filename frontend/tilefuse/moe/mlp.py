@@ -76,6 +76,7 @@ class MLPContext:
     splits_status: object = None
     stage: str = "forward"  # then "backward" (wgrads queued), then "done"
     queued: list = field(default_factory=list)
+    kept: dict = field(default_factory=dict)  # what the steps read: arrays, Quantized, lists
 
     @property
     def saved_bytes(self) -> int:
@@ -243,7 +244,7 @@ def _save(ctx, x, probs, splits, w1, w2, b2, c, y_col):
     if needs["w2"] and not cfg.recompute:
         ctx.kept["fc2_input"] = y_col
     if needs["w1"]:
-        ctx.kept["x"] = x if cfg.recipe == "bf16" else ops.quantize_cols(x, cfg.recipe)
+        ctx.kept["x"] = x if cfg.recipe == "bf16" else ops.quantize_cols(x, cfg.recipe, splits)
     if needs["x"]:
         ctx.kept["w1"] = w1
     if cfg.scaled_bias and needs["probs"]:
@@ -322,7 +323,7 @@ def mlp_backward(ctx, dy):
         grads["db2"] = ops.bias_grad(dy, splits, ctx.shapes["b2_kind"], scale)
         rec.append("db2:grouped_bias_grad" + "-scaled" * cfg.scaled_bias)
     if needs["w2"]:
-        dy_col = dy if r == "bf16" else ops.quantize_cols(dy, r)
+        dy_col = dy if r == "bf16" else ops.quantize_cols(dy, r, splits)
         wgrads.append(("dw2", "fc2_wgrad", dy_col, kept["fc2_input"], ctx.shapes["w2_list"]))
     ctx.saved.clear()
     ctx.kept = {"splits": splits}

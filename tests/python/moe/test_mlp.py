@@ -20,6 +20,7 @@ from tilefuse import moe
 
 from tests.python.moe import mlp_cases as cases
 from tests.python.moe import mlp_reference as ref
+from tests.python.moe.gemm_reference import offsets
 
 FULL = os.environ.get("TILEFUSE_MOE_FULL") == "1"
 NAMES = list(moe.ACTIVATIONS)
@@ -121,6 +122,20 @@ def test_option(rng, name, recipe, option):
             assert not any(s.startswith(step) for s in res.record), res.record
     if "x" in frozen:
         assert not any(s.startswith("w1") for s in res.saved) and "fc1_dgrad" not in " ".join(res.record)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_pad_rows_are_ignored(rng, recipe):
+    """NaN in x, probs and dy past the splits' sum: every result bitwise as with finite pad
+    rows (the columnwise copies zero those rows before their blocks' scales)."""
+    inp, base = baseline(rng, "swiglu", recipe)
+    end = offsets(inp["splits"], inp["x"].shape[0])[-1]
+    assert end < inp["x"].shape[0]
+    bad = {k: inp[k].copy() for k in ("x", "probs", "dy")}
+    for v in bad.values():
+        v[end:] = np.nan
+    res = cases.run(inp | bad, cases.config("swiglu", recipe))
+    cases.assert_bitwise(base, res, ("out",) + ref.GRADS, np.asarray)
 
 
 @pytest.mark.parametrize("interleave", [32, 1])
