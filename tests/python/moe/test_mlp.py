@@ -111,6 +111,8 @@ def test_option(rng, name, recipe, option):
     if bitwise:
         keys = [k for k in ("out",) + ref.GRADS if res.grads.get(k) is not None or k == "out"]
         cases.assert_bitwise(base, res, keys, np.asarray)
+    if as_list:  # the experts are views of one buffer: its storage counted once
+        assert res.saved_bytes == base.saved_bytes, (res.saved_bytes, base.saved_bytes)
     if cfg.delay_wgrad:
         assert any(k.startswith("fc2_wgrad.input") for k in res.saved_after_backward), res.saved_after_backward
         assert "fc2_wgrad:queued" in res.record
@@ -122,6 +124,16 @@ def test_option(rng, name, recipe, option):
             assert not any(s.startswith(step) for s in res.record), res.record
     if "x" in frozen:
         assert not any(s.startswith("w1") for s in res.saved) and "fc1_dgrad" not in " ".join(res.record)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_saved_bytes(rng, name):
+    """bf16, everything required: x, probs, splits, C, the FC2 input, both weights and b2
+    (the scaled bias's dprobs reads it), from the shapes."""
+    inp, res = baseline(rng, name, "bf16")
+    (t, d), (g, n1, _), n = inp["x"].shape, inp["w1"].shape, inp["w2"].shape[2]
+    want = 2 * t * d + 4 * t + 4 * g + 2 * t * n1 + 2 * t * n + 2 * g * d * n + 2 * g * n1 * d + 4 * g * d
+    assert res.saved_bytes == want, (res.saved, res.saved_bytes, want)
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
