@@ -1,6 +1,7 @@
 """The small kernels of the grouped MLP's host API (frontend/tilefuse/moe/mlp.py) around
-the GEMMs, activations and quantizers: a cast that pads rows, the grouped bias gradients,
-the scaled bias's share of dprobs and the split sizes' check. Every sum runs in a fixed
+the GEMMs, activations and quantizers: a cast, the per-group padded layout of the
+columnwise copies, the grouped bias gradients, the scaled bias's share of dprobs and the
+split sizes' check. Every sum runs in a fixed
 order (bitwise reproducible run to run)."""
 
 from __future__ import annotations
@@ -14,18 +15,38 @@ SPLITS_OK, SPLITS_NEGATIVE, SPLITS_PAST_ROWS = 0, 1, 2
 
 
 @tf.jit
-def cast_rows(src_ptr, dst_ptr, offsets_ptr, G, R, RP, N, TO_END: tl.constexpr, BR: tl.constexpr, BN: tl.constexpr):
-    # dst [RP, N] = src [R, N] in dst's dtype (one rounding), rows R .. RP zero (the
-    # columnwise quantizers need whole blocks of rows); with TO_END also the rows from
-    # offsets[G], the groups' end (pad rows, whatever they hold, stay out of the blocks).
+def cast_rows(src_ptr, dst_ptr, R, N, BR: tl.constexpr, BN: tl.constexpr):
+    # dst [R, N] = src [R, N] in dst's dtype (one rounding).
     rows = tl.program_id(0) * BR + tl.arange(0, BR)
     cols = tl.program_id(1) * BN + tl.arange(0, BN)
-    end = R
-    if TO_END:
-        end = tl.minimum(tl.load(offsets_ptr + G), R)
     offs = rows.to(tl.int64)[:, None] * N + cols[None, :]
-    v = tl.load(src_ptr + offs, mask=(rows[:, None] < end) & (cols[None, :] < N), other=0.0)
-    tl.store(dst_ptr + offs, v.to(dst_ptr.dtype.element_ty), mask=(rows[:, None] < RP) & (cols[None, :] < N))
+    m = (rows[:, None] < R) & (cols[None, :] < N)
+    tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=m).to(dst_ptr.dtype.element_ty), mask=m)
+
+
+@tf.jit
+def padded_sizes(offsets_ptr, sizes_ptr, G, BLOCK: tl.constexpr, BG: tl.constexpr):
+    # sizes [G]: group g's rows (offsets [G + 1], clamped) rounded up to whole BLOCKs.
+    g = tl.program_id(0) * BG + tl.arange(0, BG)
+    rows = tl.load(offsets_ptr + g + 1, mask=g < G, other=0) - tl.load(offsets_ptr + g, mask=g < G, other=0)
+    tl.store(sizes_ptr + g, (rows + BLOCK - 1) // BLOCK * BLOCK, mask=g < G)
+
+
+@tf.jit
+def scatter_groups(
+    src_ptr, dst_ptr, offsets_ptr, padded_ptr, tile_start_ptr, tiles_ptr, G, N, BM: tl.constexpr, BN: tl.constexpr
+):
+    # dst[padded[g] + i] = src[offsets[g] + i] for the rows of a scheduled tile of group g
+    # (dst's dtype): the groups of src [R, N] each from a row padded[g] of dst, whose other
+    # rows the caller zeroed: the layout of a columnwise copy whose blocks never straddle
+    # two groups (moe.fused's).
+    valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
+    rows = m0 + tl.arange(0, BM)
+    cols = tl.program_id(1) * BN + tl.arange(0, BN)
+    m = (rows < end)[:, None] & (cols[None, :] < N)
+    v = tl.load(src_ptr + rows.to(tl.int64)[:, None] * N + cols[None, :], mask=m)
+    to = tl.load(padded_ptr + g, mask=valid, other=0) - tl.load(offsets_ptr + g, mask=valid, other=0) + rows
+    tl.store(dst_ptr + to.to(tl.int64)[:, None] * N + cols[None, :], v.to(dst_ptr.dtype.element_ty), mask=m)
 
 
 @tf.jit

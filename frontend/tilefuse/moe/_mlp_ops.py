@@ -1,16 +1,17 @@
 """The steps of the grouped MLP (mlp.py), each a launch of DSL kernels: the FC1 and
 FC2-dgrad epilogues (composed from the grouped GEMMs, scaled activations and quantizers
-until moe.fused lands: `fc1_forward` and `fc2_dgrad` have its signatures), operand
-quantization, the wgrad and the bias gradients.
+until moe.fused lands: `fc1_forward` and `fc2_dgrad` take its arguments and return its
+outputs, in its layouts), operand quantization, the wgrad and the bias gradients.
 
-Quantized recipes (MXFP8, FP8-block): GEMM operands are rowwise copies for the forward
-and the dgrads, and the weights' columnwise copies (stored transposed) for the dgrads.
-The wgrads consume columnwise copies of their two operands, whose blocks run over the
-token dimension across the whole tensor (a block may hold rows of two experts): the rows
-are zero-padded to a whole number of blocks first. There is no fp8 wgrad kernel yet:
-the copies are dequantized and cast to bf16 (exact: an E4M3 code times a power of two is
-a bf16 value, unless the block's amax is below about 2^-120) and go through the bf16
-wgrad with fp32 accumulation.
+Quantized recipes (MXFP8, FP8-block): the forward and dgrad GEMMs take rowwise copies of
+the activations and gradients, and of the weights rowwise (forward) or columnwise (dgrad,
+stored transposed). The wgrads take columnwise copies of both operands in moe.fused's
+layout: shape (RP, N), stored [N, RP], group g's rows from row padded[g], each group
+zero-padded to whole blocks of the recipe's columnwise block (32 rows; FP8-block 128),
+so that no block straddles two experts and pad rows never enter a scale. There is no
+fp8 wgrad kernel yet: the copies are dequantized and cast to bf16 (exact: an E4M3 code
+times a power of two is a bf16 value, unless the block's amax is below about 2^-120)
+and go through the bf16 wgrad (fp32 accumulation) over the padded groups.
 """
 
 from __future__ import annotations
@@ -41,18 +42,30 @@ def zeros(like, shape, kind):
     return torch.zeros(shape, dtype=getattr(torch, _arrays._TORCH[kind]), device=like.device)
 
 
-def cast_rows(src, kind, rows_out=None, splits=None):
-    """src [R, N] as `kind` with rows_out >= R rows (those past R zero, and with splits
-    those past the groups' end), by cast_rows."""
+def cast_rows(src, kind, out=None):
+    """src [R, N] as `kind` (into `out` when given), by cast_rows."""
     r, n = (int(d) for d in src.shape)
-    rp = r if rows_out is None else rows_out
-    dst = _arrays.empty(src, (rp, n), kind)
-    ends = src if splits is None else _schedule(src, splits, r, _TILE[0]).offsets
-    g = 0 if splits is None else int(splits.shape[0])
-    if rp and n:
-        grid = (cdiv(rp, _TILE[0]), cdiv(n, _TILE[1]))
-        K.cast_rows[grid](src, dst, ends, g, r, rp, n, TO_END=splits is not None, BR=_TILE[0], BN=_TILE[1])
+    dst = _arrays.empty(src, (r, n), kind) if out is None else out
+    if r and n:
+        K.cast_rows[(cdiv(r, _TILE[0]), cdiv(n, _TILE[1]))](src, dst, r, n, BR=_TILE[0], BN=_TILE[1])
     return dst
+
+
+def padded_rows(rows, groups, recipe):
+    """RP of a columnwise copy: each non-empty group adds at most block - 1 pad rows; a
+    multiple of 512 (moe.fused's: 16-byte aligned rows of the scales)."""
+    return cdiv(rows + (COL_BLOCK[recipe] - 1) * min(groups, rows), 512) * 512
+
+
+def padded_splits(like, splits, rows, recipe):
+    """int32 [G]: the groups' sizes (clamped to `rows`) rounded up to whole blocks: the
+    groups of a columnwise copy, one after another."""
+    g = int(splits.shape[0])
+    sizes = _arrays.empty(like, (g,), "int32")
+    K.padded_sizes[(cdiv(g, 32),)](
+        _schedule(like, splits, rows, _TILE[0]).offsets, sizes, g, BLOCK=COL_BLOCK[recipe], BG=32
+    )
+    return sizes
 
 
 def quantize_rows(a, recipe):
@@ -60,10 +73,18 @@ def quantize_rows(a, recipe):
 
 
 def quantize_cols(a, recipe, splits):
-    """The columnwise (wgrad) copy of a [R, N]: its rows past the groups' end zeroed and
-    padded to whole blocks first, so that pad rows never enter a block's scale."""
-    b = COL_BLOCK[recipe]
-    return quantize(cast_rows(a, "bfloat16", cdiv(int(a.shape[0]), b) * b, splits), recipe, axis=0)
+    """The columnwise (wgrad) copy of a [R, N] in the per-group padded layout."""
+    rows, n = (int(d) for d in a.shape)
+    g = int(splits.shape[0])
+    rp = padded_rows(rows, g, recipe)
+    src = _schedule(a, splits, rows, _TILE[0])
+    dst_offsets = _schedule(a, padded_splits(a, splits, rows, recipe), rp, _TILE[0]).offsets
+    dst = zeros(a, (rp, n), "bfloat16")
+    if n:
+        grid = (src.slots, cdiv(n, _TILE[1]))
+        args = (a, dst, src.offsets, dst_offsets, src.tile_start, src.tiles, g, n)
+        K.scatter_groups[grid](*args, BM=_TILE[0], BN=_TILE[1])
+    return quantize(dst, recipe, axis=0)
 
 
 def expert_shape(w) -> tuple[int, int]:
@@ -77,27 +98,33 @@ def stacked(w):
     (by cast_rows: the quantizers read one tensor)."""
     if not isinstance(w, (list, tuple)):
         return w
-    n, k = (int(d) for d in w[0].shape)
+    n, k = expert_shape(w)
     out = _arrays.empty(w[0], (len(w), n, k), "bfloat16")
     for g, wg in enumerate(w):
-        grid = (cdiv(n, _TILE[0]), cdiv(k, _TILE[1]))
-        K.cast_rows[grid](wg, out[g], wg, 0, n, n, k, TO_END=False, BR=_TILE[0], BN=_TILE[1])
+        cast_rows(wg, "bfloat16", out[g])
     return out
 
 
 def quantize_weight(w, recipe, axis):
     """The rowwise (axis -1: forward) or columnwise (axis 0: dgrad) copy of w [G, N, K]
-    as the grouped GEMMs take it: w.reshape(G·N, K) quantized (FP8-block: 128 x 128)."""
+    as the grouped GEMMs take them: w.reshape(G·N, K) quantized (FP8-block: 128 x 128)."""
     w3 = stacked(w)
     g, n, k = (int(d) for d in w3.shape)
     return quantize(w3.reshape(g * n, k), recipe, axis, block=_WEIGHT_BLOCK[recipe])
 
 
 def gemm_operands(a, w, recipe, dgrad):
-    """(a, w) as the grouped GEMM takes them under `recipe`."""
+    """(a, w) as the grouped GEMM (and moe.fused) take them under `recipe`."""
     if recipe == "bf16":
         return a, w
     return quantize_rows(a, recipe), quantize_weight(w, recipe, 0 if dgrad else -1)
+
+
+def _width(w, splits, dgrad):
+    """w's output width: n1 of w1 (forward) or n of w2 (dgrad), for arrays, lists or copies."""
+    if isinstance(w, Quantized):
+        return int(w.shape[1]) if dgrad else int(w.shape[0]) // int(splits.shape[0])
+    return expert_shape(w)[1 if dgrad else 0]
 
 
 def fc1_forward(
@@ -117,16 +144,17 @@ def fc1_forward(
 ):
     """(c, y): C = x w1ᵀ (+ bias) in bf16 and the FC2 input y = act(·)·probs, applied to
     the bf16 C (mode "exact") or to the fp32 accumulator ("accumulator"), rounded to bf16;
-    for a quantized recipe (and quantize_out) y is its (rowwise, columnwise) copies."""
+    for a quantized recipe (x and w1 its rowwise copies: gemm_operands) and quantize_out,
+    y is its (rowwise, columnwise) copies. Rows past the splits' sum: C is 0 there."""
     params = act_params or {}
-    xa, wa = gemm_operands(x, w1, recipe, dgrad=False)
-    n1 = expert_shape(w1)[0]
-    rows = int(x.shape[0])
+    n1, rows = _width(w1, splits, False), int(x.shape[0])
+    like = x.data if isinstance(x, Quantized) else x
     if mode == "exact":
-        c = grouped_gemm(xa, wa, splits, bias, bias_scale, out=zeros(x, (rows, n1), "bfloat16"))
+        c = grouped_gemm(x, w1, splits, bias, bias_scale, out=zeros(like, (rows, n1), "bfloat16"))
         y = scaled_act(activation, c, probs, interleave, **params)
     else:
-        acc = grouped_gemm(xa, wa, splits, bias, bias_scale, out=zeros(x, (rows, n1), "float32"), out_dtype="float32")
+        acc = zeros(like, (rows, n1), "float32")
+        grouped_gemm(x, w1, splits, bias, bias_scale, out=acc, out_dtype="float32")
         c = cast_rows(acc, "bfloat16")
         y = cast_rows(scaled_act(activation, acc, probs, interleave, **params), "bfloat16")
     if recipe == "bf16" or not quantize_out:
@@ -135,15 +163,15 @@ def fc1_forward(
 
 
 def fc2_dgrad(dy, w2, splits, c, probs, activation, recipe="bf16", *, interleave=0, act_params=None, recompute=False):
-    """(dh, dprobs, y_col): dA = dy w2 (fp32), dh = dA·probs·act'(C) in bf16 (for a
-    quantized recipe its (rowwise, columnwise) copies), dprobs = Σ_j dA·act(C) in a fixed
-    order; with recompute, the FC2 input act(C)·probs regenerated (bf16, or its
-    columnwise copy), bitwise what fc1_forward made in exact mode."""
+    """(dh, dprobs, y_col): g = bf16(dy w2) (dy, w2 as gemm_operands gives them), dh =
+    g·probs·act'(C) in bf16 (for a quantized recipe its (rowwise, columnwise) copies),
+    dprobs = Σ_j g·act(C) in a fixed order (0 past the splits' sum); with recompute, the
+    FC2 input act(C)·probs regenerated (bf16, or its columnwise copy), bitwise what
+    fc1_forward made in exact mode."""
     params = act_params or {}
-    dya, wa = gemm_operands(dy, w2, recipe, dgrad=True)
-    n = expert_shape(w2)[1]
-    da = grouped_gemm_dgrad(dya, wa, splits, out=zeros(dy, (int(dy.shape[0]), n), "float32"), out_dtype="float32")
-    dh, dprobs = scaled_act_backward(activation, c, probs, da, interleave, **params)
+    rows = int(c.shape[0])
+    g = grouped_gemm_dgrad(dy, w2, splits, out=zeros(c, (rows, _width(w2, splits, True)), "bfloat16"))
+    dh, dprobs = scaled_act_backward(activation, c, probs, g, interleave, **params)
     if recipe != "bf16":
         dh = (quantize_rows(dh, recipe), quantize_cols(dh, recipe, splits))
     y_col = None
@@ -160,8 +188,11 @@ def wgrad_operand(a):
     return cast_rows(dequantize(a), "bfloat16")
 
 
-def wgrad(dy, x, splits):
-    """dw [G, N, K] = dy_gᵀ x_g from bf16 arrays or columnwise copies."""
+def wgrad(dy, x, splits, rows):
+    """dw [G, N, K] = dy_gᵀ x_g from bf16 arrays [rows, ·] or columnwise copies of them
+    (over the padded groups: their pad rows are zeros)."""
+    if isinstance(dy, Quantized):
+        splits = padded_splits(dy.data, splits, rows, dy.recipe)
     return grouped_gemm_wgrad(wgrad_operand(dy), wgrad_operand(x), splits)
 
 

@@ -207,7 +207,8 @@ def mlp_forward(x, probs, splits, params, cfg, requires_grad=None, *, check_spli
     w1, w2, b1, b2 = params["w1"], params["w2"], params.get("b1"), params.get("b2")
     r, mode = cfg.recipe, cfg.recompute_mode
     act_args = dict(interleave=cfg.interleave, act_params=cfg.act_params)
-    c, y = _fc1_forward(x, w1, splits, probs, cfg.activation, r, bias=b1, mode=mode, **act_args)
+    xa, w1a = ops.gemm_operands(x, w1, r, dgrad=False)
+    c, y = _fc1_forward(xa, w1a, splits, probs, cfg.activation, r, bias=b1, mode=mode, **act_args)
     ctx.record.append(f"fc1_forward:{_EPILOGUES}-{mode}-{r}")
     y_row, y_col = (y, y) if r == "bf16" else y
     w2a = w2 if r == "bf16" else ops.quantize_weight(w2, r, -1)
@@ -286,9 +287,10 @@ def mlp_backward(ctx, dy):
     wgrads = []
     regen = cfg.recompute and needs["w2"]
     if _upstream(needs) or regen:
+        dya, w2a = ops.gemm_operands(dy, kept["w2"], r, dgrad=True)
         dh, dprobs, y_col = _fc2_dgrad(
-            dy,
-            kept["w2"],
+            dya,
+            w2a,
             splits,
             kept["c"],
             kept["probs"],
@@ -343,7 +345,7 @@ def _run_wgrads(ctx):
     r, out = ctx.cfg.recipe, {}
     splits = ctx.kept["splits"]
     for name, step, a, b, as_list in ctx.queued:
-        dw = ops.wgrad(a, b, splits)
+        dw = ops.wgrad(a, b, splits, ctx.shapes["rows"])
         ctx.record.append(f"{step}:grouped_gemm_wgrad-{'bf16' if r == 'bf16' else 'dequantized-' + r}")
         out[name] = _like_weights(dw, as_list)
     ctx.queued, ctx.saved, ctx.stage = [], {}, "done"

@@ -108,13 +108,14 @@ def check_reference(res: Run, inp, cfg, needs=None, to_numpy=np.asarray, to_devi
             assert_error_rms(got, want[k], rms_bound=bound, max_bound=ceiling, what=k)
 
 
-def fc2_input_bytes(rows, n, recipe):
-    """The FC2 input's bytes as the forward saves it for the wgrad: bf16 [T, n], or the
-    columnwise copy of its rows padded to whole blocks (codes [n, RP] and scales)."""
+def fc2_input_bytes(rows, groups, n, recipe):
+    """The FC2 input's bytes as the forward saves it for the wgrad: bf16 [T, n], or its
+    columnwise copy (codes [n, RP] and scales), each group padded to whole blocks of 32
+    rows (FP8-block: 128), RP rounded up to 512."""
     if recipe == "bf16":
         return rows * n * 2
     blk = 32 if recipe == "mxfp8" else 128
-    rp = -(-rows // blk) * blk
+    rp = -(-(rows + (blk - 1) * min(groups, rows)) // 512) * 512
     scales = n * (rp // 32) if recipe == "mxfp8" else n * (rp // 128) * 4  # e8m0 / float32
     return n * rp + scales
 
@@ -128,7 +129,7 @@ def check_recompute(off: Run, on: Run, inp, cfg, to_numpy):
     fc2 = {k for k in off.saved if k.startswith("fc2_input")}
     assert fc2 and not any(k.startswith("fc2_input") for k in on.saved), (off.saved, on.saved)
     rows, d = inp["x"].shape
-    drop = fc2_input_bytes(rows, inp["w2"].shape[2], cfg.recipe)
+    drop = fc2_input_bytes(rows, len(inp["splits"]), inp["w2"].shape[2], cfg.recipe)
     assert off.saved_bytes - on.saved_bytes == drop, (off.saved_bytes, on.saved_bytes, drop)
     return drop
 
