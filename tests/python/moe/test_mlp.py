@@ -17,6 +17,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from tilefuse import moe
+from tilefuse.moe import _mlp_ops as ops
 
 from tests.python.moe import mlp_cases as cases
 from tests.python.moe import mlp_reference as ref
@@ -148,6 +149,28 @@ def test_pad_rows_are_ignored(rng, recipe):
         v[end:] = np.nan
     res = cases.run(inp | bad, cases.config("swiglu", recipe))
     cases.assert_bitwise(base, res, ("out",) + ref.GRADS, np.asarray)
+
+
+@pytest.mark.parametrize("recipe", ["mxfp8", "fp8_block"])
+def test_columnwise_copies_pad_each_group(rng, recipe):
+    """The wgrads' columnwise copies (moe.fused's layout): group g's codes and scales are
+    moe.quantize of its rows zero-padded to whole blocks, axis=0, from column padded[g]."""
+    rows, sizes = ref.CASES["ragged"]
+    a = rng.standard_normal((rows, 128)).astype(ml_dtypes.bfloat16)
+    q = ops.quantize_cols(a, recipe, np.array(sizes, np.int32))
+    blk, off, col = (32 if recipe == "mxfp8" else 128), offsets(sizes, rows), 0
+    for g in range(len(sizes)):
+        size = off[g + 1] - off[g]
+        p = -(-size // blk) * blk
+        if p:
+            block = np.zeros((p, a.shape[1]), a.dtype)
+            block[:size] = a[off[g] : off[g + 1]]
+            want = moe.quantize(block, recipe, axis=0)
+            got_data, got_scale = q.data[:, col : col + p], q.scale[:, col // blk : (col + p) // blk]
+            assert (got_data.view(np.uint8) == want.data.view(np.uint8)).all(), f"group {g}: codes"
+            assert (got_scale.view(np.uint8) == want.scale.view(np.uint8)).all(), f"group {g}: scales"
+        col += p
+    assert not np.asarray(moe.dequantize(q), np.float64)[col:].any(), "rows past the padded groups are not 0"
 
 
 @pytest.mark.parametrize("interleave", [32, 1])
