@@ -36,11 +36,12 @@ MAX_BOUNDS = {"bf16": 2.0**-3, "mxfp8": 2.0, "fp8_block": 2.0}
 
 
 # (T rows, splits): several 32-row tiles with partial ones, an empty expert in the middle
-# and the last, pad rows past the sum; one expert owning every row; G = 1.
+# and the last, pad rows past the sum; one expert owning every row; G = 1; no rows.
 CASES = {
     "ragged": (100, [30, 0, 45, 20, 0]),
     "one_owns_all": (70, [0, 70, 0]),
     "g1": (45, [45]),
+    "no_rows": (0, [0, 0]),
 }
 # (d, n) per recipe: the quantized recipes' block multiples (32; FP8-block 128).
 DIMS = {"bf16": (64, 32), "mxfp8": (64, 32), "fp8_block": (128, 128)}

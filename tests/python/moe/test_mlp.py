@@ -68,11 +68,11 @@ def test_against_float64(rng, name, recipe):
     cases.check_reference(res, inp, cases.config(name, recipe))
 
 
-@pytest.mark.parametrize("case", ["one_owns_all", "g1"])
+@pytest.mark.parametrize("case,recipe", [("one_owns_all", "bf16"), ("g1", "bf16"), ("no_rows", "mxfp8")])
 @pytest.mark.parametrize("name", NAMES)
-def test_expert_layouts(rng, name, case):
-    inp = ref.make_inputs(rng, name, "bf16", case)
-    cfg = cases.config(name, "bf16")
+def test_expert_layouts(rng, name, case, recipe):
+    inp = ref.make_inputs(rng, name, recipe, case)
+    cfg = cases.config(name, recipe)
     cases.check_reference(cases.run(inp, cfg), inp, cfg)
 
 
