@@ -11,15 +11,15 @@
 
 #include "axpy.h"
 
-#define CHECK(call)                                                                    \
-  do {                                                                                 \
-    CUresult r_ = (call);                                                              \
-    if (r_ != CUDA_SUCCESS) {                                                          \
-      const char* s_ = nullptr;                                                        \
-      cuGetErrorString(r_, &s_);                                                       \
-      std::fprintf(stderr, "%s failed: %s\n", #call, s_ ? s_ : "unknown error");       \
-      std::exit(2);                                                                    \
-    }                                                                                  \
+#define CHECK(call)                                                              \
+  do {                                                                           \
+    CUresult r_ = (call);                                                        \
+    if (r_ != CUDA_SUCCESS) {                                                    \
+      const char* s_ = nullptr;                                                  \
+      cuGetErrorString(r_, &s_);                                                 \
+      std::fprintf(stderr, "%s failed: %s\n", #call, s_ ? s_ : "unknown error"); \
+      std::exit(2);                                                              \
+    }                                                                            \
   } while (0)
 
 int main(int argc, char** argv) {

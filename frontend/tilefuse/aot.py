@@ -329,7 +329,8 @@ def _bytes_literal(data: bytes) -> str:
 def _source(name, params, hinted, dims, helpers, spec_json, image) -> str:
     checks = "".join(
         f"""  if ({n} % 16 != 0)
-    return fail(CUDA_ERROR_INVALID_VALUE, "{name}: {n} is not a multiple of 16, as its signature item '{text}' requires");
+    return fail(CUDA_ERROR_INVALID_VALUE,
+                "{name}: {n} is not a multiple of 16, as its signature item '{text}' requires");
 """
         for n, text in hinted.items()
     )
