@@ -61,8 +61,8 @@ test-python: build
 	PYTHONPATH=frontend:. $(PY) -m pytest -q tests/python
 
 lint: venv
-	$(VENV)/bin/ruff check frontend kernels_dsl tests bench
-	$(VENV)/bin/ruff format --check frontend kernels_dsl tests bench
+	$(VENV)/bin/ruff check frontend kernels_dsl tests bench examples
+	$(VENV)/bin/ruff format --check frontend kernels_dsl tests bench examples
 
 # The wheel, built by pip from the CMake tree above (scikit-build-core reuses $(BUILD): it only
 # reconfigures and installs), installed into a fresh venv outside the source tree, runs kernels
@@ -81,7 +81,7 @@ golden-ptx: build
 	PYTHONPATH=frontend:. $(PY) -m tests.python.golden.ptx_cases --update
 
 format: venv
-	$(VENV)/bin/ruff format frontend kernels_dsl tests bench
+	$(VENV)/bin/ruff format frontend kernels_dsl tests bench examples
 	clang-format -i $$(git ls-files '*.cpp' '*.h')
 
 clean:
