@@ -80,6 +80,14 @@ _C_TYPES = {
     "f32": "float",
     "f64": "double",
 }
+# Names the generated C++ cannot take for parameters or the function: its own and C++'s.
+_RESERVED = set(
+    "stream fail loaded currentDevice floordiv floormod cdiv kImage kSpec lastError rt "
+    "alignas alignof and asm auto bool break case catch char class const constexpr continue default delete do "
+    "double else enum explicit export extern false float for friend goto if inline int long mutable namespace new "
+    "noexcept not nullptr operator or private protected public register return short signed sizeof static struct "
+    "switch template this throw true try typedef typename union unsigned using virtual void volatile while".split()
+)
 _SLOTS = {"ptr": "static_cast<int64_t>({})", "i1": "{} ? 1 : 0", "f32": "rt::f32Arg({})", "f64": "rt::f64Arg({})"}
 
 
@@ -252,9 +260,12 @@ def compile_kernel(
     """The header, launch source, PTX and (with ptxas, unless image="ptx") cubin of one
     specialization of `kernel`; needs no GPU. image: "auto", "cubin" (ptxas required) or "ptx"."""
     name = name or kernel.__name__
-    if not name.isidentifier():
-        raise AotError(f"--name '{name}' is not a C identifier")
+    if not name.isidentifier() or name in _RESERVED:
+        raise AotError(f"'{name}' cannot name the C function (not an identifier, or reserved): pass --name")
     items = parse_signature(kernel, signature)
+    clash = [i.param.name for i in items if i.param.spec is not None and i.param.name in _RESERVED]
+    if clash:
+        raise AotError(f"parameter '{clash[0]}' of {kernel.__name__} is reserved in the generated C++; rename it")
     compiled = kernel._compile([i.param for i in items])
     low = gpu.lower(compiled, target, num_warps, num_stages, keep_ir=False)
     spec, ptx = low["spec"], low["ptx"]
@@ -393,17 +404,17 @@ const rt::LoadedKernel& loaded(int device) {{
 
 extern "C" CUresult {name}(CUstream stream{_c_params(params)}) {{
 {checks}  try {{
-    std::array<int64_t, 3> grid = {{{", ".join(dims)}}};
-    for (int64_t g : grid)
-      if (g < 0 || g > UINT32_MAX)
-        return fail(CUDA_ERROR_INVALID_VALUE, "{name}: grid dimension " + std::to_string(g) + " is out of range");
-    std::array<int64_t, {len(params)}> args = {{{slots}}};
-    std::array<uint32_t, 3> g32 = {{uint32_t(grid[0]), uint32_t(grid[1]), uint32_t(grid[2])}};
-    loaded(currentDevice()).launch(g32, reinterpret_cast<uint64_t>(stream), args.data());
-  }} catch (const rt::DriverError& e) {{
-    return fail(e.code(), e.what());
-  }} catch (const std::exception& e) {{
-    return fail(CUDA_ERROR_INVALID_VALUE, std::string("{name}: ") + e.what());
+    std::array<int64_t, 3> grid_ = {{{", ".join(dims)}}};
+    for (int64_t g_ : grid_)
+      if (g_ < 0 || g_ > UINT32_MAX)
+        return fail(CUDA_ERROR_INVALID_VALUE, "{name}: grid dimension " + std::to_string(g_) + " is out of range");
+    std::array<int64_t, {len(params)}> args_ = {{{slots}}};
+    std::array<uint32_t, 3> g32_ = {{uint32_t(grid_[0]), uint32_t(grid_[1]), uint32_t(grid_[2])}};
+    loaded(currentDevice()).launch(g32_, reinterpret_cast<uint64_t>(stream), args_.data());
+  }} catch (const rt::DriverError& e_) {{
+    return fail(e_.code(), e_.what());
+  }} catch (const std::exception& e_) {{
+    return fail(CUDA_ERROR_INVALID_VALUE, std::string("{name}: ") + e_.what());
   }}
   lastError.clear();
   return CUDA_SUCCESS;

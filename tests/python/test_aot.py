@@ -94,6 +94,19 @@ def test_kernel_references_are_checked(tmp_path):
     assert aot.load_kernel(str(ROOT / "examples/aot/axpy.py") + ":axpy").__name__ == "axpy"
 
 
+def test_names_the_generated_cpp_reserves_are_refused(tmp_path):
+    src = tmp_path / "clash.py"
+    src.write_text(
+        "import tilefuse as tf\nimport tilefuse.language as tl\n\n\n@tf.jit\ndef k(stream, default):\n"
+        "    tl.store(stream + tl.arange(0, 16), default)\n"
+    )
+    kernel = aot.load_kernel(f"{src}:k")
+    with pytest.raises(aot.AotError, match="parameter 'stream' of k is reserved"):
+        aot.compile_kernel(kernel, "*fp32, fp32", "1")
+    with pytest.raises(aot.AotError, match="'delete' cannot name the C function"):
+        aot.compile_kernel(axpy, AXPY_SIG, "1", name="delete")
+
+
 def run_cli(*args, cwd=ROOT):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "frontend"), str(ROOT)]))
     return subprocess.run(
