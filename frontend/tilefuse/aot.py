@@ -133,14 +133,14 @@ def _item(kernel: JITFunction, name: str, text: str) -> Item:
     if hint not in ("", "16"):
         raise AotError(f"signature item '{text}': the only hint is ':16'")
     if body.startswith("*"):
-        d = _dtype(body[1:].strip(), text)
+        d = _dtype(body[1:].strip(), text)  # the spec of an address that is (16) or is not (8) 16-byte aligned
         return Item(Param(name, spec=_S.pointer(d, 16 if hint else 8)), text)
     ir = _TRITON_NAMES.get(body, body)
     if ir not in _SCALARS:
         raise AotError(f"signature item '{text}': unknown type '{body}' (scalars: {', '.join(_SCALARS)})")
     if hint and ir in ("f32", "f64", "i1"):
         raise AotError(f"signature item '{text}': ':16' applies to integers only")
-    sample = _SCALARS[ir](16 if hint else (True if ir == "i1" else 3))
+    sample = _SCALARS[ir](16 if hint else (True if ir == "i1" else 3))  # a value of the spec the JIT would give
     return Item(Param(name, spec=_S.scalar(sample, True)), text)
 
 
@@ -158,7 +158,7 @@ def parse_signature(kernel: JITFunction, signature: str) -> list[Item]:
     return items
 
 
-class _Grid(ast.NodeVisitor):
+class _Grid:
     """A grid expression as C++ over the launch function's parameters (int64 arithmetic)."""
 
     OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*"}
