@@ -139,4 +139,3 @@ def test_tma_matmul_through_aot(tmp_path, bm, bn, bk, warps, stages):
         tol = 2.0**-8 * ref.abs() + (K + 1) * 2.0**-23 * (a.double().abs() @ b.double().abs())
         bad = (c.double() - ref).abs() > tol
         assert not bad.any(), f"{M}x{N}x{K}: {int(bad.sum())} elements beyond the bound"
-
