@@ -11,7 +11,7 @@ NPROC := $(shell nproc)
 # ccache, where installed, for rebuilds in several checkouts (not needed by CI).
 LAUNCHER := $(if $(shell command -v ccache),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 
-.PHONY: all setup deps venv build run test test-cpp test-lit test-python lint format clean golden-ptx
+.PHONY: all setup deps venv build editable run test test-cpp test-lit test-python test-wheel lint format clean golden-ptx
 
 all: build
 
@@ -38,9 +38,18 @@ $(BUILD)/build.ninja: | setup
 build: setup $(BUILD)/build.ninja
 	ninja -C $(BUILD) -j$(NPROC)
 	cp -f $(BUILD)/frontend/csrc/_C*.so $(BUILD)/compiler/libtilefuse_compiler.so frontend/tilefuse/
+	$(MAKE) --no-print-directory editable
+
+# The editable install: a .pth in the venv puts this checkout's frontend/ (tilefuse) and root
+# (kernels_dsl) on sys.path, so `.venv/bin/python my_kernel.py` imports both from anywhere and
+# `ninja -C build` + the copy above is the whole rebuild. Targets below still set PYTHONPATH:
+# checkouts sharing one venv (git worktrees) then each test their own tree.
+EDITABLE_PTH = $(shell $(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/tilefuse-editable.pth
+editable: venv
+	printf '%s\n' $(abspath frontend) $(abspath .) > $(EDITABLE_PTH)
 
 run: build
-	PYTHONPATH=frontend:. $(PY) -m tilefuse.demo
+	$(PY) -m tilefuse.demo
 
 test-cpp: build
 	cd $(BUILD) && ctest --output-on-failure -j$(NPROC)
@@ -52,19 +61,29 @@ test-python: build
 	PYTHONPATH=frontend:. $(PY) -m pytest -q tests/python
 
 lint: venv
-	$(VENV)/bin/ruff check frontend kernels_dsl tests bench
-	$(VENV)/bin/ruff format --check frontend kernels_dsl tests bench
+	$(VENV)/bin/ruff check frontend kernels_dsl tests bench examples
+	$(VENV)/bin/ruff format --check frontend kernels_dsl tests bench examples
+
+# The wheel, built by pip from the CMake tree above (scikit-build-core reuses $(BUILD): it only
+# reconfigures and installs), installed into a fresh venv outside the source tree, runs kernels
+# there on the interpreter (tests/python/test_packaging.py, TILEFUSE_WHEEL_TEST).
+test-wheel: build
+	rm -rf $(BUILD)/wheel
+	$(PY) -m pip wheel . -q --no-build-isolation --no-deps -w $(BUILD)/wheel \
+	  -Cbuild-dir=$(BUILD) -Ccmake.define.TILEFUSE_BUILD_TESTS=ON
+	TILEFUSE_WHEEL_TEST=$(abspath $(BUILD)/wheel) PYTHONPATH=frontend:. $(PY) -m pytest -q tests/python/test_packaging.py -k wheel
 
 test: build
-	$(MAKE) --no-print-directory test-cpp test-lit test-python lint
+	$(MAKE) --no-print-directory test-cpp test-lit test-python test-wheel lint
 
 # Rewrites tests/python/golden/ptx/ after an intended change of code generation.
 golden-ptx: build
 	PYTHONPATH=frontend:. $(PY) -m tests.python.golden.ptx_cases --update
 
 format: venv
-	$(VENV)/bin/ruff format frontend kernels_dsl tests bench
+	$(VENV)/bin/ruff format frontend kernels_dsl tests bench examples
 	clang-format -i $$(git ls-files '*.cpp' '*.h')
 
 clean:
 	rm -rf $(BUILD) frontend/tilefuse/_C*.so frontend/tilefuse/libtilefuse_compiler.so
+	rm -f $(EDITABLE_PTH)

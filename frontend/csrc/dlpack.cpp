@@ -33,7 +33,8 @@ void init_dlpack(py::module_& m) {
   auto d = m.def_submodule("dlpack", "DLPack capsules");
   d.def(
       "describe",
-      [](py::capsule cap) {
+      // py::tuple, not auto: pybind11 3 types each make_tuple by its arguments, and the two returns differ.
+      [](py::capsule cap) -> py::tuple {
         if (std::string(cap.name() ? cap.name() : "") != "dltensor")
           throw py::value_error("expected an unconsumed DLPack capsule named 'dltensor'");
         // A DLManagedTensor begins with its DLTensor.

@@ -55,7 +55,7 @@ void check(CUresult r, const char* call, const char* file, int line) {
   if (r == CUDA_SUCCESS) return;
   const char* s = nullptr;
   if (driver().cuGetErrorString(r, &s) != CUDA_SUCCESS || !s) s = "unknown CUDA error";
-  throw DriverError(std::string(call) + " failed: " + s + " (" + file + ":" + std::to_string(line) + ")");
+  throw DriverError(std::string(call) + " failed: " + s + " (" + file + ":" + std::to_string(line) + ")", r);
 }
 
 int driverVersion() {
@@ -74,7 +74,8 @@ int deviceCount() {
 CUdevice deviceHandle(int ordinal) {
   int n = deviceCount();
   if (ordinal < 0 || ordinal >= n)
-    throw DriverError("device " + std::to_string(ordinal) + " does not exist (" + std::to_string(n) + " visible)");
+    throw DriverError("device " + std::to_string(ordinal) + " does not exist (" + std::to_string(n) + " visible)",
+                      CUDA_ERROR_INVALID_DEVICE);
   CUdevice dev;
   TF_CU_CHECK(driver().cuDeviceGet(&dev, ordinal));
   return dev;

@@ -63,7 +63,7 @@ LoadedKernel::LoadedKernel(int device, const std::string& image, LaunchSpec spec
   if (r != CUDA_SUCCESS) {
     const char* s = nullptr;
     d.cuGetErrorString(r, &s);
-    throw DriverError("loading kernel '" + spec_.kernel + "' failed: " + (s ? s : "unknown error") + "\n" + log);
+    throw DriverError("loading kernel '" + spec_.kernel + "' failed: " + (s ? s : "unknown error") + "\n" + log, r);
   }
   TF_CU_CHECK(d.cuModuleGetFunction(&fn_, module_, spec_.kernel.c_str()));
   if (spec_.sharedBytes > 48 * 1024)

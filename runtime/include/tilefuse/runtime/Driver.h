@@ -12,7 +12,14 @@ namespace tilefuse::runtime {
 
 class DriverError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit DriverError(const std::string& what, CUresult code = CUDA_ERROR_UNKNOWN)
+      : std::runtime_error(what), code_(code) {}
+  // The failed call's result (AOT launch functions return it); CUDA_ERROR_UNKNOWN where no
+  // call failed (libcuda.so.1 missing).
+  CUresult code() const { return code_; }
+
+ private:
+  CUresult code_;
 };
 
 struct DriverApi {
