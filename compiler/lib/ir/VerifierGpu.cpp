@@ -287,13 +287,21 @@ void verifyGpuOp(const Op& op) {
     case OpKind::SmemAlloc:
       if (!op.result()->type().isSmem())
         fail(op, "result must be a shared-memory buffer smem<...>, got " + op.result()->type().str());
+      if (op.hasAttr("smem_at")) intAttrAtLeast(op, "smem_at", 0);  // allocate-shared's placement
       return;
     case OpKind::LocalStore: {
       const Type& buf = tileBuffer(op, 0, "buffer");
       indexOperand(op, 1, "stage");
-      bufferTile(op, buf, op.operand(2)->type(), "value");
+      if (op.hasAttr("transposed")) requireAttr(op, "transposed", 0);
+      if (!op.hasAttr("transposed") || !op.boolAttr("transposed"))
+        return bufferTile(op, buf, op.operand(2)->type(), "value");
+      if (buf.rank() != 2) fail(op, "transposed needs a 2-D buffer, got " + buf.str());
+      bufferTile(op, Type::smem(buf.elem, {buf.shape[1], buf.shape[0]}), op.operand(2)->type(), "transposed value");
       return;
     }
+    case OpKind::Barrier:
+    case OpKind::FenceAsyncShared:
+      return;
     case OpKind::LocalLoad: {
       const Type& buf = tileBuffer(op, 0, "buffer");
       indexOperand(op, 1, "stage");

@@ -121,6 +121,18 @@ Layout defaultLayout(const Type& t, int threads) {
   return blockedLayout(t.shape, threads, bytes ? 16 : 8);
 }
 
+WgmmaShape wgmmaTiling(int64_t m, int64_t n, int threads) {
+  WgmmaShape s;
+  int64_t groups = threads / 128;
+  s.wgM = std::min(groups, m / 64);
+  s.wgN = groups / s.wgM;
+  int64_t perN = n / s.wgN;
+  s.instrN = std::min<int64_t>(256, perN);
+  s.repN = perN / std::max<int64_t>(1, s.instrN);
+  s.repM = m / s.wgM / 64;
+  return s;
+}
+
 bool wgmmaApplies(const Op& dot, const std::string& arch, int threads, WgmmaShape* w, std::string* why) {
   bool scaled = dot.kind() == OpKind::DotScaled;
   if ((dot.kind() != OpKind::Dot && !scaled) || arch != "sm_90a") return false;
@@ -145,21 +157,14 @@ bool wgmmaApplies(const Op& dot, const std::string& arch, int threads, WgmmaShap
               std::string(dtypeName(a.elem)) + " x " + std::string(dtypeName(b.elem)) + " -> " +
               std::string(dtypeName(acc)));
   int64_t m = a.shape[0], k = a.shape[1], n = b.shape[1];
-  int64_t groups = threads / 128;
   // One instruction takes 32 bytes of K.
   if (m % 64) return no("M=" + std::to_string(m) + " is below wgmma's 64 rows (or not a multiple of them)");
   if (k % (halves ? 16 : 32)) return no("K=" + std::to_string(k) + " is not a multiple of wgmma's 32 bytes of K");
-  WgmmaShape s;
-  s.wgM = std::min(groups, m / 64);
-  s.wgN = groups / s.wgM;
-  int64_t perN = n / s.wgN;
+  WgmmaShape s = wgmmaTiling(m, n, threads);
   // An N-major B (16-bit types) is staged in swizzled rows of at least 32 bytes.
-  if (n % s.wgN || perN < (halves ? 16 : 8))
+  if (n % s.wgN || n / s.wgN < (halves ? 16 : 8))
     return no("N=" + std::to_string(n) + " split over " + std::to_string(s.wgN) +
               " warpgroups leaves fewer columns than wgmma's minimum; use fewer warps or a wider BLOCK_N");
-  s.instrN = std::min<int64_t>(256, perN);
-  s.repN = perN / s.instrN;
-  s.repM = m / s.wgM / 64;
   *w = s;
   return true;
 }

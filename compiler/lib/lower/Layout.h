@@ -54,6 +54,9 @@ Layout defaultLayout(const Type& t, int threads);
 Layout wgmmaAccLayout(int64_t m, int64_t n, const WgmmaShape& w, int threads);
 Layout mmaAccLayout(int64_t m, int64_t n, int threads);
 
+// The tiling of an [M, N] accumulator (M a multiple of 64) over the warpgroups of
+// `threads`: as many warpgroups along M as it has 64-row bands, the rest along N.
+WgmmaShape wgmmaTiling(int64_t m, int64_t n, int threads);
 // wgmma applies to a dot of bf16/f16 operands on sm_90a with 4k warps and M, N, K that
 // the warpgroups can split; fills `w` when it does, else `why` (when given) for a dot
 // on sm_90a.

@@ -248,8 +248,9 @@ void Lowering::lowerPipelinedDot(const Op& op, const WgmmaShape& w, const Pipeli
   int64_t scales = scaledOnFp8(op) ? stageScales(op) : -1;
   LVal* stageBase = b_.CreateAdd(idx(p.base), b_.CreateMul(stage, idx(p.stageBytes)));
   auto [ia, ib] = p.operand.at(&op);
-  vals_[op.result()] = issueWgmma(op, w, std::move(acc), b_.CreateAdd(stageBase, idx(p.loads[ia].offset)),
-                                  b_.CreateAdd(stageBase, idx(p.loads[ib].offset)), scales);
+  vals_[op.result()] =
+      issueWgmma(dotGroup(op, w), w, std::move(acc), b_.CreateAdd(stageBase, idx(p.loads[ia].offset)),
+                 b_.CreateAdd(stageBase, idx(p.loads[ib].offset)), scales >= 0 ? &op : nullptr, scales);
   if (!wgmmaPromotes(op)) wgmmaPending_.insert(op.result());
   if (&op != p.dots.back()) return;
   // fp8 dots wait for their groups as they promote; the others' stay in flight.

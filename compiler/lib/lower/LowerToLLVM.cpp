@@ -650,6 +650,13 @@ void Lowering::lowerOp(const Op& op) {
       return lowerPrint(op);
     case OpKind::DebugBarrier:
       return barrier();
+    case OpKind::SmemAlloc:
+    case OpKind::LocalStore:
+    case OpKind::Barrier:
+    case OpKind::FenceAsyncShared:
+    case OpKind::Wgmma:
+    case OpKind::WgmmaWait:
+      return lowerSmemOp(op);
     case OpKind::Assert:
       return lowerAssert(op);
     default:

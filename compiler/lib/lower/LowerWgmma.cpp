@@ -2,11 +2,13 @@
 // swizzled shared memory and the fp32 accumulator in registers (Layout.h's wgmma
 // layout), so a K loop keeps it there.
 //
-// Each dot writes A (K-major) and B into one of two shared-memory stages,
-// issues its wgmma group and returns without waiting: the next loop iteration's
-// global loads overlap the tensor cores. A dot first waits until at most one group
-// is in flight (the group two dots back read the stage it overwrites); any other use
-// of a dot result waits for all groups (waitPending).
+// A dot that is not pipelined arrives here as GPU-stage ops (stage-dot-operands):
+// local_store of each operand into its buffer, wgmma on the buffers, wgmma_wait; their
+// emitters (lowerSmemOp) read every address from the buffers' #shared layouts.
+// dot_scaled is still staged here: it writes A (K-major) and B into one of two
+// shared-memory stages, issues its wgmma group and returns without waiting. It first
+// waits until at most one group is in flight (the group two dots back read the stage
+// it overwrites); any other use of a dot result waits for all groups (waitPending).
 //
 // Shared-memory operand layout (PTX ISA, "Shared Memory Matrix Layout"): a SharedTile
 // (Lowering.h) of rows x cols elements stored as column blocks of R bytes (R = 32, 64
@@ -27,8 +29,8 @@ int swizzleMode(int64_t r) { return r == 128 ? 1 : r == 64 ? 2 : 3; }
 }  // namespace
 
 // Shared memory for wgmma operands as allocate-shared placed it above floor_: the
-// rings of the pipelined loops (LowerPipeline.cpp), the two stages the other dots
-// alternate between, then scratch.
+// rings of the pipelined loops (LowerPipeline.cpp), the two stages dot_scaled
+// alternates between, the staged operand buffers (smem_alloc), then scratch.
 void Lowering::reserveWgmmaOperands(const Block& body) {
   const Op& f = *body.parentOp();
   auto placed = [&](const Op& op, const char* name) {
@@ -64,7 +66,7 @@ void Lowering::reserveWgmmaOperands(const Block& body) {
   };
   walk(body);
   wgmmaBase_ = floor_ + (f.hasAttr("smem_rings") ? f.intAttr("smem_rings") : 0);
-  scratch_ = wgmmaBase_ + 2 * wgmmaStageBytes_;
+  scratch_ = wgmmaBase_ + 2 * wgmmaStageBytes_ + (f.hasAttr("smem_staged") ? f.intAttr("smem_staged") : 0);
   smemBytes_ = std::max<uint64_t>(smemBytes_, scratch_);
 }
 
@@ -139,12 +141,11 @@ LVal* Lowering::swizzledOffset(LVal* row, LVal* col, const SharedTile& tile) {
   return b_.CreateXor(off, b_.CreateShl(b_.CreateAnd(b_.CreateLShr(off, idx(7)), idx(R / 16 - 1)), idx(4)));
 }
 
-// Which tile stages as B, and how: the [N, K] operand of a trans, or B itself.
 // Writes `r` (a tile of t) at smem byte `base` as `tile`; runs of elements consecutive
 // in the tile's rows go as one vector store. `transpose` writes element (i, j) at
 // (j, i) of the transposed tile (runs of dim 0 of t, when its layout has them).
 void Lowering::stageOperand(const Regs& r, const Type& t, LVal* base, bool transpose, const SharedTile& tile) {
-  int64_t eb = wgmmaElemBytes(t.elem);
+  int64_t eb = tile.eb;
   // Consecutive slots along the dim that is contiguous in the tile's rows go as one store.
   int run = static_cast<int>(std::min<int64_t>(16 / eb, vectorRun(r.L, transpose ? dimStride(t.shape, 0) : 1)));
   for (int s = 0; s < slots(r.L); s += run) {
@@ -156,6 +157,82 @@ void Lowering::stageOperand(const Regs& r, const Type& t, LVal* base, bool trans
     LVal* v = packSlots(r, s, run);
     LVal* addr = b_.CreateGEP(b_.getInt8Ty(), smem(), b_.CreateAdd(base, off));
     b_.CreateAlignedStore(v, addr, llvm::Align(eb * run));
+  }
+}
+
+namespace {
+
+SharedTile sharedTile(const Type& buf) {
+  const SharedLayout& s = *buf.shared();
+  return {s.rows, s.cols, s.eb, s.swizzle};
+}
+
+}  // namespace
+
+// Shared byte of the stage, operand buf + 1, of the buffer operand `buf` of `op`.
+LVal* Lowering::stageAddr(const Op& op, unsigned buf) {
+  int64_t bytes = op.operand(buf)->type().shared()->stageBytes();
+  return b_.CreateAdd(get(op.operand(buf)).e[0], b_.CreateMul(get(op.operand(buf + 1)).e[0], idx(bytes)));
+}
+
+// smem_alloc, local_store, barrier, fence_async_shared, wgmma and wgmma_wait: each
+// takes its addresses from its buffers' #shared layouts and allocate-shared's
+// placement, and its instruction from their element types.
+void Lowering::lowerSmemOp(const Op& op) {
+  switch (op.kind()) {
+    case OpKind::SmemAlloc:
+      if (!op.hasAttr("smem_at")) throw InternalError("lowering: allocate-shared did not place an smem_alloc");
+      vals_[op.result()] = Regs{{idx(floor_ + op.intAttr("smem_at"))}, layoutOf(op.result())};
+      return;
+    case OpKind::LocalStore: {
+      // Until the wait for their wgmma, conversions use the scratch space above them.
+      staging_ = true;
+      bool transposed = op.hasAttr("transposed") && op.boolAttr("transposed");
+      return stageOperand(get(op.operand(2)), op.operand(2)->type(), stageAddr(op, 0), transposed,
+                          sharedTile(op.operand(0)->type()));
+    }
+    case OpKind::Barrier:
+      return barrier();
+    case OpKind::FenceAsyncShared:
+      return ptx("fence.proxy.async.shared::cta;");
+    case OpKind::Wgmma: {
+      const Type &a = op.operand(0)->type(), &b = op.operand(2)->type();
+      bool kMajor = op.hasAttr("b_kmajor") && op.boolAttr("b_kmajor");
+      WgmmaGroup g{.a = a.elem,
+                   .b = b.elem,
+                   .m = a.shape[0],
+                   .k = a.shape[1],
+                   .n = b.shape[kMajor ? 0 : 1],
+                   .ta = sharedTile(a),
+                   .tb = sharedTile(b),
+                   .kMajor = kMajor,
+                   .promote = isFp8(a.elem)};
+      Regs acc = in(op.operand(4), layoutOf(op.result(0)));
+      vals_[op.result(0)] =
+          issueWgmma(g, wgmmaTiling(g.m, g.n, threads_), std::move(acc), stageAddr(op, 0), stageAddr(op, 2));
+      vals_[op.result(1)] = Regs{{}, layoutOf(op.result(1))};
+      if (g.promote) staging_ = false;  // its groups were waited for as it promoted
+      return;
+    }
+    case OpKind::WgmmaWait: {
+      // One wait passes every waited value's registers through.
+      Regs all{{}, layoutOf(op.result(0))};
+      for (unsigned i = 1; i < op.numOperands(); ++i) {
+        const Regs& r = get(op.operand(i));
+        all.e.insert(all.e.end(), r.e.begin(), r.e.end());
+      }
+      Regs done = waitWgmma(all, static_cast<int>(op.intAttr("pending")));
+      size_t at = 0;
+      for (unsigned i = 0; i < op.numResults(); ++i) {
+        size_t n = get(op.operand(i + 1)).e.size();
+        vals_[op.result(i)] = Regs{{done.e.begin() + at, done.e.begin() + at + n}, layoutOf(op.result(i))};
+        at += n;
+      }
+      staging_ = false;
+      return;
+    }
+    default:
+      throw InternalError("lowering: no emitter for " + std::string(op.mnemonic()));
   }
 }
 
@@ -200,7 +277,8 @@ void Lowering::lowerWgmma(const Op& op, const WgmmaShape& w) {
   stageOperand(b, bt, bBase, bs.transposeOnStage, wgmmaOperandTile(op, 1, w));
   ptx("fence.proxy.async.shared::cta;");
   barrier();
-  vals_[op.result()] = issueWgmma(op, w, std::move(acc), aBase, bBase, scales);
+  vals_[op.result()] =
+      issueWgmma(dotGroup(op, w), w, std::move(acc), aBase, bBase, scales >= 0 ? &op : nullptr, scales);
   if (!wgmmaPromotes(op)) wgmmaPending_.insert(op.result());
 }
 
@@ -222,26 +300,40 @@ LVal* Lowering::scaleOf(int64_t table, const Type& t, LVal* row, int64_t block) 
   return decodeE8M0(b_.CreateLoad(b_.getInt8Ty(), b_.CreateGEP(b_.getInt8Ty(), smem(), off)));
 }
 
-// Issues the wgmma group of `op` (operands staged at smem bytes aBase and bBase,
-// visible to the async proxy) accumulating into `acc`; returns the new accumulator.
-Regs Lowering::issueWgmma(const Op& op, const WgmmaShape& w, Regs acc, LVal* aBase, LVal* bBase, int64_t scales) {
-  bool dequantized = op.kind() == OpKind::DotScaled && scales < 0;  // fp4 on bf16 operands
-  Type at = op.operand(0)->type(), bt = op.operand(op.kind() == OpKind::DotScaled ? 2 : 1)->type();
-  if (dequantized) {
+// The wgmma group of dot `op` on tiling w (dot_scaled of fp4: on its bf16 values).
+WgmmaGroup Lowering::dotGroup(const Op& op, const WgmmaShape& w) const {
+  bool scaled = op.kind() == OpKind::DotScaled;
+  Type at = op.operand(0)->type(), bt = op.operand(scaled ? 2 : 1)->type();
+  if (scaled && !scaledOnFp8(op)) {
     at = at.withElem(DType::BF16);
     bt = bt.withElem(DType::BF16);
   }
-  int64_t m = at.shape[0], k = at.shape[1], n = bt.shape[1];
-  WgmmaB bs = wgmmaB(op);
-  int64_t eb = bs.elemBytes, kStep = 32 / eb;
-  bool ints = at.elem == DType::I8;
+  return {.a = at.elem,
+          .b = bt.elem,
+          .m = at.shape[0],
+          .k = at.shape[1],
+          .n = bt.shape[1],
+          .ta = wgmmaOperandTile(op, 0, w),
+          .tb = wgmmaOperandTile(op, 1, w),
+          .kMajor = wgmmaB(op).kMajor,
+          .promote = wgmmaPromotes(op)};
+}
+
+// Issues wgmma group `g` (operands at smem bytes aBase and bBase, visible to the async
+// proxy) accumulating into `acc`; returns the new accumulator. `scaled`: the fp8
+// dot_scaled whose scale tables start at shared byte `scales`.
+Regs Lowering::issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LVal* aBase, LVal* bBase,
+                          const Op* scaled, int64_t scales) {
+  int64_t m = g.m, k = g.k, n = g.n;
+  int64_t eb = g.ta.eb, kStep = 32 / eb;
+  bool ints = g.a == DType::I8;
   auto* i64 = b_.getInt64Ty();
   ptx("wgmma.fence.sync.aligned;");
   LVal* smemAddr0 = b_.CreatePtrToInt(smem(), i64);
   LVal* group = b_.CreateLShr(tid_, idx(7));
   LVal* wgm = b_.CreateAnd(group, idx(w.wgM - 1));
   LVal* wgn = b_.CreateLShr(group, idx(__builtin_ctzll(w.wgM)));
-  SharedTile ta = wgmmaOperandTile(op, 0, w), tb = wgmmaOperandTile(op, 1, w);
+  const SharedTile &ta = g.ta, &tb = g.tb;
   int64_t rA = ta.swizzle, rB = tb.swizzle;
   // Descriptor: start >> 4 (bits 0-13), leading byte offset >> 4 (16-29), stride
   // byte offset >> 4 (32-45), swizzle mode (62-63).
@@ -256,8 +348,8 @@ Regs Lowering::issueWgmma(const Op& op, const WgmmaShape& w, Regs acc, LVal* aBa
   auto instr = [&](bool accumulate) {
     std::string text = std::string("{\n.reg .pred p;\nsetp.ne.b32 p, ") + (accumulate ? "1" : "0") +
                        ", 0;\nwgmma.mma_async.sync.aligned.m64n" + std::to_string(w.instrN) + "k" +
-                       std::to_string(kStep) + (ints ? ".s32." : ".f32.") + mmaTypeName(at.elem) + "." +
-                       mmaTypeName(bt.elem) + " {";
+                       std::to_string(kStep) + (ints ? ".s32." : ".f32.") + mmaTypeName(g.a) + "." + mmaTypeName(g.b) +
+                       " {";
     std::string cons;
     for (int64_t i = 0; i < nregs; ++i) {
       text += (i ? ",$" : "$") + std::to_string(i);
@@ -266,7 +358,7 @@ Regs Lowering::issueWgmma(const Op& op, const WgmmaShape& w, Regs acc, LVal* aBa
     // 16-bit types also take the operands' majorness.
     text += "}, $" + std::to_string(2 * nregs) + ", $" + std::to_string(2 * nregs + 1) + ", p";
     if (!ints) text += ", 1, 1";
-    if (eb == 2) text += bs.kMajor ? ", 0, 0" : ", 0, 1";
+    if (eb == 2) text += g.kMajor ? ", 0, 0" : ", 0, 1";
     text += ";\n}";
     for (int64_t i = 0; i < nregs; ++i) cons += std::to_string(i) + ",";
     cons += "l,l,~{memory}";
@@ -281,11 +373,11 @@ Regs Lowering::issueWgmma(const Op& op, const WgmmaShape& w, Regs acc, LVal* aBa
   // fp8 tensor cores add with fewer bits than fp32: every 128 of K goes into a fresh
   // partial sum that is then added to the accumulator in fp32 — for dot_scaled every
   // 32-wide K block, times its two scales (the power of two 2^(sa + sb - 254) is exact).
-  bool promote = wgmmaPromotes(op);
-  int64_t chunk = scales >= 0 ? 32 : 128;
+  bool promote = g.promote;
+  int64_t chunk = scaled ? 32 : 128;
   Regs sum = acc;
   std::vector<LVal*> rows, cols;  // of each accumulator slot
-  if (scales >= 0)
+  if (scaled)
     for (int s = 0; s < slots(acc.L); ++s) {
       LVal* e = flatIndex(acc.L, s);
       rows.push_back(b_.CreateLShr(e, idx(__builtin_ctzll(n))));
@@ -306,7 +398,7 @@ Regs Lowering::issueWgmma(const Op& op, const WgmmaShape& w, Regs acc, LVal* aBa
       for (int64_t rn = 0; rn < w.repN; ++rn) {
         LVal* col0 = b_.CreateAdd(colBand, idx(rn * w.instrN));
         LVal* db;
-        if (bs.kMajor) {  // like A, with N rows
+        if (g.kMajor) {  // like A, with N rows
           LVal* bOff = b_.CreateAdd(
               bBase, b_.CreateAdd(idx((kb / rB) * tb.blockBytes() + kb % rB), b_.CreateMul(col0, idx(rB))));
           db = desc(bOff, 16, 8 * rB, rB);
@@ -331,8 +423,8 @@ Regs Lowering::issueWgmma(const Op& op, const WgmmaShape& w, Regs acc, LVal* aBa
       Regs part = waitWgmma(acc, 0);
       for (size_t i = 0; i < sum.e.size(); ++i) {
         LVal* p = part.e[i];
-        if (scales >= 0) {
-          const Type &sa = op.operand(1)->type(), &sb = op.operand(3)->type();
+        if (scaled) {
+          const Type &sa = scaled->operand(1)->type(), &sb = scaled->operand(3)->type();
           p = b_.CreateFMul(p, b_.CreateFMul(scaleOf(scales, sa, rows[i], kk / 32),
                                              scaleOf(scales + sa.numel(), sb, cols[i], kk / 32)));
         }

@@ -76,6 +76,16 @@ struct Pipeline : PipelinePlan {
   LVal* step = nullptr;
 };
 
+// One wgmma group's operands as they lie in shared memory: A [M, K] K-major, B [N, K]
+// (kMajor) or [K, N]; `promote`: fp8, its products added in fp32 every 128 of K (or
+// per scale block), the group waited for as it goes.
+struct WgmmaGroup {
+  DType a, b;
+  int64_t m, k, n;
+  SharedTile ta, tb;
+  bool kMajor, promote;
+};
+
 // Loop-carried values of one iteration (block arguments, in argument order; other
 // values only ever looked up, never found).
 struct ArgOrder {
@@ -331,8 +341,13 @@ class Lowering {
   void lowerWgmma(const Op& op, const WgmmaShape& w);
   void stageOperand(const Regs& r, const Type& t, LVal* base, bool transpose, const SharedTile& tile);
   LVal* swizzledOffset(LVal* row, LVal* col, const SharedTile& tile);
-  // `scales`: for dot_scaled on fp8, the shared byte where its scale tables start.
-  Regs issueWgmma(const Op& op, const WgmmaShape& w, Regs acc, LVal* aBase, LVal* bBase, int64_t scales = -1);
+  WgmmaGroup dotGroup(const Op& op, const WgmmaShape& w) const;
+  // `scaled`: a dot_scaled on fp8 whose scale tables start at shared byte `scales`.
+  Regs issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LVal* aBase, LVal* bBase,
+                  const Op* scaled = nullptr, int64_t scales = -1);
+  // The GPU-stage ops of staged dots (stage-dot-operands), each from its operands' types.
+  void lowerSmemOp(const Op& op);
+  LVal* stageAddr(const Op& op, unsigned buf);
   int64_t stageScales(const Op& op);
   LVal* scaleOf(int64_t table, const Type& t, LVal* row, int64_t block);
   bool readPipeline(const Op& loop, Pipeline* p);
@@ -429,14 +444,16 @@ class Lowering {
   std::shared_ptr<std::map<std::string, int64_t>> calleeSmem_ = std::make_shared<std::map<std::string, int64_t>>();
   std::shared_ptr<std::vector<PerfHint>> hints_ = std::make_shared<std::vector<PerfHint>>();  // shared with callees
   std::map<std::vector<int64_t>, LVal*> threadParts_, owners_;
-  // Shared memory: [0, scratch_) holds wgmma operands (pipeline rings, then the two
-  // stages of other dots). Layout conversions and reductions, one at a time between
-  // barriers, use the space after it while operands may be in use (a wgmma in flight,
-  // or inside a pipelined loop), and all of shared memory otherwise.
+  // Shared memory: [0, scratch_) holds wgmma operands (pipeline rings, the two stages
+  // of dot_scaled, the staged operand buffers). Layout conversions and reductions, one
+  // at a time between barriers, use the space after it while operands may be in use (a
+  // wgmma in flight, staged operands not yet read, or inside a pipelined loop), and all
+  // of shared memory otherwise.
   int64_t scratch_ = 0;
   int64_t floor_ = 0;       // a callee's shared memory starts here
   int pipelinedLoops_ = 0;  // pipelined loops being lowered (their copies in flight)
-  int64_t scratchBase() const { return pipelinedLoops_ || !wgmmaPending_.empty() ? scratch_ : floor_; }
+  int64_t scratchBase() const { return pipelinedLoops_ || !wgmmaPending_.empty() || staging_ ? scratch_ : floor_; }
+  bool staging_ = false;  // staged operands written, their wgmma not yet waited for
   int64_t wgmmaStageBytes_ = 0, wgmmaBase_ = 0;
   std::unordered_map<const Op*, Pipeline> pipelines_;  // by for op
   std::unordered_map<const Op*, const Pipeline*> pipelinedDots_;

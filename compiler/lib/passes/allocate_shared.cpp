@@ -1,23 +1,36 @@
 // allocate-shared: places the shared memory of each GPU-stage function (sm_90a), relative
 // to where its shared memory starts (after the mbarriers of a kernel with tensor maps,
 // or above its caller's operands for a device function): first the rings of the
-// pipelined loops (pipeline-schedule), then the two stages the other wgmma dots
-// alternate between, then the scratch space of layout conversions and reductions.
+// pipelined loops (pipeline-schedule), then dot_scaled's stages, then the staged
+// operand buffers, then the scratch space of layout conversions and reductions.
 // A ring is live only while its loop runs (the lowering drains its copies and waits for
 // its wgmma groups after the loop; the prologue of a ring used before synchronizes
 // the block first: `ring_sync`), so
 // every ring starts at the same byte and the function needs the largest one; rings of a
 // loop entered again (an outer loop) are simply reused. A loop whose copies are TMA
 // boxes gets its first mbarrier slot, one per stage; slot 0 of a kernel with tensor
-// maps serves its loads outside pipelines.
+// maps serves its loads outside pipelines. dot_scaled's stages are the two that its
+// wgmma dots (not pipelined) alternate between.
+// The smem_alloc buffers (stage-dot-operands) come after those, each at `smem_at`: a
+// buffer is live from its first use to its last, or to the wgmma_wait of a wgmma that
+// reads it (in program order; a use inside a loop or if below the buffer's block
+// counts as that whole op), and buffers whose live ranges overlap get disjoint bytes,
+// the others reuse them; `smem_staged` holds the bytes all of them need.
 //
-// before: two pipelined K loops of 3 x 32768 and 2 x 16384 bytes, one other wgmma dot
+// before: two pipelined K loops of 3 x 32768 and 2 x 16384 bytes, a dot_scaled on
+// wgmma, then two dots staged by stage-dot-operands
 //   for ... {pipeline_stage_bytes = 32768, pipeline_stages = 3} ...
 //   for ... {pipeline_stage_bytes = 16384, pipeline_stages = 2} ...
 // after:
-//   func @k(...) {..., smem_rings = 98304, smem_wgmma_stage = 16384}
+//   func @k(...) {..., smem_rings = 98304, smem_staged = 16384, smem_wgmma_stage = 16384}
 //   for ... {pipeline_stage_bytes = 32768, pipeline_stages = 3, ring_at = 0} ...
 //   for ... {pipeline_stage_bytes = 16384, pipeline_stages = 2, ring_at = 0} ...
+//   %a_smem = smem_alloc {smem_at = 131072} : ...   two staged dots one after the other:
+//   %b_smem = smem_alloc {smem_at = 139264} : ...   the second's buffers reuse the
+//   %a2_smem = smem_alloc {smem_at = 131072} : ...  first's bytes
+//   %b2_smem = smem_alloc {smem_at = 139264} : ...
+#include <map>
+
 #include "../lower/Staging.h"
 #include "tilefuse/passes/Passes.h"
 
@@ -37,6 +50,59 @@ bool copiesByTma(const Op& loop) {
   for (const auto& o : loop.region(0).ops())
     if (o->hasAttr("staged_copy") && o->strAttr("staged_copy") == "tma") return true;
   return false;
+}
+
+// The op of `block` that holds `op` (itself, or a loop or if around it).
+const Op* inBlock(const Op* op, const Block* block) {
+  while (op && op->parentBlock() != block) op = op->parentOp();
+  return op;
+}
+
+// Places the function's smem_alloc buffers from `base` on; returns the bytes they need.
+int64_t placeBuffers(Op& f, int64_t base) {
+  std::map<const Op*, int> order;  // program order of every op
+  f.walk([&](Op* o) { order.emplace(o, static_cast<int>(order.size())); });
+  struct Live {
+    Op* alloc;
+    int from, to;
+    int64_t bytes;
+  };
+  std::vector<Live> live;
+  f.walk([&](Op* o) {
+    if (o->kind() != OpKind::SmemAlloc || o->hasAttr("smem_at") || !o->result()->type().shared()) return;
+    const SharedLayout& s = *o->result()->type().shared();
+    Live l{o, order.at(o), order.at(o), s.stages * s.stageBytes()};
+    auto reach = [&](const Op* user) {
+      const Op* at = inBlock(user, o->parentBlock());
+      if (!at) throw InternalError("allocate-shared: a buffer used outside the block of its smem_alloc");
+      l.to = std::max(l.to, order.at(at));
+    };
+    for (const Use& u : o->result()->uses()) {
+      reach(u.user);
+      if (u.user->kind() == OpKind::Wgmma)
+        for (const Use& t : u.user->result(1)->uses()) reach(t.user);
+    }
+    live.push_back(l);
+  });
+  int64_t end = 0;
+  std::vector<std::pair<const Live*, int64_t>> placed;
+  for (const Live& l : live) {
+    // The lowest offset past every placed buffer that is live at the same time and
+    // would overlap (buffers start on 1024-byte swizzle atoms).
+    int64_t at = base;
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (auto [p, off] : placed)
+        if (p->from <= l.to && l.from <= p->to && off < at + l.bytes && at < off + p->bytes) {
+          at = L::swizzleAtoms(off + p->bytes);
+          moved = true;
+        }
+    }
+    l.alloc->setAttr("smem_at", at);
+    placed.push_back({&l, at});
+    end = std::max(end, at + l.bytes - base);
+  }
+  return end;
 }
 
 void allocate(Op& f) {
@@ -69,6 +135,7 @@ void allocate(Op& f) {
   if (slot * 8 > 1024) throw UserError(f.loc(), "allocate-shared: more mbarriers than the 128 the kernel reserves");
   if (rings) f.setAttr("smem_rings", rings);
   if (stage) f.setAttr("smem_wgmma_stage", stage);
+  if (int64_t staged = placeBuffers(f, rings + 2 * stage)) f.setAttr("smem_staged", staged);
 }
 
 }  // namespace
@@ -76,7 +143,7 @@ void allocate(Op& f) {
 void allocate_shared(Module& m) {
   for (Op* f : m.funcs())
     if (isGpuStage(*f) && f->strAttr("arch") == "sm_90a" && !f->hasAttr("smem_rings") &&
-        !f->hasAttr("smem_wgmma_stage"))
+        !f->hasAttr("smem_wgmma_stage") && !f->hasAttr("smem_staged"))
       allocate(*f);
 }
 
