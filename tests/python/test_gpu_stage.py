@@ -1,6 +1,6 @@
 """The GPU stage from Python: TILEFUSE_DUMP=gpu prints it when a kernel compiles for the
-GPU, the plan_layouts binding takes its options as keywords, and the interpreter
-refuses GPU-stage IR."""
+GPU, a dot that is not pipelined is staged by its ops, the plan_layouts binding takes its
+options as keywords, and the interpreter refuses GPU-stage IR."""
 
 import numpy as np
 import pytest
@@ -46,6 +46,25 @@ def test_warmup_exposes_the_gpu_stage():
     text = k.asm["gpu"]
     assert 'arch = "sm_90a", gpu = true, kernel = true, num_warps = 8' in text
     assert "#wgmma<" in text and "#blocked<" in text and "#" not in k.asm["tile"]
+
+
+def test_dot_not_pipelined_is_staged_by_gpu_stage_ops():
+    # stage-dot-operands: buffers placed by allocate-shared, stores, the wgmma group and its wait.
+    a = np.zeros((64, 64), np.float16)
+    k = dot_kernel.warmup(a, a, np.zeros((64, 64), np.float32), grid=(1,), target="sm_90a", num_warps=4, N=64)
+    gpu = k.asm["gpu"]
+    assert " = dot " not in gpu and "smem_staged = 16384" in gpu
+    buffer = "smem<64x64xf16, #shared<swizzle=128, rows=64, cols=64, eb=2, stages=1>>"
+    assert f"smem_alloc {{smem_at = 0}} : {buffer}" in gpu and f"smem_alloc {{smem_at = 8192}} : {buffer}" in gpu
+    order = ["barrier", "local_store", "local_store", "fence_async_shared", "barrier", "= wgmma ", "= wgmma_wait "]
+    at = 0
+    for op in order:
+        at = gpu.index(op, at) + len(op)
+    ptx = k.asm["ptx"]
+    issued = ptx.index("wgmma.commit_group.sync.aligned;")
+    assert ptx.index("wgmma.wait_group.sync.aligned 0;", issued) > issued
+    assert "wgmma.wait_group.sync.aligned 1;" not in ptx  # one stage: nothing is left in flight
+    assert ptx.count("wgmma.mma_async") == 4  # K = 64 in steps of 16
 
 
 def test_no_gpu_dump_without_tilefuse_dump(monkeypatch, capfd):

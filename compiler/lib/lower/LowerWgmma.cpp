@@ -216,10 +216,11 @@ void Lowering::lowerSmemOp(const Op& op) {
     }
     case OpKind::WgmmaWait: {
       // One wait passes every waited value's registers through.
-      Regs all{{}, layoutOf(op.result(0))};
+      Regs all;
       for (unsigned i = 1; i < op.numOperands(); ++i) {
         const Regs& r = get(op.operand(i));
         all.e.insert(all.e.end(), r.e.begin(), r.e.end());
+        all.L = r.L;
       }
       Regs done = waitWgmma(all, static_cast<int>(op.intAttr("pending")));
       size_t at = 0;
