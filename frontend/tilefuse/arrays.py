@@ -110,7 +110,9 @@ class DLPackArg:
         except Exception as e:
             raise LaunchError(f"argument '{name}': its __dlpack__() raised {type(e).__name__}: {e}") from None
         if type(capsule).__name__ != "PyCapsule":
-            raise LaunchError(f"argument '{name}': __dlpack__() returned {type(capsule).__name__}, not a DLPack capsule")
+            raise LaunchError(
+                f"argument '{name}': __dlpack__() returned {type(capsule).__name__}, not a DLPack capsule"
+            )
         try:
             first, low, nbytes, dev_type, dev_id, code, bits, lanes = _C.dlpack.describe(capsule)
         except ValueError as e:
