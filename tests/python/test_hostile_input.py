@@ -209,3 +209,49 @@ def test_ir_text_that_is_not_utf8_is_a_parse_error():
     with pytest.raises(_C.UserError, match="expected an op") as e:
         _C.ir.Module.parse(b"func @k() {\n \xff\xfe }")
     assert "\ufffd" in str(e.value)
+
+
+def _entry_path(cache_dir, key):
+    return os.path.join(cache_dir, key[:2], key)
+
+
+def test_a_cache_entry_that_is_a_fifo_is_a_miss(tmp_path):
+    import threading
+
+    key = "ab" + "0" * 62
+    os.makedirs(os.path.dirname(_entry_path(tmp_path, key)))
+    os.mkfifo(_entry_path(tmp_path, key))
+    got = []
+    t = threading.Thread(target=lambda: got.append(_C.runtime.DiskCache(str(tmp_path)).get(key)), daemon=True)
+    t.start()
+    t.join(timeout=10)
+    assert not t.is_alive() and got == [None]
+
+
+def _compiled_store_one():
+    return store_one.compile(np.zeros(1, np.int32))
+
+
+def test_a_cache_dir_that_cannot_be_written_compiles_without_it(tmp_path, monkeypatch):
+    from tilefuse import gpu
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(blocker))
+    monkeypatch.setattr(gpu, "_cache_warned", set())
+    with pytest.warns(UserWarning, match="cannot write the kernel cache in .*a_file.*compiling without it"):
+        entry, hints = gpu.build(_compiled_store_one(), "sm_90a", 4, 3)
+    assert ".entry store_one" in entry.ptx and hints == []
+
+
+def test_unreadable_cached_hints_are_a_miss(tmp_path, monkeypatch):
+    from tilefuse import gpu
+
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+    kernel = _compiled_store_one()
+    gpu.build(kernel, "sm_90a", 4, 3)
+    key = gpu._cache_key(kernel, "sm_90a", 4, 3)
+    for bad in (b'{"a": 1}', b"[1, 2]", b"\xff not json"):
+        _C.runtime.DiskCache(str(tmp_path)).put(key + "-hints", bad)  # a valid checksum, a bad payload
+        entry, hints = gpu.build(kernel, "sm_90a", 4, 3)
+        assert hints == [] and ".entry store_one" in entry.ptx
