@@ -22,15 +22,26 @@ void init_interp(py::module_& m) {
       .def_static("float", [](double v) {
         return interp::Arg{interp::Arg::Kind::Float, 0, 0, v};
       });
-  py::class_<interp::Buffer>(i, "Buffer").def(py::init([](uint64_t base, uint64_t size, std::string name) {
-    return interp::Buffer{base, size, std::move(name)};
-  }));
+  py::class_<interp::Buffer>(i, "Buffer")
+      .def(py::init([](uint64_t base, uint64_t size, std::string name, bool readOnly) {
+             return interp::Buffer{base, size, std::move(name), readOnly};
+           }),
+           py::arg("base"), py::arg("size"), py::arg("name"), py::arg("read_only") = false);
   i.def(
       "launch",
       [](const Module& m, const std::string& kernel, std::array<int64_t, 3> grid, const std::vector<interp::Arg>& args,
          const std::vector<interp::Buffer>& buffers) {
-        py::gil_scoped_release release;
-        interp::launch(m, kernel, grid, args, buffers);
+        // Ctrl-C between programs: the signal handler runs only when the GIL is taken.
+        auto interrupted = [] {
+          py::gil_scoped_acquire gil;
+          return PyErr_CheckSignals() != 0;
+        };
+        try {
+          py::gil_scoped_release release;
+          interp::launch(m, kernel, grid, args, buffers, interrupted);
+        } catch (const interp::Interrupted&) {
+          throw py::error_already_set();  // the handler's exception, e.g. KeyboardInterrupt
+        }
       },
       py::arg("module"), py::arg("kernel"), py::arg("grid"), py::arg("args"), py::arg("buffers"));
   i.def(

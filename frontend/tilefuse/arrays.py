@@ -105,7 +105,18 @@ class DLPackArg:
     }
 
     def __init__(self, name, v):
-        first, low, nbytes, dev_type, dev_id, code, bits, lanes = _C.dlpack.describe(v.__dlpack__())
+        try:
+            capsule = v.__dlpack__()
+        except Exception as e:
+            raise LaunchError(f"argument '{name}': its __dlpack__() raised {type(e).__name__}: {e}") from None
+        if type(capsule).__name__ != "PyCapsule":
+            raise LaunchError(
+                f"argument '{name}': __dlpack__() returned {type(capsule).__name__}, not a DLPack capsule"
+            )
+        try:
+            first, low, nbytes, dev_type, dev_id, code, bits, lanes = _C.dlpack.describe(capsule)
+        except ValueError as e:
+            raise LaunchError(f"argument '{name}': {e}") from None
         d = self._DTYPES.get((code, bits))
         if d is None or lanes != 1:
             raise LaunchError(f"argument '{name}': DLPack dtype code {code}, {bits} bits x{lanes} is not supported")

@@ -113,11 +113,16 @@ def _assigned_names(stmts) -> set[str]:
 class FunctionSource:
     """A kernel's parsed source with the offsets that map AST positions to the file."""
 
-    def __init__(self, tree: ast.FunctionDef, file: str, first_line: int, indent: int):
+    def __init__(self, tree: ast.FunctionDef, file: str, first_line: int, indent: int, text: str = ""):
         self.tree, self.file, self.first_line, self.indent = tree, file, first_line, indent
+        self.lines = text.splitlines()
 
     def pos(self, node) -> tuple[int, int]:
-        return self.first_line + node.lineno - 1, node.col_offset + self.indent + 1
+        # ast columns count UTF-8 bytes; diagnostics count characters.
+        col = node.col_offset
+        if 0 < node.lineno <= len(self.lines):
+            col = len(self.lines[node.lineno - 1].encode()[:col].decode(errors="replace"))
+        return self.first_line + node.lineno - 1, col + self.indent + 1
 
 
 class CodeGenerator(ast.NodeVisitor):

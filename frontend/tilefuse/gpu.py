@@ -11,6 +11,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import warnings
 
 from . import _C, defaults
 from .arrays import DLPackArg, is_dlpack
@@ -155,7 +156,9 @@ def build(kernel, arch: str, num_warps: int, num_stages: int):
     stored = None if entry is None else cache.get(key + "-hints")
     if entry is not None and stored is not None:
         try:
-            return entry, json.loads(stored)
+            hints = json.loads(stored)
+            if isinstance(hints, list) and all(isinstance(h, list) for h in hints):
+                return entry, hints
         except ValueError:
             pass  # unreadable hints: compile again, which rewrites both
     low = lower(kernel, arch, num_warps, num_stages, keep_ir=False)  # a launch needs no LLVM IR text
@@ -163,9 +166,23 @@ def build(kernel, arch: str, num_warps: int, num_stages: int):
     image = (None if _TARGET else _ptxas(low["ptx"], arch)) or (low["ptx"].encode() + b"\0")
     entry = _R.CachedKernel(low["spec"], low["ptx"], image)
     hints = [list(h) for h in low["hints"]]
-    cache.put(key + "-hints", json.dumps(hints).encode())
-    cache.put_kernel(key, entry)
+    try:
+        cache.put(key + "-hints", json.dumps(hints).encode())
+        cache.put_kernel(key, entry)
+    except (RuntimeError, OSError) as e:  # a cache dir that is a file, read-only, full, ...
+        _warn_cache_once(cache.dir, e)
     return entry, hints
+
+
+_cache_warned = set()
+
+
+def _warn_cache_once(where, error):
+    if where not in _cache_warned:
+        _cache_warned.add(where)
+        warnings.warn(
+            f"tilefuse: cannot write the kernel cache in {where} ({error}); compiling without it", stacklevel=3
+        )
 
 
 def _address(name, v, device) -> int:

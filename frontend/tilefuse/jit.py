@@ -150,7 +150,7 @@ class JITFunction(_C.launcher.Launcher):
             if not os.path.exists(file):
                 # Diagnostics quote source lines from the file; without one, from this text.
                 _ir.register_source(file, text, first)
-            self._source = FunctionSource(tree, file, first, indent)
+            self._source = FunctionSource(tree, file, first, indent, text)
         return self._source
 
     def __call__(self, *args, **kwargs):
@@ -261,10 +261,7 @@ class JITFunction(_C.launcher.Launcher):
         if kernel is None:
             kernel = self.cache[key] = self._compile(params)
         g = grid(dict(bound, num_warps=num_warps, num_stages=num_stages)) if callable(grid) else grid
-        g = tuple(int(tl._unwrap(x)) for x in (g if isinstance(g, (tuple, list)) else (g,)))
-        if not 1 <= len(g) <= 3 or any(x < 0 for x in g):
-            raise LaunchError(f"{self.__name__}: grid must be 1 to 3 non-negative integers, got {g}")
-        g = g + (1,) * (3 - len(g))
+        g = _check_grid(self.__name__, g)
         if select_backend(bound.values()) == "cuda":
             loaded = gpu.launch(kernel, bound, g, num_warps, num_stages)
             if not callable(grid):
@@ -347,6 +344,22 @@ def interp_buffers(*arrays: np.ndarray):
         _interp_extra.reset(token)
 
 
+# CUDA's grid limits, for both backends: a grid past them would fail to launch on the GPU
+# and run for hours on the interpreter.
+GRID_LIMITS = (2**31 - 1, 65535, 65535)
+
+
+def _check_grid(name, grid) -> tuple[int, int, int]:
+    g = tuple(tl._unwrap(x) for x in (grid if isinstance(grid, (tuple, list)) else (grid,)))
+    if not 1 <= len(g) <= 3 or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in g):
+        raise LaunchError(f"{name}: grid must be 1 to 3 non-negative integers, got {grid!r}")
+    g = tuple(int(x) for x in g) + (1,) * (3 - len(g))
+    for axis, (x, limit) in enumerate(zip(g, GRID_LIMITS)):
+        if not 0 <= x <= limit:
+            raise LaunchError(f"{name}: grid dimension {axis} is {x}; it must be in [0, {limit}] (CUDA's limit)")
+    return g
+
+
 def _launch_interp(kernel: CompiledKernel, params, bound, grid):
     I = _C.interp  # noqa: E741
     args, buffers = [], []
@@ -359,8 +372,10 @@ def _launch_interp(kernel: CompiledKernel, params, bound, grid):
         name, t = p.name, p.spec.type
         v = bound[name]
         if t.is_ptr:
+            read_only = False
             if isinstance(v, np.ndarray):
                 lo, hi = _byte_bounds(v)
+                read_only = not v.flags.writeable  # also np.frombuffer of bytes, read-only memmaps
                 args.append(I.Arg.ptr(v.ctypes.data))
             elif is_dlpack(v):
                 info = DLPackArg(name, v)
@@ -374,7 +389,7 @@ def _launch_interp(kernel: CompiledKernel, params, bound, grid):
                 lo = v.data_ptr()
                 hi = lo + v.untyped_storage().nbytes() - v.storage_offset() * v.element_size()
                 args.append(I.Arg.ptr(lo))
-            buffers.append(I.Buffer(lo, hi - lo, name))
+            buffers.append(I.Buffer(lo, hi - lo, name, read_only))
         elif t.elem in (_D.f32, _D.f64):
             args.append(I.Arg.float(float(v)))
         else:

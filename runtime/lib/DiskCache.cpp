@@ -1,14 +1,17 @@
 #include "tilefuse/runtime/DiskCache.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cctype>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
+#include <random>
 #include <stdexcept>
 
 namespace tilefuse::runtime {
@@ -46,12 +49,35 @@ std::string DiskCache::path(const std::string& key) const {
   return dir_ + "/" + key.substr(0, 2) + "/" + key;
 }
 
+namespace {
+// The bytes of the regular file at `p`, or nothing. Opened without blocking and checked
+// before reading: an entry replaced by a FIFO or a device must be a miss, not a hang.
+std::optional<std::string> readRegular(const std::string& p) {
+  int fd = ::open(p.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  struct stat st {};
+  std::string all;
+  bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  if (ok) {
+    all.resize(static_cast<size_t>(st.st_size));
+    size_t got = 0;
+    while (got < all.size()) {
+      ssize_t n = ::read(fd, all.data() + got, all.size() - got);
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    ok = got == all.size();
+  }
+  ::close(fd);
+  if (!ok) return std::nullopt;
+  return all;
+}
+}  // namespace
+
 std::optional<std::string> DiskCache::get(const std::string& key) const {
-  std::ifstream in(path(key), std::ios::binary);
-  if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string all = ss.str();
+  std::optional<std::string> file = readRegular(path(key));
+  if (!file) return std::nullopt;
+  std::string& all = *file;
   const size_t header = 4 + 8 + 8;
   if (all.size() < header || all.compare(0, 4, kMagic) != 0) return std::nullopt;
   uint64_t size, sum;
@@ -65,7 +91,11 @@ std::optional<std::string> DiskCache::get(const std::string& key) const {
 void DiskCache::put(const std::string& key, const std::string& data) const {
   std::string final = path(key);
   std::filesystem::create_directories(std::filesystem::path(final).parent_path());
-  std::string tmp = final + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(std::rand());
+  // Unique across processes (pid), threads and calls (the counter), and runs (the seed).
+  static const uint64_t seed = std::random_device{}();
+  static std::atomic<uint64_t> counter{0};
+  std::string tmp = final + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(seed) + "." +
+                    std::to_string(counter.fetch_add(1));
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw std::runtime_error("cannot write the kernel cache at " + tmp);
@@ -90,7 +120,7 @@ std::optional<CachedKernel> DiskCache::getKernel(const std::string& key) const {
   CachedKernel k;
   try {
     k.spec = launchSpecFromJson(std::string_view(*data).substr(header, specBytes));
-  } catch (const std::invalid_argument&) {
+  } catch (const std::exception&) {  // a payload that passed the checksum but does not parse
     return std::nullopt;
   }
   k.ptx = data->substr(header + specBytes, ptxBytes);

@@ -259,9 +259,14 @@ class Machine {
   // Memory access with bounds checking against the argument buffers.
   // `shape` and `flat` name the element; its index is formatted only for the error.
   void checkAccess(const Op& op, uint64_t addr, int bytes, const char* what, const std::vector<int64_t>& shape,
-                   int64_t flat) const {
-    for (const Buffer& b : buffers_)
-      if (addr >= b.base && addr + bytes <= b.base + b.size) return;
+                   int64_t flat, bool write = false) const {
+    for (const Buffer& b : buffers_) {
+      if (addr < b.base || addr + bytes > b.base + b.size) continue;
+      if (write && b.readOnly)
+        fail(op, std::string(what) + " at element " + idxStr(shape, flat) + " into '" + b.name +
+                     "', which is read-only (pass a writeable array)");
+      return;
+    }
     std::string where = idxStr(shape, flat);
     // Name the nearest buffer: usually the one whose index went out of range.
     std::string near;
@@ -670,7 +675,7 @@ void Machine::execMemory(const Op& op) {
       continue;
     }
     uint64_t addr = static_cast<uint64_t>(p.i[k]);
-    checkAccess(op, addr, eb, what, shape.shape, k);
+    checkAccess(op, addr, eb, what, shape.shape, k, true);
     if (op.kind() == OpKind::Store) {
       if (v.isF())
         writeF(addr, d, v.f[k]);
@@ -731,7 +736,7 @@ void Machine::execDesc(const Op& op) {
       elem += c * dd.strides[a];
     }
     uint64_t addr = dd.base + static_cast<uint64_t>(elem * eb);
-    if (inside) checkAccess(op, addr, eb, isLoad ? "descriptor load" : "descriptor store", block, k);
+    if (inside) checkAccess(op, addr, eb, isLoad ? "descriptor load" : "descriptor store", block, k, !isLoad);
     if (isLoad) {
       if (r.isF())
         r.f[k] = inside ? readF(addr, d) : 0.0;
@@ -1039,7 +1044,7 @@ void Machine::exec(const Op& op) {
 }  // namespace
 
 void launch(const Module& m, const std::string& kernel, std::array<int64_t, 3> grid, const std::vector<Arg>& args,
-            const std::vector<Buffer>& buffers) {
+            const std::vector<Buffer>& buffers, const std::function<bool()>& interrupted) {
   Op* k = m.lookupFunc(kernel);
   if (!k) throw InternalError("interpreter: no kernel '" + kernel + "'");
   if (isGpuStage(*k))
@@ -1051,7 +1056,10 @@ void launch(const Module& m, const std::string& kernel, std::array<int64_t, 3> g
   Machine machine(m, grid, buffers);
   for (int64_t z = 0; z < grid[2]; ++z)
     for (int64_t y = 0; y < grid[1]; ++y)
-      for (int64_t x = 0; x < grid[0]; ++x) machine.runProgram(*k, args, {x, y, z});
+      for (int64_t x = 0; x < grid[0]; ++x) {
+        if (interrupted && interrupted()) throw Interrupted{};
+        machine.runProgram(*k, args, {x, y, z});
+      }
 }
 
 }  // namespace tilefuse::interp

@@ -249,6 +249,10 @@ Value* Builder::ptrAdd(Value* ptr, Value* offset) {
 }
 
 Value* Builder::arange(int64_t start, int64_t end) {
+  constexpr int64_t lo = INT32_MIN, hi = INT32_MAX;
+  if (start < lo || start > hi || end < lo || end > int64_t{hi} + 1)
+    fail("arange's arguments must be within int32, got start " + std::to_string(start) + " and end " +
+         std::to_string(end));
   int64_t n = end - start;
   if (n <= 0 || (n & (n - 1)) != 0)
     fail("arange's length end - start must be a power of two, got " + std::to_string(end) + " - " + std::to_string(start));

@@ -89,10 +89,24 @@ void Value::replaceAllUsesWith(Value* other) {
 
 Op::Op(OpKind kind, Location loc) : kind_(kind), loc_(loc) {}
 
+namespace {
+// Drops the operands of the ops nested in `op`, last op first: uses are appended in
+// creation order, so each is found at the end of its value's use list (dropAllOperands
+// searches from the back) and tearing down a value with many users stays linear.
+void dropNestedOperands(Op& op) {
+  for (unsigned r = op.numRegions(); r-- > 0;) {
+    auto& ops = op.region(r).ops();
+    for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
+      dropNestedOperands(**it);
+      (*it)->dropAllOperands();
+    }
+  }
+}
+}  // namespace
+
 Op::~Op() {
   // Nested ops may use values of enclosing ops; clear inner uses first.
-  for (auto& r : regions_)
-    for (auto& o : r->ops()) o->walk([](Op* x) { x->dropAllOperands(); });
+  dropNestedOperands(*this);
   dropAllOperands();
 }
 
@@ -115,10 +129,10 @@ void Op::setOperands(const std::vector<Value*>& vs) {
 }
 
 void Op::dropAllOperands() {
-  for (unsigned i = 0; i < operands_.size(); ++i) {
+  for (unsigned i = static_cast<unsigned>(operands_.size()); i-- > 0;) {
     auto& u = operands_[i]->uses_;
-    auto it = std::find(u.begin(), u.end(), Use{this, i});
-    if (it != u.end()) u.erase(it);
+    auto it = std::find(u.rbegin(), u.rend(), Use{this, i});  // usually the last use
+    if (it != u.rend()) u.erase(std::next(it).base());
   }
   operands_.clear();
 }

@@ -6,6 +6,7 @@
 #include <limits>
 #include <unordered_map>
 
+#include "tilefuse/ir/Limits.h"
 #include "tilefuse/ir/Text.h"
 
 namespace tilefuse {
@@ -244,7 +245,10 @@ class Parser {
   }
 
   void parseRegion(Block& b) {
+    Location open = here();
     expect('{', "to open a region");
+    if (scopes_.size() > kMaxRegionDepth)  // one scope per enclosing region, and the function's
+      throw UserError(open, "regions are nested more than " + std::to_string(kMaxRegionDepth) + " deep");
     scopes_.emplace_back();
     skipSpace();
     if (peek() == '^') {

@@ -26,6 +26,7 @@ class Printer {
   void printFunc(const Op& f) {
     names_.clear();
     used_.clear();
+    suffix_.clear();
     next_ = 0;
     os_ << "func @" << funcName(f) << "(";
     const Block& body = f.region(0);
@@ -121,7 +122,10 @@ class Printer {
     std::string n;
     if (!v->name().empty() && !isNumeric(v->name())) {
       n = v->name();
-      for (int k = 1; used_.count(n); ++k) n = v->name() + "_" + std::to_string(k);
+      // Suffixes below the last one given to this hint are taken (names are never freed):
+      // starting there keeps the names and makes many values of one hint linear, not quadratic.
+      int& k = suffix_[n];
+      while (used_.count(n)) n = v->name() + "_" + std::to_string(++k);
     } else {
       do n = std::to_string(next_++);
       while (used_.count(n));
@@ -134,6 +138,7 @@ class Printer {
   const PrintOptions& opts_;
   std::unordered_map<const Value*, std::string> names_;
   std::set<std::string> used_;
+  std::unordered_map<std::string, int> suffix_;  // by name hint: the last suffix given
   int next_ = 0;
 };
 

@@ -2,9 +2,12 @@
 #include "tilefuse/ir/Verifier.h"
 
 #include <algorithm>
+#include <functional>
+#include <map>
 #include <set>
 
 #include "VerifierRules.h"
+#include "tilefuse/ir/Limits.h"
 
 namespace tilefuse {
 namespace verifier {
@@ -67,8 +70,13 @@ void requireNumeric(const Op& op, const Type& t, const std::string& what) {
 void checkTileShape(const Op& op, const Type& t) {
   if (t.isNone()) fail(op, "has a value without a type");
   if (t.isSmem()) return;  // mbarrier arrays need not be powers of two; #shared has its own rules
-  for (auto d : t.shape)
+  int64_t n = 1;
+  for (auto d : t.shape) {
     if (!isPow2(d)) fail(op, "tile dimensions must be powers of two, got " + t.str());
+    if (d > kMaxTileElements / n)  // before multiplying: the product may not fit in 64 bits
+      fail(op, t.str() + " exceeds the maximum tensor numel (" + std::to_string(kMaxTileElements) + " elements)");
+    n *= d;
+  }
 }
 
 void verifyArith(const Op& op) {
@@ -551,6 +559,14 @@ void verifyStructure(const Op& op) {
     fail(op, "has " + std::to_string(info.numRegions) + " regions, got " + std::to_string(op.numRegions()));
   for (Value* r : op.results()) checkTileShape(op, r->type());
   if (op.has(Terminator) && op.parentBlock() && op.parentBlock()->back() != &op) fail(op, "must be the last op of its region");
+  if (op.numRegions() && op.kind() != OpKind::Func) {
+    int depth = 0;
+    for (const Block* b = op.parentBlock(); b && b->parentOp() && b->parentOp()->kind() != OpKind::Func;
+         b = b->parentOp()->parentBlock())
+      ++depth;
+    if (depth >= kMaxRegionDepth)
+      fail(op, "regions are nested more than " + std::to_string(kMaxRegionDepth) + " deep");
+  }
   for (unsigned r = 0; r < op.numRegions(); ++r) {
     const Block& b = op.region(r);
     if (op.kind() != OpKind::Func) {
@@ -656,6 +672,38 @@ void verifyOp(const Op& op) {
   if (func && isGpuStage(*func)) verifyTileOpLayouts(op);
 }
 
+// Calls form no cycle: the interpreter and the GPU have no call stack to grow, and the
+// inliner would not terminate.
+void checkNoRecursion(const Module& m) {
+  std::map<std::string, std::vector<const Op*>> calls;  // function -> its call ops
+  for (auto& f : m.body().ops()) {
+    if (f->kind() != OpKind::Func || !f->hasAttr("sym_name")) continue;
+    auto& out = calls[funcName(*f)];
+    f->walk([&](Op* o) {
+      if (o->kind() == OpKind::Call && o->hasAttr("callee")) out.push_back(o);
+    });
+  }
+  std::map<std::string, int> state;  // 1: on the path, 2: done
+  std::vector<std::string> path;
+  std::function<void(const std::string&)> visit = [&](const std::string& f) {
+    state[f] = 1;
+    path.push_back(f);
+    for (const Op* c : calls[f]) {
+      const std::string& g = c->strAttr("callee");
+      if (state[g] == 1) {
+        std::string cycle;
+        for (auto it = std::find(path.begin(), path.end(), g); it != path.end(); ++it) cycle += "@" + *it + " -> ";
+        fail(*c, "recursion is not supported: " + cycle + "@" + g);
+      }
+      if (state[g] == 0 && calls.count(g)) visit(g);
+    }
+    path.pop_back();
+    state[f] = 2;
+  };
+  for (auto& [f, _] : calls)
+    if (state[f] == 0) visit(f);
+}
+
 void verifyModule(const Module& m) {
   std::set<std::string> names;
   for (auto& f : m.body().ops()) {
@@ -670,6 +718,7 @@ void verifyModule(const Module& m) {
     std::vector<std::set<const Value*>> scopes;
     checkDominance(f->region(0), scopes);
   }
+  checkNoRecursion(m);
 }
 
 }  // namespace tilefuse

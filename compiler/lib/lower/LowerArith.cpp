@@ -153,6 +153,10 @@ LVal* Lowering::castElem(const Op& op, LVal* v, const Type& from, const Type& to
   // rounding twice; castRounded rounds once (integers through f64, rounded to odd).
   bool viaF32 = d == DType::BF16 && (s == DType::F64 || (isInt(s) && s != DType::I1));
   if (viaF32 && opts_.arch.rfind("sm_9", 0) != 0) return castRounded(op, v, from, to, nullptr);
+  // bf16 and f16 have the same width, so LLVM's FPCast would pick an invalid fpext:
+  // through f32, which holds every bf16 exactly (one rounding, at the f16 end).
+  if ((s == DType::BF16 && d == DType::F16) || (s == DType::F16 && d == DType::BF16))
+    return b_.CreateFPTrunc(b_.CreateFPExt(v, b_.getFloatTy()), dt);
   if (isFloat(s) && isFloat(d)) return b_.CreateFPCast(v, dt);
   // Integers extend by the source's signedness (i1 and unsigned types zero-extend), as in C.
   bool zext = s == DType::I1 || isUnsigned(s);

@@ -447,6 +447,9 @@ def full(shape, value, dtype, _builder=None):
         v = value if value.dtype == d else cast(value, d, _builder=_builder)
         return tensor(_builder.splat(v.handle, shape)) if shape else v
     if d.is_int() and isinstance(value, int):  # exact beyond 2**53
+        width = d.primitive_bitwidth
+        if not -(2 ** (width - 1)) <= value < 2**width:  # as a signed value or as the type's bits
+            raise ValueError(f"tl.full: {value} does not fit in {d} (nor as its {width} bits)")
         bits = value - 2**64 if value >= 2**63 else value  # a u64 beyond int64 as its bits
         return tensor(_builder.const_int(bits, _ir.Type.tile(d.ir, shape)))
     return tensor(_builder.full(shape, float(value), d.ir))

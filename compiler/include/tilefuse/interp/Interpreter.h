@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@ struct Buffer {
   uint64_t base;
   uint64_t size;  // bytes
   std::string name;
+  bool readOnly = false;  // stores and atomics into it are errors
 };
 
 struct Arg {
@@ -28,8 +30,12 @@ struct Arg {
 
 // Runs kernel `kernel` of `m` over `grid`. Throws UserError (with the op's
 // location) on out-of-bounds accesses, failed device asserts and integer
-// division by zero.
+// division by zero. `interrupted`, asked before each program, stops the launch
+// where it returns true (the caller then reports why, e.g. KeyboardInterrupt).
 void launch(const Module& m, const std::string& kernel, std::array<int64_t, 3> grid, const std::vector<Arg>& args,
-            const std::vector<Buffer>& buffers);
+            const std::vector<Buffer>& buffers, const std::function<bool()>& interrupted = {});
+
+// Thrown by launch when `interrupted` said so.
+struct Interrupted {};
 
 }  // namespace tilefuse::interp
