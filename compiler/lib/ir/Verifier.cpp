@@ -133,7 +133,11 @@ void verifyBitcast(const Op& op) {
   const Type& out = ty(op.result());
   if (in.shape != out.shape) fail(op, "changes the shape from " + in.str() + " to " + out.str());
   if (in.isDesc() || out.isDesc()) fail(op, "cannot bitcast tensor descriptors");
-  if (in.isPtr() != out.isPtr()) fail(op, "cannot bitcast between pointers and numbers: " + in.str() + " to " + out.str());
+  // A pointer and a 64-bit integer convert both ways (its address: ptrtoint / inttoptr).
+  auto addr = [](const Type& t) { return t.isNumeric() && (t.elem == DType::I64 || t.elem == DType::U64); };
+  if (in.isPtr() != out.isPtr() && !addr(in.isPtr() ? out : in))
+    fail(op, "converts pointers only to and from 64-bit integers, got " + in.str() + " to " + out.str());
+  if (in.isPtr() != out.isPtr()) return;
   // f4e2m1 <-> i8 moves the 4-bit code, so packed bytes can be split and joined.
   bool fp4Code = (in.elem == DType::F4E2M1 && out.elem == DType::I8) || (in.elem == DType::I8 && out.elem == DType::F4E2M1);
   if (!in.isPtr() && !fp4Code && bitWidth(in.elem) != bitWidth(out.elem))

@@ -606,6 +606,8 @@ void Lowering::lowerOp(const Op& op) {
       const Type& in = op.operand(0)->type();
       Regs a = operand(0);
       if (op.kind() == OpKind::Bitcast) {
+        if (t.isPtr() && !in.isPtr()) return perSlot([&](int s) { return b_.CreateIntToPtr(a.e[s], b_.getPtrTy()); });
+        if (in.isPtr() && !t.isPtr()) return perSlot([&](int s) { return b_.CreatePtrToInt(a.e[s], b_.getInt64Ty()); });
         if (t.isPtr()) return perSlot([&](int s) { return a.e[s]; });
         bool fp4 = in.elem == DType::F4E2M1 || t.elem == DType::F4E2M1;
         return perSlot([&](int s) -> LVal* {

@@ -1,6 +1,7 @@
 """tilefuse.language (imported as `tl`): the ops kernels are written with."""
 
 from . import extra, math  # noqa: F401 - tl.math, tl.extra.cuda.libdevice
+from .block_ptr import advance, make_block_ptr  # noqa: F401
 from .combine import (  # noqa: F401
     associative_scan,
     cumprod,

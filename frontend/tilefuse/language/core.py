@@ -68,7 +68,17 @@ class dtype:
 class pointer_type(dtype):
     """A pointer to elements of `element_ty` in global memory."""
 
-    def __init__(self, element_ty: dtype):
+    def __init__(self, element_ty: dtype, address_space: int = 1, const: bool = False):
+        element_ty = _unwrap(element_ty)
+        if not isinstance(element_ty, dtype):
+            raise TypeError(f"tl.pointer_type takes a tl dtype, got {element_ty!r}")
+        if isinstance(element_ty, pointer_type):
+            raise TypeError(
+                "pointers to pointers are not supported: load the addresses as tl.int64 and "
+                "convert them with .to(tl.pointer_type(...))"
+            )
+        if _unwrap(address_space) != 1:
+            raise ValueError(f"only global memory pointers (address_space=1) are supported, got {address_space!r}")
         super().__init__(f"pointer_type({element_ty!r})", element_ty.ir)
         self.element_ty = element_ty
 
@@ -487,6 +497,10 @@ def load(
     _builder=None,
 ):
     # Cache and eviction hints do not change results; the GPU backend may use them.
+    from . import block_ptr
+
+    if isinstance(_unwrap(pointer), block_ptr.block_ptr):
+        return block_ptr.load(_unwrap(pointer), mask, other, boundary_check, padding_option, _builder)
     mask, other = _unwrap(mask), _unwrap(other)
     m = to_tensor(mask, _builder).handle if mask is not None else None
     o = None
@@ -508,6 +522,10 @@ class _PointeeProxy:
 
 @builtin
 def store(pointer, value, mask=None, boundary_check=None, cache_modifier="", eviction_policy="", _builder=None):
+    from . import block_ptr
+
+    if isinstance(_unwrap(pointer), block_ptr.block_ptr):
+        return block_ptr.store(_unwrap(pointer), value, mask, boundary_check, _builder)
     p = to_tensor(pointer, _builder)
     v = to_tensor(value, _builder, like=_PointeeProxy(p))
     mask = _unwrap(mask)
@@ -716,11 +734,9 @@ def cdiv(x, div, _builder=None):
 def cast(input, dtype, fp_downcast_rounding=None, bitcast=False, rounding=None, rand_bits=None, _builder=None):
     d = _dtype_arg(dtype)
     x = to_tensor(input, _builder)
+    if isinstance(d, pointer_type) or x.type.is_ptr:  # bitcast or not, as Triton
+        return _pointer_cast(x, d, _builder)
     if _unwrap(bitcast):
-        return tensor(_builder.bitcast(x.handle, d.to_ir_type()))
-    if isinstance(d, pointer_type):
-        if not x.type.is_ptr:
-            raise TypeError(f"cannot cast {x.dtype!r} to a pointer")
         return tensor(_builder.bitcast(x.handle, d.to_ir_type()))
     mode = _unwrap(rounding) or _unwrap(fp_downcast_rounding) or "rne"
     mode = {"rtne": "rne"}.get(mode, mode)
@@ -728,6 +744,30 @@ def cast(input, dtype, fp_downcast_rounding=None, bitcast=False, rounding=None, 
     if rb is not None and mode == "rne":
         mode = "rs"
     return tensor(_builder.cast(x.handle, d.ir, mode, rb))
+
+
+_UNSIGNED = {8: uint8, 16: uint16, 32: uint32, 64: uint64}
+
+
+def _pointer_cast(x: tensor, d: dtype, b) -> tensor:
+    """Triton's casts with pointers: pointer to pointer keeps the address; an integer becomes
+    a pointer zero-extended to 64 bits (inttoptr); a pointer becomes an int64 / uint64
+    (ptrtoint) or an int1 (address != 0)."""
+    if x.type.is_ptr and isinstance(d, pointer_type):
+        return tensor(b.bitcast(x.handle, d.to_ir_type()))
+    if isinstance(d, pointer_type):
+        if not x.dtype.is_int() or x.dtype == int1:
+            raise TypeError(f"cannot cast {x.dtype!r} to {d!r}: only integers (addresses) convert to pointers")
+        bits = x.dtype.primitive_bitwidth
+        if bits < 64:  # zero-extend, as LLVM's inttoptr does
+            x = cast(tensor(b.bitcast(x.handle, _UNSIGNED[bits].to_ir_type())), uint64, _builder=b)
+        return tensor(b.bitcast(x.handle, d.to_ir_type()))
+    if d == int1:
+        addr = tensor(b.bitcast(x.handle, int64.to_ir_type()))
+        return tensor(b.cmp("ne", addr.handle, to_tensor(0, b, like=addr).handle))
+    if d not in (int64, uint64):
+        raise TypeError(f"cannot cast {x.dtype!r} to {d!r}: a pointer converts to tl.int64, tl.uint64 or tl.int1")
+    return tensor(b.bitcast(x.handle, d.to_ir_type()))
 
 
 @builtin
