@@ -606,7 +606,12 @@ void Lowering::lowerOp(const Op& op) {
       const Type& in = op.operand(0)->type();
       Regs a = operand(0);
       if (op.kind() == OpKind::Bitcast) {
-        if (t.isPtr() && !in.isPtr()) return perSlot([&](int s) { return b_.CreateIntToPtr(a.e[s], b_.getPtrTy()); });
+        // An address from an integer is global memory (as every tilefuse pointer): through
+        // addrspace(1), so that LLVM's address-space inference emits ld.global / st.global.
+        if (t.isPtr() && !in.isPtr())
+          return perSlot([&](int s) {
+            return b_.CreateAddrSpaceCast(b_.CreateIntToPtr(a.e[s], llvm::PointerType::get(ctx_, 1)), b_.getPtrTy());
+          });
         if (in.isPtr() && !t.isPtr()) return perSlot([&](int s) { return b_.CreatePtrToInt(a.e[s], b_.getInt64Ty()); });
         if (t.isPtr()) return perSlot([&](int s) { return a.e[s]; });
         bool fp4 = in.elem == DType::F4E2M1 || t.elem == DType::F4E2M1;
