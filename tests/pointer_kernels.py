@@ -47,7 +47,7 @@ def grouped_matmul_kernel(
             a_ptrs = a_ptr + offs_am[:, None] * lda + offs_k[None, :]
             b_ptrs = b_ptr + offs_k[:, None] * ldb + offs_bn[None, :]
             accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
-            for kk in range(0, tl.cdiv(k, BLOCK_SIZE_K)):
+            for kk in range(0, tl.cdiv(k, BLOCK_SIZE_K)):  # noqa: B007 - as the tutorial writes it
                 tl.multiple_of(a_ptrs, [16, 16])
                 tl.multiple_of(b_ptrs, [16, 16])
                 a = tl.load(a_ptrs)
