@@ -154,6 +154,53 @@ def _rebuild(template, handles, name=None):
     return template
 
 
+def call_leaves(v) -> list:
+    """The tensors a value passes to (or returns from) a device function: a tensor, or every
+    tensor of a tuple or block pointer; [] for a compile-time value."""
+    v = tl._unwrap(v)
+    if _is_tensor(v):
+        return [v]
+    if isinstance(v, tuple):
+        return [t for e in v for t in call_leaves(e)]
+    if hasattr(v, "_tensors"):
+        return v._tensors()
+    return []
+
+
+def call_structure(v) -> str:
+    """A key for v's structure: its compile-time parts and the types of its tensors."""
+    v = tl._unwrap(v)
+    if _is_tensor(v):
+        return str(v.type)
+    if isinstance(v, tuple):
+        return "(" + ",".join(call_structure(e) for e in v) + ")"
+    if hasattr(v, "_tensors"):
+        return f"{v!r}[{','.join(str(t.type) for t in v._tensors())}]"
+    return repr(v)
+
+
+def call_rebuild(template, handles):
+    """template with its call_leaves replaced by the next IR values of `handles`."""
+    t = tl._unwrap(template)
+    if _is_tensor(t):
+        return tl.tensor(next(handles))
+    if isinstance(t, tuple):
+        return tuple(call_rebuild(e, handles) for e in t)
+    if hasattr(t, "_tensors"):
+        return t._with_tensors([tl.tensor(next(handles)) for _ in t._tensors()])
+    return template
+
+
+def _isinstance(obj, classes) -> bool:
+    """isinstance in a kernel, where tl.constexpr matches every compile-time value."""
+    obj = tl._unwrap(obj)
+    classes = tl._unwrap(classes)
+    classes = classes if isinstance(classes, tuple) else (classes,)
+    if tl.constexpr in classes and not call_leaves(obj):
+        return True
+    return isinstance(obj, tuple(c for c in classes if c is not tl.constexpr))
+
+
 class FunctionSource:
     """A kernel's parsed source with the offsets that map AST positions to the file."""
 
@@ -340,7 +387,7 @@ class CodeGenerator(ast.NodeVisitor):
         if vals and self.loop_depth:
             raise self.error(node, "'return' of a value inside a loop is not supported; assign it and 'break'")
         for k, v in enumerate(vals):
-            self.scope[f"@rv{k}"] = tl.to_tensor(v, self.b)
+            self.scope[f"@rv{k}"] = v if call_leaves(v) else tl.to_tensor(v, self.b)
         self.scope[_RETURN] = True
 
     def visit_Break(self, node):
@@ -888,6 +935,8 @@ class CodeGenerator(ast.NodeVisitor):
             raise self.error(node, f"{fn.__name__} can only be used as the iterable of a for loop")
         if isinstance(fn, type) and issubclass(fn, tl.dtype) or fn is tl.constexpr:
             return fn(*[tl._unwrap(a) for a in args])
+        if fn is _py.isinstance and len(args) == 2 and not kwargs:
+            return _isinstance(*args)
         if fn in (_py.min, _py.max) and len(args) >= 2 and not kwargs and any(_is_tensor(tl._unwrap(a)) for a in args):
             # As in Triton, Python's min/max of tensors are elementwise tl.minimum/tl.maximum.
             elementwise = tl.minimum if fn is _py.min else tl.maximum

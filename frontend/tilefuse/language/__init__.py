@@ -1,5 +1,7 @@
 """tilefuse.language (imported as `tl`): the ops kernels are written with."""
 
+import builtins
+
 from . import extra, math  # noqa: F401 - tl.math, tl.extra.cuda.libdevice
 from .block_ptr import advance, make_block_ptr  # noqa: F401
 from .combine import (  # noqa: F401
@@ -121,3 +123,4 @@ from .random import (  # noqa: F401
 )
 
 bool = int1  # noqa: A001 - Triton's alias
+tuple = builtins.tuple  # noqa: A001 - tl.tuple(iterable) and isinstance(x, tl.tuple) in kernels

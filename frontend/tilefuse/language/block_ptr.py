@@ -41,6 +41,14 @@ class block_ptr:
     def _unflatten(self, ts):
         return block_ptr(self.base, self.shape, self.strides, list(ts), self.block_shape, self.order)
 
+    # A device function call passes all of its tensors.
+    def _tensors(self) -> list:
+        return [self.base, *self.shape, *self.strides, *self.offsets]
+
+    def _with_tensors(self, ts):
+        r = len(self.block_shape)
+        return block_ptr(ts[0], ts[1 : 1 + r], ts[1 + r : 1 + 2 * r], ts[1 + 2 * r :], self.block_shape, self.order)
+
     @property
     def dtype(self):
         return self.base.dtype
