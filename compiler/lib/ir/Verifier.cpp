@@ -250,11 +250,10 @@ void verifyMemory(const Op& op) {
           fail(op, std::string(i == 1 && cas ? "cmp" : "value") + " must be " + value.str() + ", got " +
                        ty(op.operand(i)).str());
       if (ty(op.result()) != value) fail(op, "result must be " + value.str() + ", got " + ty(op.result()).str());
-      bool minMax = op.kind() == OpKind::AtomicMax || op.kind() == OpKind::AtomicMin;
-      bool intOnly = cas || op.kind() == OpKind::AtomicAnd || op.kind() == OpKind::AtomicOr ||
-                     op.kind() == OpKind::AtomicXor;
-      if (isStorageOnly(p.elem) || p.elem == DType::I1 || (p.elem == DType::F64 && minMax) ||
-          (intOnly && !isInt(p.elem)))
+      // atomic_cas compares bits: any element of 16, 32 or 64 bits, floats too.
+      bool bitwise = op.kind() == OpKind::AtomicAnd || op.kind() == OpKind::AtomicOr || op.kind() == OpKind::AtomicXor;
+      if (isStorageOnly(p.elem) || p.elem == DType::I1 || (bitwise && !isInt(p.elem)) ||
+          (cas && bitWidth(p.elem) < 16))
         fail(op, "does not support element type " + std::string(dtypeName(p.elem)));
       if (!cas) checkMask(op, 2, p);
       if (op.hasAttr("sem")) {

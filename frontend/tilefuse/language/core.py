@@ -547,9 +547,36 @@ def _check_sem_scope(sem, scope):
     return sem or "acq_rel", scope or "gpu"
 
 
+def _check_atomic_type(p: tensor, op: str):
+    # Triton's refusals, in its words (its tests match them).
+    if not p.type.is_ptr:
+        return
+    d = p.dtype.element_ty
+    if op == "cas":
+        if d.primitive_bitwidth not in (16, 32, 64):
+            raise ValueError("atomic_cas only supports elements with width {16, 32, 64}")
+        return
+    if d in (float16, bfloat16) and op != "add":
+        raise ValueError(f"atomic_{op} does not support {'fp16' if d == float16 else 'bf16'}")
+    if d.is_int() and d.primitive_bitwidth < 32:
+        raise ValueError(f"atomic_{op} does not support {d.name}")
+
+
+_ATOMIC_NAMES = {
+    _K.AtomicAdd: "add",
+    _K.AtomicMax: "max",
+    _K.AtomicMin: "min",
+    _K.AtomicXchg: "xchg",
+    _K.AtomicAnd: "and",
+    _K.AtomicOr: "or",
+    _K.AtomicXor: "xor",
+}
+
+
 def _atomic(kind, pointer, val, mask, sem, scope, b):
     sem, scope = _check_sem_scope(sem, scope)
     p = to_tensor(pointer, b)
+    _check_atomic_type(p, _ATOMIC_NAMES[kind])
     v = to_tensor(val, b, like=_PointeeProxy(p))
     mask = _unwrap(mask)
     m = to_tensor(mask, b).handle if mask is not None else None
@@ -595,6 +622,7 @@ def atomic_xor(pointer, val, mask=None, sem=None, scope=None, _builder=None):
 def atomic_cas(pointer, cmp, val, sem=None, scope=None, _builder=None):
     sem, scope = _check_sem_scope(sem, scope)
     p = to_tensor(pointer, _builder)
+    _check_atomic_type(p, "cas")
     c = to_tensor(cmp, _builder, like=_PointeeProxy(p))
     v = to_tensor(val, _builder, like=_PointeeProxy(p))
     return tensor(_builder.atomic_cas(p.handle, c.handle, v.handle, sem, scope))
