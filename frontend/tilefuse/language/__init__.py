@@ -6,6 +6,7 @@ from . import extra, math  # noqa: F401 - tl.math, tl.extra.cuda.libdevice
 from .block_ptr import advance, make_block_ptr  # noqa: F401
 from .combine import (  # noqa: F401
     associative_scan,
+    cat,
     cumprod,
     cumsum,
     flip,

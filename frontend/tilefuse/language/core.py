@@ -263,17 +263,17 @@ class tensor:
     def sum(self, axis=None, keep_dims=False, _builder=None):
         return sum(self, axis, keep_dims, _builder=_builder)
 
-    def max(self, axis=None, keep_dims=False, _builder=None):
-        return max(self, axis, keep_dims=keep_dims, _builder=_builder)
+    def max(self, axis=None, return_indices=False, return_indices_tie_break_left=True, keep_dims=False, _builder=None):
+        return max(self, axis, return_indices, return_indices_tie_break_left, keep_dims, _builder=_builder)
 
-    def min(self, axis=None, keep_dims=False, _builder=None):
-        return min(self, axis, keep_dims=keep_dims, _builder=_builder)
+    def min(self, axis=None, return_indices=False, return_indices_tie_break_left=True, keep_dims=False, _builder=None):
+        return min(self, axis, return_indices, return_indices_tie_break_left, keep_dims, _builder=_builder)
 
-    def argmax(self, axis, keep_dims=False, _builder=None):
-        return argmax(self, axis, keep_dims, _builder=_builder)
+    def argmax(self, axis, tie_break_left=True, keep_dims=False, _builder=None):
+        return argmax(self, axis, tie_break_left, keep_dims, _builder=_builder)
 
-    def argmin(self, axis, keep_dims=False, _builder=None):
-        return argmin(self, axis, keep_dims, _builder=_builder)
+    def argmin(self, axis, tie_break_left=True, keep_dims=False, _builder=None):
+        return argmin(self, axis, tie_break_left, keep_dims, _builder=_builder)
 
     def split(self, _builder=None):
         return split(self, _builder=_builder)
@@ -886,27 +886,27 @@ def sum(input, axis=None, keep_dims=False, dtype=None, _builder=None):
 
 
 @builtin
-def max(input, axis=None, return_indices=False, keep_dims=False, _builder=None):
+def max(input, axis=None, return_indices=False, return_indices_tie_break_left=True, keep_dims=False, _builder=None):
     if _unwrap(return_indices):
         return (
             _reduce(_K.ReduceMax, input, axis, keep_dims, _builder),
-            _reduce(_K.Argmax, input, axis, keep_dims, _builder),
+            argmax(input, axis, return_indices_tie_break_left, keep_dims, _builder=_builder),
         )
     return _reduce(_K.ReduceMax, input, axis, keep_dims, _builder)
 
 
 @builtin
-def min(input, axis=None, return_indices=False, keep_dims=False, _builder=None):
+def min(input, axis=None, return_indices=False, return_indices_tie_break_left=True, keep_dims=False, _builder=None):
     if _unwrap(return_indices):
         return (
             _reduce(_K.ReduceMin, input, axis, keep_dims, _builder),
-            argmin(input, axis, keep_dims, _builder=_builder),
+            argmin(input, axis, return_indices_tie_break_left, keep_dims, _builder=_builder),
         )
     return _reduce(_K.ReduceMin, input, axis, keep_dims, _builder)
 
 
 @builtin
-def argmin(input, axis, keep_dims=False, _builder=None):
+def argmin(input, axis, tie_break_left=True, keep_dims=False, _builder=None):
     # The first minimum of x is the first maximum of an order-reversing map: -x for
     # floats, ~x (= -x - 1, no overflow) for integers.
     x = to_tensor(input, _builder)
@@ -915,12 +915,28 @@ def argmin(input, axis, keep_dims=False, _builder=None):
     else:
         ones = 2**x.dtype.primitive_bitwidth - 1 if x.dtype.is_int_unsigned() else -1
         flipped = _builder.binary(_K.Xor, x.handle, to_tensor(ones, _builder, like=x).handle)
-    return _reduce(_K.Argmax, tensor(flipped), axis, keep_dims, _builder)
+    return argmax(tensor(flipped), axis, tie_break_left, keep_dims, _builder=_builder)
 
 
 @builtin
-def argmax(input, axis, keep_dims=False, _builder=None):
-    return _reduce(_K.Argmax, input, axis, keep_dims, _builder)
+def argmax(input, axis, tie_break_left=True, keep_dims=False, _builder=None):
+    if _unwrap(tie_break_left):
+        return _reduce(_K.Argmax, input, axis, keep_dims, _builder)
+    # The last maximum: n - 1 - (the first maximum of x reversed along the axis).
+    from .combine import flip
+
+    x = to_tensor(input, _builder)
+    axis = _unwrap(axis)
+    rank = len(x.shape)
+    if axis is None:
+        x = reshape(x, x.numel, _builder=_builder)
+    a = 0 if axis is None else int(axis) % rank
+    first = _reduce(_K.Argmax, flip(x, a, _builder=_builder), a, False, _builder)
+    r = _binary_builtin(_K.Sub, x.shape[a] - 1, first, _builder)
+    if _unwrap(keep_dims):
+        for ax in [0] * rank if axis is None else [a]:
+            r = expand_dims(r, ax, _builder=_builder)
+    return r
 
 
 @builtin
