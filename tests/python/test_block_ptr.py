@@ -182,3 +182,26 @@ def test_block_pointer_matmul_assembles_on_the_fast_path(arch, tmp_path):
     # The pointer tiles vectorize (16-byte accesses) and, on sm_90a, pipeline through cp.async.
     assert ("cp.async" if arch == "sm_90a" else "ld.global.v4") in ptx and "st.global.v4" in ptx
     assert_assembles(ptx, arch, tmp_path)
+
+
+GPU_CONFIGS = [(dt, blocks) for dt in (np.float32, np.float16) for blocks in ((64, 64, 32), (128, 128, 64))]
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("dtype, blocks", GPU_CONFIGS, ids=[f"{np.dtype(d).name}-{b[0]}" for d, b in GPU_CONFIGS])
+def test_gpu_test_configs_assemble(arch, dtype, blocks, tmp_path):
+    # What tests/gpu/test_pointers_gpu.py launches compiles and assembles here, without a GPU.
+    from tests.ptxas import assert_assembles
+
+    x = np.zeros((256, 256), dtype)
+    bm, bn, bk = blocks
+    k = block_matmul.warmup(
+        x, x, x, 200, 130, 190, 190, 1, 1, 190, 130, 1, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, grid=(1,), target=arch
+    )
+    assert_assembles(k.asm["ptx"], arch, tmp_path)
+    f = np.zeros((90, 150), np.float32)
+    for order in ((1, 0), (0, 1)):
+        k = block_load.warmup(
+            f, f, 90, 150, 150, 1, -3, 5, BM=32, BN=64, CHECK=(0, 1), PAD="nan", ORDER=order, grid=(1,), target=arch
+        )
+        assert_assembles(k.asm["ptx"], arch, tmp_path)

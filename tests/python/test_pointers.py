@@ -188,3 +188,16 @@ def test_pointer_kernels_assemble(arch, tmp_path):
         x, np.zeros(4, np.int64), np.zeros(1, np.int32), np.zeros(1, np.int32), grid=(1,), target=arch
     )
     assert_assembles(k.asm["ptx"], arch, tmp_path)
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("block", [(64, 64, 32), (128, 128, 32)])
+def test_grouped_gemm_assembles(arch, block, tmp_path):
+    from tests.ptxas import assert_assembles
+
+    i64, i32 = np.zeros(4, np.int64), np.zeros(12, np.int32)
+    kw = dict(NUM_SM=132, BLOCK_SIZE_M=block[0], BLOCK_SIZE_N=block[1], BLOCK_SIZE_K=block[2])
+    k = grouped_matmul_kernel.warmup(i64, i64, i64, i32, i32, 3, grid=(1,), target=arch, **kw)
+    ptx = k.asm["ptx"]
+    assert ("wgmma.mma_async" if arch == "sm_90a" else "mma.sync") in ptx
+    assert_assembles(ptx, arch, tmp_path)

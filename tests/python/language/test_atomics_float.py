@@ -62,12 +62,17 @@ def test_float_cas_compares_bits():
     assert np.signbit(dst[0]) == 0
 
 
+ASSEMBLE = [(op, np.float64) for op in ("add", "max", "min", "xchg", "cas")] + [
+    ("cas", d) for d in (np.float16, ml_dtypes.bfloat16, np.float32)
+]
+
+
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
-@pytest.mark.parametrize("op", ["add", "max", "min", "xchg", "cas"])
-def test_float64_atomics_assemble(op, arch, tmp_path):
+@pytest.mark.parametrize("op, dtype", ASSEMBLE, ids=[f"{o}-{np.dtype(d).name}" for o, d in ASSEMBLE])
+def test_float_atomics_assemble(op, dtype, arch, tmp_path):
     from tests.ptxas import assert_assembles
 
-    x = np.zeros((2, ak.BLOCK), np.float64)
+    x = np.zeros((2, ak.BLOCK), dtype)
     if op == "cas":
         k = ak.cas.warmup(x[0], x, x, x, BLOCK=ak.BLOCK, grid=(2,), target=arch)
     else:

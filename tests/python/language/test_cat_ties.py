@@ -57,3 +57,18 @@ def test_arg_tie_break(dtype, axis, left, is_min):
     k = want.size
     np.testing.assert_array_equal(o[:k], want)
     np.testing.assert_array_equal(o[r * c : r * c + k], want)
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_gpu_configs_assemble(arch, tmp_path):
+    from tests.ptxas import assert_assembles
+
+    for dtype in (np.float32, ml_dtypes.bfloat16, np.uint8):
+        x = np.zeros(1024, dtype)
+        assert_assembles(cat_kernel.warmup(x, x, x, N=1024, grid=(1,), target=arch).asm["ptx"], arch, tmp_path)
+        for axis in (0, 1, None):
+            k = arg_kernel.warmup(
+                np.zeros((64, 128), dtype), np.zeros(2 * 64 * 128, np.int32), R=64, C=128, AXIS=axis, LEFT=False,
+                MIN=True, grid=(1,), target=arch,
+            )  # fmt: skip
+            assert_assembles(k.asm["ptx"], arch, tmp_path)
