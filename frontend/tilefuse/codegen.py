@@ -935,6 +935,10 @@ class CodeGenerator(ast.NodeVisitor):
             raise self.error(node, f"{fn.__name__} can only be used as the iterable of a for loop")
         if isinstance(fn, type) and issubclass(fn, tl.dtype) or fn is tl.constexpr:
             return fn(*[tl._unwrap(a) for a in args])
+        if getattr(fn, "__tilefuse_constexpr_function__", False):
+            if any(call_leaves(a) for a in list(args) + list(kwargs.values())):
+                raise self.error(node, f"constexpr_function '{fn.__name__}' takes compile-time values only")
+            return tl.constexpr(fn(*[tl._unwrap(a) for a in args], **{k: tl._unwrap(v) for k, v in kwargs.items()}))
         if fn is _py.isinstance and len(args) == 2 and not kwargs:
             return _isinstance(*args)
         if fn in (_py.min, _py.max) and len(args) >= 2 and not kwargs and any(_is_tensor(tl._unwrap(a)) for a in args):

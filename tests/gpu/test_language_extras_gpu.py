@@ -14,6 +14,7 @@ import pytest
 from tests import atomic_kernels as ak
 from tests.cat_ties_kernels import arg_kernel, arg_reference, cat_kernel, tie_heavy
 from tests.python.language.test_atomics_float import bits_cas_sequential, float_cas_inputs
+from tests.python.language.test_standard import misc_kernel, softmax_kernel, swizzle_kernel, swizzle_reference
 from tests.python.language.test_tuples import block_helper_kernel, tuple_kernel, tuple_reference
 
 torch = pytest.importorskip("torch")
@@ -111,6 +112,26 @@ def test_block_pointers_through_helpers():
         y = torch.zeros(16, dtype=torch.int32, device="cuda")
         block_helper_kernel[(1,)](cuda(x), y, n, BN=16)
         np.testing.assert_array_equal(y.cpu().numpy(), np.where(np.arange(16, 32) < n, x[16:32], 0) + 16)
+
+
+def test_swizzle_softmax_descriptor_functions():
+    si, sj, g = 7, 5, 3
+    out = torch.zeros(si * sj * 2, dtype=torch.int32, device="cuda")
+    swizzle_kernel[(si, sj)](out, si, sj, size_g=g)
+    want = [v for i in range(si) for j in range(sj) for v in swizzle_reference(i, j, si, sj, g)]
+    np.testing.assert_array_equal(out.cpu().numpy(), want)
+    x = (np.random.default_rng(3).standard_normal((8, 32)) * 4).astype(np.float32)
+    for dim in (0, 1):
+        y = torch.zeros((8, 32), device="cuda")
+        softmax_kernel[(1,)](cuda(x), y, R=8, C=32, DIM=dim)
+        z = np.exp(x.astype(np.float64) - x.max(axis=dim, keepdims=True))
+        ref = z / z.sum(axis=dim, keepdims=True)
+        # libdevice's expf (within 2 ulp), a sum of up to 32 terms, one rounded division.
+        assert np.abs(y.cpu().numpy() - ref).max() <= (4 + 32) * 2.0**-24 * ref.max()
+    xi = np.random.default_rng(0).integers(-1000, 1000, 64).astype(np.int32)
+    yi = torch.zeros(64, dtype=torch.int32, device="cuda")
+    misc_kernel[(1,)](cuda(xi), yi, N=64)
+    np.testing.assert_array_equal(yi.cpu().numpy(), np.concatenate([xi[:32] + xi[32:], xi[:32] + 1]))
 
 
 @pytest.mark.skipif(os.environ.get("TILEFUSE_TARGET") == "sm_80", reason="this is the sm_80 run")

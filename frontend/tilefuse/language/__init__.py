@@ -122,6 +122,15 @@ from .random import (  # noqa: F401
     randn4x,
     uint_to_uniform_float,
 )
+from .standard import (  # noqa: F401
+    TRITON_MAX_TENSOR_NUMEL,
+    add,
+    constexpr_function,
+    load_tensor_descriptor,
+    softmax,
+    store_tensor_descriptor,
+    swizzle2d,
+)
 
 bool = int1  # noqa: A001 - Triton's alias
 tuple = builtins.tuple  # noqa: A001 - tl.tuple(iterable) and isinstance(x, tl.tuple) in kernels
