@@ -31,8 +31,6 @@ uint_to_uniform_float umulhi view void warp_id where xor_sum zeros zeros_like
 MISSING = {
     "topk": "issue 16 part 4",
     "bitonic_merge": "issue 16 part 4",
-    "float8e4b15": "not yet (issue 16 part 9): needs its own IR dtype; Triton's format is f16's bit pattern with the "
-    "top exponent bit dropped (bias 15, no inf or NaN), from f16 clamped to 1.75 and rounded half away",
     "float8e4b8": "an AMD format (fnuz); NVIDIA GPUs have no arithmetic on it",
     "float8e5b16": "an AMD format (fnuz); NVIDIA GPUs have no arithmetic on it",
     "block_type": "a type object of Triton's frontend; tilefuse's tile types live in the C++ IR",
@@ -64,6 +62,8 @@ NOTES = {
     "extra": "tl.extra.cuda.libdevice (and tl.extra.libdevice): the libdevice math functions",
     "assume": "accepted and checked to be boolean; not used by the optimizer yet",
     "float8e4nv": "f8e4m3 (OCP)",
+    "float8e4b15": "f8e4b15, Triton's: f16's bits without the top exponent bit (no inf or NaN, largest 1.875); "
+    "casts to it round to f16 in the cast's mode, clamp to 1.75 and round half away, as Triton's PTX does",
     "float8e5": "f8e5m2 (OCP)",
     "associative_scan": "sequential along the axis; the GPU splits long lines into runs (same result for an "
     "associative combine_fn, within rounding for floats)",

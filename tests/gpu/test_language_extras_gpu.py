@@ -13,6 +13,7 @@ import pytest
 
 from tests import atomic_kernels as ak
 from tests.cat_ties_kernels import arg_kernel, arg_reference, cat_kernel, tie_heavy
+from tests.python.language import test_float8e4b15 as e4b15
 from tests.python.language.test_atomics_float import bits_cas_sequential, float_cas_inputs
 from tests.python.language.test_standard import misc_kernel, softmax_kernel, swizzle_kernel, swizzle_reference
 from tests.python.language.test_tuples import block_helper_kernel, tuple_kernel, tuple_reference
@@ -112,6 +113,33 @@ def test_block_pointers_through_helpers():
         y = torch.zeros(16, dtype=torch.int32, device="cuda")
         block_helper_kernel[(1,)](cuda(x), y, n, BN=16)
         np.testing.assert_array_equal(y.cpu().numpy(), np.where(np.arange(16, 32) < n, x[16:32], 0) + 16)
+
+
+def test_float8e4b15_bits():
+    # Every byte decodes, every f16 and a sweep of f32 (both modes) encode, loads and stores
+    # of the format: the same bits as the reference (and the interpreter).
+    b = e4b15.ALL_BYTES
+    h, f = torch.zeros(256, dtype=torch.float16, device="cuda"), torch.zeros(256, device="cuda")
+    e4b15.decode_kernel[(1,)](cuda(b), h, f, N=256)
+    want = e4b15.decode_reference(b)
+    np.testing.assert_array_equal(host(h, np.uint16), want.view(np.uint16))
+    np.testing.assert_array_equal(f.cpu().numpy(), want.astype(np.float32))
+    h16 = np.arange(2**16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    out = torch.zeros(2**16, dtype=torch.uint8, device="cuda")
+    e4b15.encode_kernel[(1,)](cuda(h16), out, N=2**16, MODE="rtne")
+    np.testing.assert_array_equal(host(out, np.uint8), e4b15.encode_f16_reference(h16))
+    x = e4b15.f32_cases(np.random.default_rng(7))
+    for mode in ("rtne", "rtz"):
+        out = torch.zeros(x.size, dtype=torch.uint8, device="cuda")
+        e4b15.encode_kernel[(1,)](cuda(x), out, N=x.size, MODE=mode)
+        with np.errstate(over="ignore"):
+            ref = x.astype(np.float16) if mode == "rtne" else e4b15.f32_to_f16_rtz(x)
+        np.testing.assert_array_equal(host(out, np.uint8), e4b15.encode_f16_reference(ref))
+    xb = np.random.default_rng(2).integers(0, 256, 128).astype(np.uint8)
+    yb = torch.zeros(128, dtype=torch.uint8, device="cuda")
+    e4b15.copy_through_e4b15_pointers[(1,)](cuda(xb), yb, N=128)
+    half = (e4b15.decode_reference(xb).astype(np.float32) * np.float32(0.5)).astype(np.float16)
+    np.testing.assert_array_equal(host(yb, np.uint8), e4b15.encode_f16_reference(half))
 
 
 def test_swizzle_softmax_descriptor_functions():

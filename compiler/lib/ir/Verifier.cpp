@@ -123,6 +123,7 @@ void verifyCast(const Op& op) {
       fail(op, "random bits must be " + in.withElem(DType::I32).str() + ", got " + ty(op.operand(1)).str());
     if (!isFloat(in.elem) || !isFloat(out.elem) || bitWidth(out.elem) >= bitWidth(in.elem))
       fail(op, "stochastic rounding needs a float narrowing cast, got " + in.str() + " to " + out.str());
+    if (out.elem == DType::F8E4B15) fail(op, "has no stochastic rounding to f8e4b15 (Triton's rounds half away)");
   } else if (op.numOperands() != 1) {
     fail(op, "takes random bits only with rounding 'rs'");
   }

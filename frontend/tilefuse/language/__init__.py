@@ -54,6 +54,7 @@ from .core import (  # noqa: F401
     exp2,
     expand_dims,
     float4e2m1,
+    float8e4b15,
     float8e4nv,
     float8e5,
     float8e8m0,

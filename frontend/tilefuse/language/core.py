@@ -115,6 +115,9 @@ float8e4nv = dtype("float8e4nv", _D.f8e4m3)
 float8e5 = dtype("float8e5", _D.f8e5m2)
 float8e8m0 = dtype("float8e8m0", _D.e8m0)
 float4e2m1 = dtype("float4e2m1", _D.f4e2m1)
+# Triton's float8e4b15: f16's bit pattern without the top exponent bit (bias 15, no inf or
+# NaN, largest 1.875); casts to it round to f16, clamp to 1.75 and round half away.
+float8e4b15 = dtype("float8e4b15", _D.f8e4b15)
 
 _BY_IR = {
     d.ir: d
@@ -136,6 +139,7 @@ _BY_IR = {
         float8e5,
         float8e8m0,
         float4e2m1,
+        float8e4b15,
     )
 }
 
@@ -372,7 +376,7 @@ def to_tensor(v, b, like: tensor | None = None) -> tensor:
         return _const(v, _int_type(v), b)
     if isinstance(v, float):
         d = like.dtype if like is not None and not like.type.is_ptr and like.dtype.is_floating() else float32
-        if d in (float8e4nv, float8e5, float8e8m0, float4e2m1):
+        if d in (float8e4nv, float8e5, float8e8m0, float4e2m1, float8e4b15):
             d = float32
         return _const(v, d, b)
     raise TypeError(f"cannot use a value of type {type(v).__name__} in a kernel")
