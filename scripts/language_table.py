@@ -29,41 +29,41 @@ uint_to_uniform_float umulhi view void warp_id where xor_sum zeros zeros_like
 
 # Why a name is missing. Issue 16 is "Triton's language, complete"; "part N" is its item.
 MISSING = {
-    "TRITON_MAX_TENSOR_NUMEL": "not yet: tile sizes are limited by the verifier, not by this constant",
-    "load_tensor_descriptor": "not yet: use desc.load(offsets)",
-    "store_tensor_descriptor": "not yet: use desc.store(offsets, value)",
-    "add": "not yet: use +",
-    "advance": "block pointers (issue 16 part 7)",
-    "make_block_ptr": "block pointers (issue 16 part 7)",
     "topk": "issue 16 part 4",
     "bitonic_merge": "issue 16 part 4",
-    "cat": "issue 16 part 9",
-    "float8e4b15": "issue 16 part 9",
     "float8e4b8": "an AMD format (fnuz); NVIDIA GPUs have no arithmetic on it",
     "float8e5b16": "an AMD format (fnuz); NVIDIA GPUs have no arithmetic on it",
-    "tuple": "tuples in kernels (issue 16 part 9)",
     "block_type": "a type object of Triton's frontend; tilefuse's tile types live in the C++ IR",
     "const": "const pointers: not yet",
-    "constexpr_function": "not yet",
     "pi32_t": "a type alias of Triton's frontend, not used in kernels",
     "void": "a type of Triton's frontend, not used in kernels",
     "slice": "not yet: tiles are indexed with ':' and None",
     "inline_asm_elementwise": "not planned: PTX text has no meaning on the interpreter",
     "max_constancy": "not yet (tl.multiple_of and tl.max_contiguous are there)",
-    "softmax": "not yet (kernels_dsl/tutorials/softmax.py writes it with tl.exp and tl.sum)",
-    "swizzle2d": "not yet",
     "warp_id": "not yet",
 }
 
 # What differs for names that are there.
 NOTES = {
-    "atomic_cas": "integer types; sem and scope become membars around the atom on the GPU",
+    "atomic_cas": "16-, 32- and 64-bit elements, floats compared by their bits; sem and scope become membars around "
+    "the atom on the GPU",
+    "make_block_ptr": "lowered to a tile of pointers and masks of the checked dims (the GPU vectorizes and "
+    "pipelines it as pointer code); loops carry only its offsets",
+    "cat": "1-D tiles of one type, can_reorder=True as Triton demands; the result keeps the order (input, other)",
+    "tuple": "builtins.tuple: tuples are carried by loops and ifs, passed to and returned from @jit helpers; not "
+    "yet as kernel launch arguments",
+    "constexpr_function": "called at compile time on compile-time values",
+    "add": "sanitize_overflow is accepted; integer overflow wraps",
+    "softmax": "exp(x - max) / sum, the division correctly rounded",
+    "TRITON_MAX_TENSOR_NUMEL": "Triton's constant (1048576); tilefuse's verifier has its own tile limits",
     "sqrt": "correctly rounded on both backends (Triton's is approximate on the GPU)",
     "fdiv": "correctly rounded on both backends (Triton's default is approximate)",
     "math": "Triton's tl.math names, plus the libdevice functions of tl.extra.cuda.libdevice",
     "extra": "tl.extra.cuda.libdevice (and tl.extra.libdevice): the libdevice math functions",
     "assume": "accepted and checked to be boolean; not used by the optimizer yet",
     "float8e4nv": "f8e4m3 (OCP)",
+    "float8e4b15": "f8e4b15, Triton's: f16's bits without the top exponent bit (no inf or NaN, largest 1.875); "
+    "casts to it round to f16 in the cast's mode, clamp to 1.75 and round half away, as Triton's PTX does",
     "float8e5": "f8e5m2 (OCP)",
     "associative_scan": "sequential along the axis; the GPU splits long lines into runs (same result for an "
     "associative combine_fn, within rounding for floats)",

@@ -18,7 +18,7 @@ void init_ir(py::module_& m) {
   auto ir = m.def_submodule("ir", "the tile IR");
 
   auto dtype = py::enum_<DType>(ir, "DType");
-  for (int i = 0; i <= static_cast<int>(DType::U64); ++i) {
+  for (int i = 0; i <= static_cast<int>(DType::F8E4B15); ++i) {
     auto d = static_cast<DType>(i);
     dtype.value(std::string(dtypeName(d)).c_str(), d);
   }

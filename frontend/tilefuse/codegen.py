@@ -10,6 +10,7 @@ import warnings
 
 from . import _C
 from .errors import CompilationError
+from .language import block_ptr as _block_ptr
 from .language import core as tl
 
 _ir = _C.ir
@@ -108,6 +109,96 @@ def _assigned_names(stmts) -> set[str]:
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                 names.add(node.id)
     return names
+
+
+def _tensorize(v, b):
+    """v with its Python numbers made tensors, for carrying through a loop: a tensor, a
+    number, or a tuple / aggregate (block pointer) of them; None when it holds no tensor."""
+    v = tl._unwrap(v)
+    if _is_tensor(v) or hasattr(v, "_flatten"):
+        return v
+    if isinstance(v, (int, float, bool)):
+        return tl.to_tensor(v, b)
+    if isinstance(v, tuple):
+        parts = [_tensorize(e, b) for e in v]
+        if all(p is None for p in parts):
+            return None
+        return tuple(tl._unwrap(e) if p is None else p for e, p in zip(v, parts))
+    return None
+
+
+def _leaves(v) -> list:
+    """The tensors of a (tensorized) value, depth first."""
+    v = tl._unwrap(v)
+    if _is_tensor(v):
+        return [v]
+    if isinstance(v, tuple):
+        return [t for e in v for t in _leaves(e)]
+    if hasattr(v, "_flatten"):
+        return v._flatten()
+    return []
+
+
+def _rebuild(template, handles, name=None):
+    """template's structure with its tensors replaced by the next of `handles` (IR values)."""
+    t = tl._unwrap(template)
+    if _is_tensor(t):
+        h = next(handles)
+        if name is not None:
+            h.name = name
+        return tl.tensor(h)
+    if isinstance(t, tuple):
+        return tuple(_rebuild(e, handles) for e in t)
+    if hasattr(t, "_flatten"):
+        return t._unflatten([tl.tensor(next(handles)) for _ in t._flatten()])
+    return template
+
+
+def call_leaves(v) -> list:
+    """The tensors a value passes to (or returns from) a device function: a tensor, or every
+    tensor of a tuple or block pointer; [] for a compile-time value."""
+    v = tl._unwrap(v)
+    if _is_tensor(v):
+        return [v]
+    if isinstance(v, tuple):
+        return [t for e in v for t in call_leaves(e)]
+    if hasattr(v, "_tensors"):
+        return v._tensors()
+    return []
+
+
+def call_structure(v) -> str:
+    """A key for v's structure: its compile-time parts and the types of its tensors."""
+    v = tl._unwrap(v)
+    if _is_tensor(v):
+        return str(v.type)
+    if isinstance(v, tuple):
+        return "(" + ",".join(call_structure(e) for e in v) + ")"
+    if hasattr(v, "_tensors"):
+        return f"{v!r}[{','.join(str(t.type) for t in v._tensors())}]"
+    return repr(v)
+
+
+def call_rebuild(template, handles):
+    """template with its call_leaves replaced by the next IR values of `handles`."""
+    t = tl._unwrap(template)
+    if _is_tensor(t):
+        return tl.tensor(next(handles))
+    if isinstance(t, tuple):
+        return tuple(call_rebuild(e, handles) for e in t)
+    if hasattr(t, "_tensors"):
+        return t._with_tensors([tl.tensor(next(handles)) for _ in t._tensors()])
+    return template
+
+
+def _isinstance(obj, classes) -> bool:
+    """isinstance in a kernel, where tl.constexpr matches every compile-time value."""
+    obj = tl._unwrap(obj)
+    classes = tl._unwrap(classes)
+    classes = classes if isinstance(classes, tuple) else (classes,)
+    if tl.constexpr in classes and not call_leaves(obj):
+        return True
+    return isinstance(obj, tuple(c for c in classes if c is not tl.constexpr))
 
 
 class FunctionSource:
@@ -296,7 +387,7 @@ class CodeGenerator(ast.NodeVisitor):
         if vals and self.loop_depth:
             raise self.error(node, "'return' of a value inside a loop is not supported; assign it and 'break'")
         for k, v in enumerate(vals):
-            self.scope[f"@rv{k}"] = tl.to_tensor(v, self.b)
+            self.scope[f"@rv{k}"] = v if call_leaves(v) else tl.to_tensor(v, self.b)
         self.scope[_RETURN] = True
 
     def visit_Break(self, node):
@@ -346,7 +437,7 @@ class CodeGenerator(ast.NodeVisitor):
                 same[n] = scopes[0][n]
                 continue
             names.append(n)
-        results = []
+        results, tmpls = [], {}
         for region, sc in enumerate(scopes):
             self.b.set_insertion_point_to_end(op.region(region))
             vals = []
@@ -354,13 +445,14 @@ class CodeGenerator(ast.NodeVisitor):
                 v = tl._unwrap(sc.get(n))
                 if v is None:
                     v = self._filler(node, tl._unwrap(scopes[1 - region][n]))
-                if not _is_tensor(v):
-                    if not isinstance(v, (int, float, bool)):
+                if n not in tmpls:  # tuples and block pointers merge tensor by tensor
+                    tmpls[n] = _tensorize(v, self.b)
+                    if tmpls[n] is None:
                         raise self.error(node, f"'{n}' is assigned a non-tensor value in a branch of an if on a tensor")
-                    v = tl.to_tensor(v, self.b)
-                vals.append(v)
+                vals += self._flat_like(node, n, v, tmpls[n], check=False)
             results.append(vals)
-        for n, a, c in zip(names, results[0], results[1]):
+        flat_names = [n for n in names for _ in _leaves(tmpls[n])]
+        for n, a, c in zip(flat_names, results[0], results[1]):
             if a.type != c.type:
                 what = "a returned value" if n.startswith("@") else f"'{n}'"
                 raise self.error(node, f"{what} has type {a.type} in the then-branch but {c.type} in the else-branch")
@@ -369,11 +461,9 @@ class CodeGenerator(ast.NodeVisitor):
             self.b.yield_([v.handle for v in vals])
         self.b.set_insertion_point_to_end(block)
         self.scope.update(same)
-        for n, v in zip(names, results[0]):
-            r = op.add_result(v.type)
-            if not n.startswith("@"):
-                r.name = n
-            self.scope[n] = tl.tensor(r)
+        it = iter([op.add_result(v.type) for v in results[0]])
+        for n in names:
+            self.scope[n] = _rebuild(tmpls[n], it, None if n.startswith("@") else n)
 
     def _filler(self, node, like):
         """A value of like's type for the branch that does not return (it is never used)."""
@@ -436,13 +526,52 @@ class CodeGenerator(ast.NodeVisitor):
         for n in sorted(_assigned_names(stmts)):
             if n not in self.scope:
                 continue
-            v = tl._unwrap(self.scope[n])
-            if not _is_tensor(v):
-                if not isinstance(v, (int, float, bool)):
-                    continue
-                self.scope[n] = tl.to_tensor(v, self.b)
+            v = _tensorize(self.scope[n], self.b)
+            if v is None:
+                continue
+            self.scope[n] = v
             names.append(n)
         return names
+
+    def _flat(self, names) -> list:
+        """The tensors the carried names hold (tuples and block pointers flattened)."""
+        return [t for n in names for t in _leaves(self.scope[n])]
+
+    def _bind(self, names, handles):
+        """Binds each name to the next IR values of `handles`, in the structure it has now."""
+        it = iter(handles)
+        for n in names:
+            self.scope[n] = _rebuild(self.scope[n], it, n)
+
+    def _flat_like(self, node, n, v, tmpl, check=True) -> list:
+        """The tensors of v, which must have tmpl's structure (and, with check, its tensor types)."""
+        v, t = tl._unwrap(v), tl._unwrap(tmpl)
+        if _is_tensor(t):
+            v = tl.to_tensor(v, self.b, like=t)
+            if check and v.type != t.type:
+                raise self.error(
+                    node,
+                    f"loop-carried variable '{n}' enters the loop as {t.type} "
+                    f"but is reassigned to {v.type}; convert it with .to(...)",
+                )
+            return [v]
+        if isinstance(t, tuple):
+            if not isinstance(v, tuple) or len(v) != len(t):
+                raise self.error(node, f"'{n}' is a tuple of {len(t)} before the loop or if but {v!r} after")
+            return [x for k, (a, c) in enumerate(zip(v, t)) for x in self._flat_like(node, f"{n}[{k}]", a, c, check)]
+        if hasattr(t, "_flatten"):
+            if (
+                type(v) is not type(t)
+                or len(v._static()) != len(t._static())
+                or any(a is not c and a != c for a, c in zip(v._static(), t._static()))
+            ):
+                raise self.error(
+                    node, f"'{n}' changes from {t!r} to {v!r}: only a block pointer's offsets may change (tl.advance)"
+                )
+            return [x for a, c in zip(v._flatten(), t._flatten()) for x in self._flat_like(node, n, a, c, check)]
+        if not (v is t or (type(v) is type(t) and v == t)):
+            raise self.error(node, f"'{n}' changes from the compile-time value {t!r} to {v!r}")
+        return []
 
     def _structured_for(self, node, r):
         lb, ub, step = (tl.to_tensor(v, self.b) for v in (r.start, r.end, r.step))
@@ -450,7 +579,7 @@ class CodeGenerator(ast.NodeVisitor):
         if isinstance(step_val, int) and step_val <= 0:
             raise self.error(node.iter, f"loop step must be positive, got {step_val}")
         names = [n for n in self._carried(node.body) if n != node.target.id]
-        inits = [self.scope[n] for n in names]
+        inits = self._flat(names)
         op = self.b.create_for(lb.handle, ub.handle, step.handle, [v.handle for v in inits])
         block = self.b.insertion_block()
         # Names first assigned in the body are local to it (as in a while loop and in Triton):
@@ -460,9 +589,7 @@ class CodeGenerator(ast.NodeVisitor):
         args = body.args
         args[0].name = node.target.id
         self.scope[node.target.id] = tl.tensor(args[0])
-        for n, a in zip(names, args[1:]):
-            a.name = n
-            self.scope[n] = tl.tensor(a)
+        self._bind(names, args[1:])
         self._loop_body(node, op, body, names, inits, block, outer)
 
     def _for_as_while(self, node, r):
@@ -477,7 +604,7 @@ class CodeGenerator(ast.NodeVisitor):
         lb, ub, step = (t if t.dtype == wide else tl.cast(t, wide, _builder=b) for t in bounds)
         flags = sorted(_exits(node.body) & {_BREAK, _RETURN})
         names = [n for n in self._carried(node.body) if n != node.target.id]
-        inits = [lb] + [tl.to_tensor(False, b) for _ in flags] + [self.scope[n] for n in names]
+        inits = [lb] + [tl.to_tensor(False, b) for _ in flags] + self._flat(names)
         op = b.create_while([v.handle for v in inits], [v.type for v in inits])
         block = b.insertion_block()
         outer = dict(self.scope)
@@ -500,37 +627,26 @@ class CodeGenerator(ast.NodeVisitor):
     def _flagged_body(self, node, op, after, first, flags, names, inits, block, outer, prefix=list):
         """The body of a while loop carrying `flags` (args first.. of `after`) and `names`:
         the flags start False (the condition checked them), and are yielded with the names."""
-        for n, a in zip(names, after.args[first + len(flags) :]):
-            a.name = n
-            self.scope[n] = tl.tensor(a)
+        self._bind(names, after.args[first + len(flags) :])
         self.scope.update({_BREAK: False, _CONTINUE: False})
         self.loop_depth += 1
         self.b.set_insertion_point_to_end(after)
         self.visit_body(node.body)
         self.loop_depth -= 1
         lead = prefix() + [tl.to_tensor(self.scope[f], self.b) for f in flags]
-        self._yield_carried(node, names, inits[first + len(flags) :], lead)
+        self._yield_carried(node, names, [outer[n] for n in names], lead)
         self.b.set_insertion_point_to_end(block)
         self.scope = outer
         results = list(op.results)
         for f, res in zip(flags, results[first:]):
             if f == _RETURN:
                 self.scope[_RETURN] = tl.tensor(res)
-        for n, res in zip(names, results[first + len(flags) :]):
-            res.name = n
-            self.scope[n] = tl.tensor(res)
+        self._bind(names, results[first + len(flags) :])
 
-    def _yield_carried(self, node, names, inits, lead):
+    def _yield_carried(self, node, names, templates, lead):
         yields = []
-        for n, init in zip(names, inits):
-            v = tl.to_tensor(self.scope[n], self.b, like=init)
-            if v.type != init.type:
-                raise self.error(
-                    node,
-                    f"loop-carried variable '{n}' enters the loop as {init.type} "
-                    f"but is reassigned to {v.type}; convert it with .to(...)",
-                )
-            yields.append(v)
+        for n, tmpl in zip(names, templates):
+            yields += self._flat_like(node, n, self.scope[n], tmpl)
         self.b.yield_([v.handle for v in lead + yields])
 
     def _loop_body(self, node, op, body, names, inits, block, outer):
@@ -541,12 +657,10 @@ class CodeGenerator(ast.NodeVisitor):
         self.loop_depth += 1
         self.visit_body(node.body)
         self.loop_depth -= 1
-        self._yield_carried(node, names, inits, [])
+        self._yield_carried(node, names, [outer[n] for n in names], [])
         self.b.set_insertion_point_to_end(block)
         self.scope = outer
-        for n, res in zip(names, op.results):
-            res.name = n
-            self.scope[n] = tl.tensor(res)
+        self._bind(names, op.results)
 
     def visit_While(self, node):
         if node.orelse:
@@ -555,22 +669,18 @@ class CodeGenerator(ast.NodeVisitor):
         if flags:
             return self._flagged_while(node, flags)
         names = self._carried(node.body)
-        inits = [self.scope[n] for n in names]
+        inits = self._flat(names)
         op = self.b.create_while([v.handle for v in inits], [v.type for v in inits])
         block = self.b.insertion_block()
         before, after = op.region(0), op.region(1)
         outer = dict(self.scope)
-        for n, a in zip(names, before.args):
-            a.name = n
-            self.scope[n] = tl.tensor(a)
+        self._bind(names, before.args)
         self.b.set_insertion_point_to_end(before)
         cond = tl.to_tensor(self.visit(node.test), self.b)
         if cond.shape:
             raise self.error(node.test, "a while condition must be a scalar")
         self.b.condition(cond.handle, [a for a in before.args])
-        for n, a in zip(names, after.args):
-            a.name = n
-            self.scope[n] = tl.tensor(a)
+        self._bind(names, after.args)
         self._loop_body(node, op, after, names, inits, block, outer)
 
     def _flagged_while(self, node, flags):
@@ -578,14 +688,12 @@ class CodeGenerator(ast.NodeVisitor):
         the test evaluated only when no exit was taken (as Python does)."""
         b = self.b
         names = self._carried(node.body)
-        inits = [tl.to_tensor(False, b) for _ in flags] + [self.scope[n] for n in names]
+        inits = [tl.to_tensor(False, b) for _ in flags] + self._flat(names)
         op = b.create_while([v.handle for v in inits], [v.type for v in inits])
         block = b.insertion_block()
         outer = dict(self.scope)
         before, after = op.region(0), op.region(1)
-        for n, a in zip(names, before.args[len(flags) :]):
-            a.name = n
-            self.scope[n] = tl.tensor(a)
+        self._bind(names, before.args[len(flags) :])
         b.set_insertion_point_to_end(before)
         anyf = before.args[0]
         for a in before.args[1 : len(flags)]:
@@ -642,6 +750,8 @@ class CodeGenerator(ast.NodeVisitor):
             if node.attr in tl.TENSOR_METHODS:
                 return _BoundMethod(obj, node.attr)
             raise self.error(node, f"tensor has no attribute '{node.attr}'")
+        if isinstance(obj, _block_ptr.block_ptr) and node.attr == "advance":
+            return _BoundMethod(obj, node.attr)
         if isinstance(obj, tl.tensor_descriptor):
             if node.attr in tl.DESCRIPTOR_METHODS:
                 return _BoundMethod(obj, node.attr)
@@ -825,6 +935,12 @@ class CodeGenerator(ast.NodeVisitor):
             raise self.error(node, f"{fn.__name__} can only be used as the iterable of a for loop")
         if isinstance(fn, type) and issubclass(fn, tl.dtype) or fn is tl.constexpr:
             return fn(*[tl._unwrap(a) for a in args])
+        if getattr(fn, "__tilefuse_constexpr_function__", False):
+            if any(call_leaves(a) for a in list(args) + list(kwargs.values())):
+                raise self.error(node, f"constexpr_function '{fn.__name__}' takes compile-time values only")
+            return tl.constexpr(fn(*[tl._unwrap(a) for a in args], **{k: tl._unwrap(v) for k, v in kwargs.items()}))
+        if fn is _py.isinstance and len(args) == 2 and not kwargs:
+            return _isinstance(*args)
         if fn in (_py.min, _py.max) and len(args) >= 2 and not kwargs and any(_is_tensor(tl._unwrap(a)) for a in args):
             # As in Triton, Python's min/max of tensors are elementwise tl.minimum/tl.maximum.
             elementwise = tl.minimum if fn is _py.min else tl.maximum

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import _C, gpu
 from .arrays import DLPackArg, array_arg, is_dlpack, is_torch_tensor
-from .codegen import CodeGenerator, FunctionSource
+from .codegen import CodeGenerator, FunctionSource, call_leaves, call_rebuild, call_structure
 from .defaults import NUM_STAGES, NUM_WARPS
 from .errors import CompilationError, KernelRuntimeError, LaunchError
 from .language import core as tl
@@ -75,9 +75,9 @@ class _Compiler:
         runtime, consts, key = [], {}, []
         for pname, v in bound.arguments.items():
             v = tl._unwrap(v)
-            if isinstance(v, tl.tensor):
+            if call_leaves(v):  # a tensor, or a tuple / block pointer holding tensors
                 runtime.append((pname, v))
-                key.append(f"{pname}:{v.type}")
+                key.append(f"{pname}:{call_structure(v)}")
             else:
                 consts[pname] = v
                 key.append(f"{pname}={v!r}")
@@ -86,25 +86,30 @@ class _Compiler:
         if mangled not in self.funcs:
             self.funcs[mangled] = None  # marks recursion in progress
             block = self.b.insertion_block()
-            func = self.b.create_func(mangled, [v.type for _, v in runtime], [], False)
+            flat = [t for _, v in runtime for t in call_leaves(v)]
+            func = self.b.create_func(mangled, [t.type for t in flat], [], False)
             if fn.noinline:
                 func.set_bool_attr("noinline", True)
             scope = dict(consts)
-            for (pname, _), a in zip(runtime, func.region(0).args):
-                a.name = pname
-                scope[pname] = tl.tensor(a)
+            args = iter(func.region(0).args)
+            for pname, v in runtime:
+                scope[pname] = call_rebuild(v, args)
+                if isinstance(v, tl.tensor):
+                    scope[pname].handle.name = pname
             sub = CodeGenerator(fn, fn.source, self.module, self.b, scope, fn.fn.__globals__, self)
             sub.visit_body(fn.source.tree.body)
             returned = sub.returned or []
-            self.b.ret([v.handle for v in returned])
-            func.set_func_results([v.type for v in returned])
-            self.funcs[mangled] = [v.type for v in returned]
+            flat_ret = [t for v in returned for t in call_leaves(v)]
+            self.b.ret([t.handle for t in flat_ret])
+            func.set_func_results([t.type for t in flat_ret])
+            self.funcs[mangled] = returned  # the structure of its results
             self.b.set_insertion_point_to_end(block)
             line, col = gen.src.pos(node)
             self.b.set_loc(gen.src.file, line, col)
         elif self.funcs[mangled] is None:
             raise gen.error(node, f"recursive call of '{fn.__name__}' is not supported")
-        results = [tl.tensor(r) for r in self.b.call(mangled, [v.handle for _, v in runtime])]
+        handles = iter(self.b.call(mangled, [t.handle for _, v in runtime for t in call_leaves(v)]))
+        results = [call_rebuild(v, handles) for v in self.funcs[mangled]]
         if not results:
             return None
         return results[0] if len(results) == 1 else tuple(results)

@@ -537,7 +537,7 @@ TEST_F(BuilderTest, ErrorMemory) {
   expectError([&] { b.load(arg(0), arg(1)); }, "load mask must be boolean, got tile<16xi32>");
   expectError([&] { b.load(arg(0), nullptr, arg(3)); }, "load 'other' needs a mask");
   expectError([&] { b.store(arg(0), arg(1), arg(1)); }, "'store' mask must be tile<16xi1>, got tile<16xi32>");
-  expectError([&] { b.atomic(OpKind::AtomicMax, arg(2), arg(3)); }, "'atomic_max' does not support element type f64");
+  expectError([&] { b.atomic(OpKind::AtomicAnd, arg(2), arg(3)); }, "'atomic_and' does not support element type f64");
   expectError([&] { b.makeDesc(arg(0), {b.i32(1)}, {}, {64}); },
               "a tensor descriptor needs as many sizes and strides as block dimensions (1)");
   expectError([&] { b.makeDesc(arg(0), {b.i32(1)}, {b.i32(1)}, {48}); },

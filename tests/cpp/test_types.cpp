@@ -23,7 +23,7 @@ const DTypeCase kDTypes[] = {
     {DType::F8E5M2, "f8e5m2", 8, false, true}, {DType::E8M0, "e8m0", 8, false, true},
     {DType::F4E2M1, "f4e2m1", 4, false, true}, {DType::U8, "u8", 8, true, false},
     {DType::U16, "u16", 16, true, false},      {DType::U32, "u32", 32, true, false},
-    {DType::U64, "u64", 64, true, false},
+    {DType::U64, "u64", 64, true, false},      {DType::F8E4B15, "f8e4b15", 8, false, true},
 };
 
 TEST(DTypes, NamesWidthsAndClasses) {

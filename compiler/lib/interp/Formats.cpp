@@ -27,6 +27,7 @@ Format formatOf(DType d) {
     case DType::F8E4M3: return {3, 7, -6, 448.0, false, true};
     case DType::F8E5M2: return {2, 15, -14, 57344.0, true, true};
     case DType::F4E2M1: return {1, 1, 0, 6.0, false, true};
+    case DType::F8E4B15: return {3, 15, -14, 1.875, false, true};
     default: throw InternalError("no float format for " + std::string(dtypeName(d)));
   }
 }
@@ -56,6 +57,15 @@ double roundE8M0(double x, Rounding mode, uint32_t rbits) {
   return std::ldexp(1.0, k);
 }
 
+// Triton's f16 -> float8e4b15 (its PTX on NVIDIA GPUs): the magnitude clamped to 1.75
+// (NaN and inf too), then the f16 bits shifted right by 7 rounding half away from zero.
+// Sources wider than f16 are first rounded to f16 in the cast's mode, as Triton does.
+double roundE4B15(double h) {
+  uint64_t bits = encode(h, DType::F16);
+  uint64_t mag = std::min<uint64_t>(bits & 0x7FFF, 0x3F00);
+  return decode(((bits >> 8) & 0x80) | ((mag + 0x40) >> 7), DType::F8E4B15);
+}
+
 }  // namespace
 
 Rounding roundingFromName(std::string_view name) {
@@ -68,6 +78,7 @@ Rounding roundingFromName(std::string_view name) {
 
 double roundToFloat(double x, DType d, Rounding mode, uint32_t rbits) {
   if (d == DType::E8M0) return roundE8M0(x, mode, rbits);
+  if (d == DType::F8E4B15) return roundE4B15(roundToFloat(x, DType::F16, mode, rbits));
   if (d == DType::F64) return x;
   if (d == DType::F32 && mode == Rounding::NearestEven) return static_cast<double>(static_cast<float>(x));
   Format f = formatOf(d);

@@ -683,7 +683,11 @@ void Machine::execMemory(const Op& op) {
         writeI(addr, d, v.i[k]);
       continue;
     }
-    if (r.isF()) {
+    if (r.isF() && cas) {  // compares the stored bits (-0.0 is not 0.0, a NaN may equal itself)
+      double old = readF(addr, d);
+      r.f[k] = old;
+      if (formats::encode(old, d) == formats::encode(cmp->f[k], d)) writeF(addr, d, v.f[k]);
+    } else if (r.isF()) {
       double old = readF(addr, d);
       r.f[k] = old;
       writeF(addr, d, atomicFloat(op, old, v.f[k], d));

@@ -12,13 +12,13 @@ struct DTypeRow {
   int bits;
 };
 
-constexpr std::array<DTypeRow, 17> kDTypes = {{
+constexpr std::array<DTypeRow, 18> kDTypes = {{
     {DType::I1, "i1", 1},       {DType::I8, "i8", 8},           {DType::I16, "i16", 16},
     {DType::I32, "i32", 32},    {DType::I64, "i64", 64},        {DType::F16, "f16", 16},
     {DType::BF16, "bf16", 16},  {DType::F32, "f32", 32},        {DType::F64, "f64", 64},
     {DType::F8E4M3, "f8e4m3", 8}, {DType::F8E5M2, "f8e5m2", 8}, {DType::E8M0, "e8m0", 8},
     {DType::F4E2M1, "f4e2m1", 4}, {DType::U8, "u8", 8},         {DType::U16, "u16", 16},
-    {DType::U32, "u32", 32},    {DType::U64, "u64", 64},
+    {DType::U32, "u32", 32},    {DType::U64, "u64", 64},        {DType::F8E4B15, "f8e4b15", 8},
 }};
 
 // Parses "64x32x" dims followed by the element; returns false when malformed.
@@ -56,9 +56,9 @@ std::optional<DType> dtypeFromName(std::string_view name) {
 
 int bitWidth(DType d) { return kDTypes[static_cast<size_t>(d)].bits; }
 bool isInt(DType d) { return d <= DType::I64 || isUnsigned(d); }
-bool isUnsigned(DType d) { return d >= DType::U8; }
+bool isUnsigned(DType d) { return d >= DType::U8 && d <= DType::U64; }
 bool isFloat(DType d) { return !isInt(d); }
-bool isStorageOnly(DType d) { return d >= DType::F8E4M3 && d <= DType::F4E2M1; }
+bool isStorageOnly(DType d) { return (d >= DType::F8E4M3 && d <= DType::F4E2M1) || d == DType::F8E4B15; }
 
 int64_t Type::numel() const {
   int64_t n = 1;

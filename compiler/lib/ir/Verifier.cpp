@@ -123,6 +123,7 @@ void verifyCast(const Op& op) {
       fail(op, "random bits must be " + in.withElem(DType::I32).str() + ", got " + ty(op.operand(1)).str());
     if (!isFloat(in.elem) || !isFloat(out.elem) || bitWidth(out.elem) >= bitWidth(in.elem))
       fail(op, "stochastic rounding needs a float narrowing cast, got " + in.str() + " to " + out.str());
+    if (out.elem == DType::F8E4B15) fail(op, "has no stochastic rounding to f8e4b15 (Triton's rounds half away)");
   } else if (op.numOperands() != 1) {
     fail(op, "takes random bits only with rounding 'rs'");
   }
@@ -133,7 +134,11 @@ void verifyBitcast(const Op& op) {
   const Type& out = ty(op.result());
   if (in.shape != out.shape) fail(op, "changes the shape from " + in.str() + " to " + out.str());
   if (in.isDesc() || out.isDesc()) fail(op, "cannot bitcast tensor descriptors");
-  if (in.isPtr() != out.isPtr()) fail(op, "cannot bitcast between pointers and numbers: " + in.str() + " to " + out.str());
+  // A pointer and a 64-bit integer convert both ways (its address: ptrtoint / inttoptr).
+  auto addr = [](const Type& t) { return t.isNumeric() && (t.elem == DType::I64 || t.elem == DType::U64); };
+  if (in.isPtr() != out.isPtr() && !addr(in.isPtr() ? out : in))
+    fail(op, "converts pointers only to and from 64-bit integers, got " + in.str() + " to " + out.str());
+  if (in.isPtr() != out.isPtr()) return;
   // f4e2m1 <-> i8 moves the 4-bit code, so packed bytes can be split and joined.
   bool fp4Code = (in.elem == DType::F4E2M1 && out.elem == DType::I8) || (in.elem == DType::I8 && out.elem == DType::F4E2M1);
   if (!in.isPtr() && !fp4Code && bitWidth(in.elem) != bitWidth(out.elem))
@@ -246,11 +251,10 @@ void verifyMemory(const Op& op) {
           fail(op, std::string(i == 1 && cas ? "cmp" : "value") + " must be " + value.str() + ", got " +
                        ty(op.operand(i)).str());
       if (ty(op.result()) != value) fail(op, "result must be " + value.str() + ", got " + ty(op.result()).str());
-      bool minMax = op.kind() == OpKind::AtomicMax || op.kind() == OpKind::AtomicMin;
-      bool intOnly = cas || op.kind() == OpKind::AtomicAnd || op.kind() == OpKind::AtomicOr ||
-                     op.kind() == OpKind::AtomicXor;
-      if (isStorageOnly(p.elem) || p.elem == DType::I1 || (p.elem == DType::F64 && minMax) ||
-          (intOnly && !isInt(p.elem)))
+      // atomic_cas compares bits: any element of 16, 32 or 64 bits, floats too.
+      bool bitwise = op.kind() == OpKind::AtomicAnd || op.kind() == OpKind::AtomicOr || op.kind() == OpKind::AtomicXor;
+      if (isStorageOnly(p.elem) || p.elem == DType::I1 || (bitwise && !isInt(p.elem)) ||
+          (cas && bitWidth(p.elem) < 16))
         fail(op, "does not support element type " + std::string(dtypeName(p.elem)));
       if (!cas) checkMask(op, 2, p);
       if (op.hasAttr("sem")) {

@@ -378,6 +378,8 @@ Fact AxisAnalysis::transfer(const Op& op) const {
       // pointers their byte addresses (and runs, for an equal element size); other casts keep constancy.
       const Type& it = op.operand(0)->type();
       bool ints = it.isIntLike() && t.isIntLike() && it.elem != DType::I1 && bitWidth(t.elem) >= bitWidth(it.elem);
+      // An address as an integer (or back) counts bytes, not elements: nothing is known of it.
+      if (it.isPtr() != t.isPtr()) break;
       if (ints || (it.isPtr() && elemBytes(it.elem) == elemBytes(t.elem))) {
         R.contiguity = in(0).info.contiguity;
         R.divisibility = in(0).info.divisibility;

@@ -117,7 +117,8 @@ bool mmaApplies(const Type& at, const Type& bt, const Type& ct, const std::strin
 Layout defaultLayout(const Type& t, int threads) {
   if (!t.isTile()) return scalarLayout(threads);
   bool bytes = t.isPtr() && (t.elem == DType::I8 || t.elem == DType::U8 || t.elem == DType::F8E4M3 ||
-                             t.elem == DType::F8E5M2 || t.elem == DType::E8M0 || t.elem == DType::I1);
+                             t.elem == DType::F8E5M2 || t.elem == DType::E8M0 || t.elem == DType::F8E4B15 ||
+                             t.elem == DType::I1);
   return blockedLayout(t.shape, threads, bytes ? 16 : 8);
 }
 

@@ -173,8 +173,39 @@ LVal* Lowering::castElem(const Op& op, LVal* v, const Type& from, const Type& to
 // Casts with a rounding mode other than rne, and casts from or to e8m0 and f4e2m1:
 // the rounding of formats::roundToFloat, written with integer and f64 operations,
 // so the bits match the interpreter. Sources are widened to f32 (exact).
+// Triton's float8e4b15 conversions (bit operations on f16, formats::roundToFloat's):
+// from it, the f16 with its bits shifted left by 7; to it, the source rounded to f16
+// in the cast's mode, its magnitude clamped to 1.75 and shifted right by 7 rounding half
+// away from zero.
+LVal* Lowering::castE4B15(const Op& op, LVal* v, const Type& from, const Type& to) {
+  DType s = from.elem, d = to.elem;
+  Type f16 = Type::scalar(DType::F16), f32 = Type::scalar(DType::F32);
+  auto* i16 = b_.getInt16Ty();
+  if (s == DType::F8E4B15) {
+    LVal* w = b_.CreateZExt(v, i16);
+    LVal* bits = b_.CreateOr(b_.CreateShl(b_.CreateAnd(w, b_.getInt16(0x80)), 8),
+                             b_.CreateShl(b_.CreateAnd(w, b_.getInt16(0x7F)), 7));
+    LVal* h = b_.CreateBitCast(bits, b_.getHalfTy());
+    if (d == DType::F16) return h;
+    if (d == DType::F8E4B15) return v;
+    LVal* x = b_.CreateFPExt(h, b_.getFloatTy());  // exact, and every value is exact in d's float types
+    if (d == DType::F32) return x;
+    if (d == DType::E8M0 || d == DType::F4E2M1 || op.strAttr("rounding") != "rne") return castRounded(op, x, f32, to, nullptr);
+    return castElem(op, x, f32, to);
+  }
+  LVal* h = s == DType::F16 ? v
+            : (op.strAttr("rounding") == "rne" && s != DType::E8M0 && s != DType::F4E2M1)
+                ? castElem(op, v, from, f16)
+                : castRounded(op, v, from, f16, nullptr);
+  LVal* bits = b_.CreateBitCast(h, i16);
+  LVal* mag = b_.CreateIntrinsic(llvm::Intrinsic::umin, {i16}, {b_.CreateAnd(bits, b_.getInt16(0x7FFF)), b_.getInt16(0x3F00)});
+  LVal* r = b_.CreateOr(b_.CreateAnd(b_.CreateLShr(bits, 8), b_.getInt16(0x80)), b_.CreateLShr(b_.CreateAdd(mag, b_.getInt16(0x40)), 7));
+  return b_.CreateTrunc(r, b_.getInt8Ty());
+}
+
 LVal* Lowering::castRounded(const Op& op, LVal* v, const Type& from, const Type& to, LVal* rbits) {
   DType s = from.elem, d = to.elem;
+  if (s == DType::F8E4B15 || d == DType::F8E4B15) return castE4B15(op, v, from, to);
   const std::string& mode = op.strAttr("rounding");
   auto* f32 = b_.getFloatTy();
   if (s == DType::E8M0 || s == DType::F4E2M1) {

@@ -109,9 +109,16 @@ void Lowering::lowerMemory(const Op& op) {
       O ord = ordering(op), relaxed = O::Monotonic;
       auto fence = [&] { b_.CreateIntrinsic(membar(op), {}, {}); };
       if (ord == O::Release || ord == O::AcquireRelease) fence();
-      LVal* old = cas ? b_.CreateExtractValue(
-                            b_.CreateAtomicCmpXchg(ptr, cmp.e[s], v, llvm::MaybeAlign(), relaxed, relaxed), 0)
-                      : b_.CreateAtomicRMW(rmwOp(op, d), ptr, v, llvm::MaybeAlign(), relaxed);
+      LVal* old = nullptr;
+      if (cas) {  // cmpxchg takes integers: a float compares and swaps its bits
+        llvm::Type* bits = b_.getIntNTy(static_cast<unsigned>(bitWidth(d)));
+        auto asBits = [&](LVal* x) { return isFloat(d) ? b_.CreateBitCast(x, bits) : x; };
+        old = b_.CreateExtractValue(
+            b_.CreateAtomicCmpXchg(ptr, asBits(cmp.e[s]), asBits(v), llvm::MaybeAlign(), relaxed, relaxed), 0);
+        if (isFloat(d)) old = b_.CreateBitCast(old, et);
+      } else {
+        old = b_.CreateAtomicRMW(rmwOp(op, d), ptr, v, llvm::MaybeAlign(), relaxed);
+      }
       if (ord == O::Acquire || ord == O::AcquireRelease) fence();
       return old;
     };

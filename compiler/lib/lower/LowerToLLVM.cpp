@@ -262,6 +262,7 @@ void Lowering::lowerPrint(const Op& op) {
             LVal* x = r.e[s];
             if (fl && (t.elem == DType::F8E4M3 || t.elem == DType::F8E5M2))
               x = castElem(op, x, Type::scalar(t.elem), Type::scalar(DType::F32));
+            if (t.elem == DType::F8E4B15) x = castE4B15(op, x, Type::scalar(t.elem), Type::scalar(DType::F32));
             if (fl)
               x = b_.CreateFPCast(x, b_.getDoubleTy());
             else if (t.isPtr())
@@ -594,7 +595,7 @@ void Lowering::lowerOp(const Op& op) {
     case OpKind::Cast: {
       const Type& in = op.operand(0)->type();
       const std::string& mode = op.strAttr("rounding");
-      auto exotic = [](DType d) { return d == DType::E8M0 || d == DType::F4E2M1; };
+      auto exotic = [](DType d) { return d == DType::E8M0 || d == DType::F4E2M1 || d == DType::F8E4B15; };
       if (mode != "rne" || exotic(in.elem) || exotic(t.elem)) {
         Regs a = operand(0);
         Regs rb = op.numOperands() == 2 ? operand(1) : Regs{};
@@ -606,6 +607,13 @@ void Lowering::lowerOp(const Op& op) {
       const Type& in = op.operand(0)->type();
       Regs a = operand(0);
       if (op.kind() == OpKind::Bitcast) {
+        // An address from an integer is global memory (as every tilefuse pointer): through
+        // addrspace(1), so that LLVM's address-space inference emits ld.global / st.global.
+        if (t.isPtr() && !in.isPtr())
+          return perSlot([&](int s) {
+            return b_.CreateAddrSpaceCast(b_.CreateIntToPtr(a.e[s], llvm::PointerType::get(ctx_, 1)), b_.getPtrTy());
+          });
+        if (in.isPtr() && !t.isPtr()) return perSlot([&](int s) { return b_.CreatePtrToInt(a.e[s], b_.getInt64Ty()); });
         if (t.isPtr()) return perSlot([&](int s) { return a.e[s]; });
         bool fp4 = in.elem == DType::F4E2M1 || t.elem == DType::F4E2M1;
         return perSlot([&](int s) -> LVal* {

@@ -122,6 +122,7 @@ class Lowering {
       case DType::F8E5M2:
       case DType::E8M0:
       case DType::F4E2M1:
+      case DType::F8E4B15:
         return b_.getInt8Ty();
       case DType::I16:
       case DType::U16:
@@ -269,6 +270,7 @@ class Lowering {
   LVal* arith(const Op& op, const std::vector<LVal*>& a, const Type& t);
   LVal* castElem(const Op& op, LVal* v, const Type& from, const Type& to);
   LVal* castRounded(const Op& op, LVal* v, const Type& from, const Type& to, LVal* rbits);
+  LVal* castE4B15(const Op& op, LVal* v, const Type& from, const Type& to);
   LVal* roundToFormat(LVal* x, DType to, const std::string& mode, LVal* rbits);
   LVal* u64ToOddDouble(LVal* v);
   LVal* roundToE8M0(LVal* x, const std::string& mode, LVal* rbits);

@@ -1,8 +1,12 @@
 """tilefuse.language (imported as `tl`): the ops kernels are written with."""
 
+import builtins
+
 from . import extra, math  # noqa: F401 - tl.math, tl.extra.cuda.libdevice
+from .block_ptr import advance, make_block_ptr  # noqa: F401
 from .combine import (  # noqa: F401
     associative_scan,
+    cat,
     cumprod,
     cumsum,
     flip,
@@ -50,6 +54,7 @@ from .core import (  # noqa: F401
     exp2,
     expand_dims,
     float4e2m1,
+    float8e4b15,
     float8e4nv,
     float8e5,
     float8e8m0,
@@ -118,5 +123,15 @@ from .random import (  # noqa: F401
     randn4x,
     uint_to_uniform_float,
 )
+from .standard import (  # noqa: F401
+    TRITON_MAX_TENSOR_NUMEL,
+    add,
+    constexpr_function,
+    load_tensor_descriptor,
+    softmax,
+    store_tensor_descriptor,
+    swizzle2d,
+)
 
 bool = int1  # noqa: A001 - Triton's alias
+tuple = builtins.tuple  # noqa: A001 - tl.tuple(iterable) and isinstance(x, tl.tuple) in kernels

@@ -26,6 +26,7 @@ from .core import (
     reshape,
     tensor,
     to_tensor,
+    trans,
     where,
 )
 
@@ -266,6 +267,20 @@ def flip(x, dim=None, _builder=None):
         if a != d:
             idx = b.expand_dims(idx, a)
     return tensor(b.gather(x.handle, b.broadcast_to(idx, x.shape), d))
+
+
+@builtin
+def cat(input, other, can_reorder=False, _builder=None):
+    """Triton's tl.cat of two 1-D tiles of one type. Triton may reorder the elements (it
+    demands can_reorder=True); tilefuse returns them in order, input then other, one of
+    the orders Triton allows."""
+    if not _unwrap(can_reorder):
+        raise ValueError("current implementation of `cat` always may reorder elements")
+    x, y = to_tensor(input, _builder), to_tensor(other, _builder)
+    if len(x.shape) != 1 or x.type != y.type:
+        raise ValueError(f"tl.cat needs two 1-D tiles of one type, got {x.type} and {y.type}")
+    c = join(x, y, _builder=_builder)  # [n, 2]: column 0 is input, column 1 other
+    return reshape(trans(c, _builder=_builder), 2 * x.shape[0], _builder=_builder)
 
 
 @builtin

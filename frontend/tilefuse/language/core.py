@@ -68,7 +68,17 @@ class dtype:
 class pointer_type(dtype):
     """A pointer to elements of `element_ty` in global memory."""
 
-    def __init__(self, element_ty: dtype):
+    def __init__(self, element_ty: dtype, address_space: int = 1, const: bool = False):
+        element_ty = _unwrap(element_ty)
+        if not isinstance(element_ty, dtype):
+            raise TypeError(f"tl.pointer_type takes a tl dtype, got {element_ty!r}")
+        if isinstance(element_ty, pointer_type):
+            raise TypeError(
+                "pointers to pointers are not supported: load the addresses as tl.int64 and "
+                "convert them with .to(tl.pointer_type(...))"
+            )
+        if _unwrap(address_space) != 1:
+            raise ValueError(f"only global memory pointers (address_space=1) are supported, got {address_space!r}")
         super().__init__(f"pointer_type({element_ty!r})", element_ty.ir)
         self.element_ty = element_ty
 
@@ -105,6 +115,9 @@ float8e4nv = dtype("float8e4nv", _D.f8e4m3)
 float8e5 = dtype("float8e5", _D.f8e5m2)
 float8e8m0 = dtype("float8e8m0", _D.e8m0)
 float4e2m1 = dtype("float4e2m1", _D.f4e2m1)
+# Triton's float8e4b15: f16's bit pattern without the top exponent bit (bias 15, no inf or
+# NaN, largest 1.875); casts to it round to f16, clamp to 1.75 and round half away.
+float8e4b15 = dtype("float8e4b15", _D.f8e4b15)
 
 _BY_IR = {
     d.ir: d
@@ -126,6 +139,7 @@ _BY_IR = {
         float8e5,
         float8e8m0,
         float4e2m1,
+        float8e4b15,
     )
 }
 
@@ -253,17 +267,17 @@ class tensor:
     def sum(self, axis=None, keep_dims=False, _builder=None):
         return sum(self, axis, keep_dims, _builder=_builder)
 
-    def max(self, axis=None, keep_dims=False, _builder=None):
-        return max(self, axis, keep_dims=keep_dims, _builder=_builder)
+    def max(self, axis=None, return_indices=False, return_indices_tie_break_left=True, keep_dims=False, _builder=None):
+        return max(self, axis, return_indices, return_indices_tie_break_left, keep_dims, _builder=_builder)
 
-    def min(self, axis=None, keep_dims=False, _builder=None):
-        return min(self, axis, keep_dims=keep_dims, _builder=_builder)
+    def min(self, axis=None, return_indices=False, return_indices_tie_break_left=True, keep_dims=False, _builder=None):
+        return min(self, axis, return_indices, return_indices_tie_break_left, keep_dims, _builder=_builder)
 
-    def argmax(self, axis, keep_dims=False, _builder=None):
-        return argmax(self, axis, keep_dims, _builder=_builder)
+    def argmax(self, axis, tie_break_left=True, keep_dims=False, _builder=None):
+        return argmax(self, axis, tie_break_left, keep_dims, _builder=_builder)
 
-    def argmin(self, axis, keep_dims=False, _builder=None):
-        return argmin(self, axis, keep_dims, _builder=_builder)
+    def argmin(self, axis, tie_break_left=True, keep_dims=False, _builder=None):
+        return argmin(self, axis, tie_break_left, keep_dims, _builder=_builder)
 
     def split(self, _builder=None):
         return split(self, _builder=_builder)
@@ -362,7 +376,7 @@ def to_tensor(v, b, like: tensor | None = None) -> tensor:
         return _const(v, _int_type(v), b)
     if isinstance(v, float):
         d = like.dtype if like is not None and not like.type.is_ptr and like.dtype.is_floating() else float32
-        if d in (float8e4nv, float8e5, float8e8m0, float4e2m1):
+        if d in (float8e4nv, float8e5, float8e8m0, float4e2m1, float8e4b15):
             d = float32
         return _const(v, d, b)
     raise TypeError(f"cannot use a value of type {type(v).__name__} in a kernel")
@@ -487,6 +501,10 @@ def load(
     _builder=None,
 ):
     # Cache and eviction hints do not change results; the GPU backend may use them.
+    from . import block_ptr
+
+    if isinstance(_unwrap(pointer), block_ptr.block_ptr):
+        return block_ptr.load(_unwrap(pointer), mask, other, boundary_check, padding_option, _builder)
     mask, other = _unwrap(mask), _unwrap(other)
     m = to_tensor(mask, _builder).handle if mask is not None else None
     o = None
@@ -508,6 +526,10 @@ class _PointeeProxy:
 
 @builtin
 def store(pointer, value, mask=None, boundary_check=None, cache_modifier="", eviction_policy="", _builder=None):
+    from . import block_ptr
+
+    if isinstance(_unwrap(pointer), block_ptr.block_ptr):
+        return block_ptr.store(_unwrap(pointer), value, mask, boundary_check, _builder)
     p = to_tensor(pointer, _builder)
     v = to_tensor(value, _builder, like=_PointeeProxy(p))
     mask = _unwrap(mask)
@@ -529,9 +551,36 @@ def _check_sem_scope(sem, scope):
     return sem or "acq_rel", scope or "gpu"
 
 
+def _check_atomic_type(p: tensor, op: str):
+    # Triton's refusals, in its words (its tests match them).
+    if not p.type.is_ptr:
+        return
+    d = p.dtype.element_ty
+    if op == "cas":
+        if d.primitive_bitwidth not in (16, 32, 64):
+            raise ValueError("atomic_cas only supports elements with width {16, 32, 64}")
+        return
+    if d in (float16, bfloat16) and op != "add":
+        raise ValueError(f"atomic_{op} does not support {'fp16' if d == float16 else 'bf16'}")
+    if d.is_int() and d.primitive_bitwidth < 32:
+        raise ValueError(f"atomic_{op} does not support {d.name}")
+
+
+_ATOMIC_NAMES = {
+    _K.AtomicAdd: "add",
+    _K.AtomicMax: "max",
+    _K.AtomicMin: "min",
+    _K.AtomicXchg: "xchg",
+    _K.AtomicAnd: "and",
+    _K.AtomicOr: "or",
+    _K.AtomicXor: "xor",
+}
+
+
 def _atomic(kind, pointer, val, mask, sem, scope, b):
     sem, scope = _check_sem_scope(sem, scope)
     p = to_tensor(pointer, b)
+    _check_atomic_type(p, _ATOMIC_NAMES[kind])
     v = to_tensor(val, b, like=_PointeeProxy(p))
     mask = _unwrap(mask)
     m = to_tensor(mask, b).handle if mask is not None else None
@@ -577,6 +626,7 @@ def atomic_xor(pointer, val, mask=None, sem=None, scope=None, _builder=None):
 def atomic_cas(pointer, cmp, val, sem=None, scope=None, _builder=None):
     sem, scope = _check_sem_scope(sem, scope)
     p = to_tensor(pointer, _builder)
+    _check_atomic_type(p, "cas")
     c = to_tensor(cmp, _builder, like=_PointeeProxy(p))
     v = to_tensor(val, _builder, like=_PointeeProxy(p))
     return tensor(_builder.atomic_cas(p.handle, c.handle, v.handle, sem, scope))
@@ -716,11 +766,9 @@ def cdiv(x, div, _builder=None):
 def cast(input, dtype, fp_downcast_rounding=None, bitcast=False, rounding=None, rand_bits=None, _builder=None):
     d = _dtype_arg(dtype)
     x = to_tensor(input, _builder)
+    if isinstance(d, pointer_type) or x.type.is_ptr:  # bitcast or not, as Triton
+        return _pointer_cast(x, d, _builder)
     if _unwrap(bitcast):
-        return tensor(_builder.bitcast(x.handle, d.to_ir_type()))
-    if isinstance(d, pointer_type):
-        if not x.type.is_ptr:
-            raise TypeError(f"cannot cast {x.dtype!r} to a pointer")
         return tensor(_builder.bitcast(x.handle, d.to_ir_type()))
     mode = _unwrap(rounding) or _unwrap(fp_downcast_rounding) or "rne"
     mode = {"rtne": "rne"}.get(mode, mode)
@@ -728,6 +776,30 @@ def cast(input, dtype, fp_downcast_rounding=None, bitcast=False, rounding=None, 
     if rb is not None and mode == "rne":
         mode = "rs"
     return tensor(_builder.cast(x.handle, d.ir, mode, rb))
+
+
+_UNSIGNED = {8: uint8, 16: uint16, 32: uint32, 64: uint64}
+
+
+def _pointer_cast(x: tensor, d: dtype, b) -> tensor:
+    """Triton's casts with pointers: pointer to pointer keeps the address; an integer becomes
+    a pointer zero-extended to 64 bits (inttoptr); a pointer becomes an int64 / uint64
+    (ptrtoint) or an int1 (address != 0)."""
+    if x.type.is_ptr and isinstance(d, pointer_type):
+        return tensor(b.bitcast(x.handle, d.to_ir_type()))
+    if isinstance(d, pointer_type):
+        if not x.dtype.is_int() or x.dtype == int1:
+            raise TypeError(f"cannot cast {x.dtype!r} to {d!r}: only integers (addresses) convert to pointers")
+        bits = x.dtype.primitive_bitwidth
+        if bits < 64:  # zero-extend, as LLVM's inttoptr does
+            x = cast(tensor(b.bitcast(x.handle, _UNSIGNED[bits].to_ir_type())), uint64, _builder=b)
+        return tensor(b.bitcast(x.handle, d.to_ir_type()))
+    if d == int1:
+        addr = tensor(b.bitcast(x.handle, int64.to_ir_type()))
+        return tensor(b.cmp("ne", addr.handle, to_tensor(0, b, like=addr).handle))
+    if d not in (int64, uint64):
+        raise TypeError(f"cannot cast {x.dtype!r} to {d!r}: a pointer converts to tl.int64, tl.uint64 or tl.int1")
+    return tensor(b.bitcast(x.handle, d.to_ir_type()))
 
 
 @builtin
@@ -818,27 +890,27 @@ def sum(input, axis=None, keep_dims=False, dtype=None, _builder=None):
 
 
 @builtin
-def max(input, axis=None, return_indices=False, keep_dims=False, _builder=None):
+def max(input, axis=None, return_indices=False, return_indices_tie_break_left=True, keep_dims=False, _builder=None):
     if _unwrap(return_indices):
         return (
             _reduce(_K.ReduceMax, input, axis, keep_dims, _builder),
-            _reduce(_K.Argmax, input, axis, keep_dims, _builder),
+            argmax(input, axis, return_indices_tie_break_left, keep_dims, _builder=_builder),
         )
     return _reduce(_K.ReduceMax, input, axis, keep_dims, _builder)
 
 
 @builtin
-def min(input, axis=None, return_indices=False, keep_dims=False, _builder=None):
+def min(input, axis=None, return_indices=False, return_indices_tie_break_left=True, keep_dims=False, _builder=None):
     if _unwrap(return_indices):
         return (
             _reduce(_K.ReduceMin, input, axis, keep_dims, _builder),
-            argmin(input, axis, keep_dims, _builder=_builder),
+            argmin(input, axis, return_indices_tie_break_left, keep_dims, _builder=_builder),
         )
     return _reduce(_K.ReduceMin, input, axis, keep_dims, _builder)
 
 
 @builtin
-def argmin(input, axis, keep_dims=False, _builder=None):
+def argmin(input, axis, tie_break_left=True, keep_dims=False, _builder=None):
     # The first minimum of x is the first maximum of an order-reversing map: -x for
     # floats, ~x (= -x - 1, no overflow) for integers.
     x = to_tensor(input, _builder)
@@ -847,12 +919,28 @@ def argmin(input, axis, keep_dims=False, _builder=None):
     else:
         ones = 2**x.dtype.primitive_bitwidth - 1 if x.dtype.is_int_unsigned() else -1
         flipped = _builder.binary(_K.Xor, x.handle, to_tensor(ones, _builder, like=x).handle)
-    return _reduce(_K.Argmax, tensor(flipped), axis, keep_dims, _builder)
+    return argmax(tensor(flipped), axis, tie_break_left, keep_dims, _builder=_builder)
 
 
 @builtin
-def argmax(input, axis, keep_dims=False, _builder=None):
-    return _reduce(_K.Argmax, input, axis, keep_dims, _builder)
+def argmax(input, axis, tie_break_left=True, keep_dims=False, _builder=None):
+    if _unwrap(tie_break_left):
+        return _reduce(_K.Argmax, input, axis, keep_dims, _builder)
+    # The last maximum: n - 1 - (the first maximum of x reversed along the axis).
+    from .combine import flip
+
+    x = to_tensor(input, _builder)
+    axis = _unwrap(axis)
+    rank = len(x.shape)
+    if axis is None:
+        x = reshape(x, x.numel, _builder=_builder)
+    a = 0 if axis is None else int(axis) % rank
+    first = _reduce(_K.Argmax, flip(x, a, _builder=_builder), a, False, _builder)
+    r = _binary_builtin(_K.Sub, x.shape[a] - 1, first, _builder)
+    if _unwrap(keep_dims):
+        for ax in [0] * rank if axis is None else [a]:
+            r = expand_dims(r, ax, _builder=_builder)
+    return r
 
 
 @builtin

@@ -92,7 +92,8 @@ def k_bad_atomic(p_ptr, OP: tl.constexpr, SEM: tl.constexpr, SCOPE: tl.constexpr
     "op,dtype,sem,scope,msg",
     [
         ("and", np.float32, None, None, "'atomic_and' does not support element type f32"),
-        ("cas", np.float32, None, None, "'atomic_cas' does not support element type f32"),
+        ("cas", np.int8, None, None, "atomic_cas only supports elements with width {16, 32, 64}"),
+        ("and", np.int16, None, None, "atomic_and does not support int16"),
         (
             "and",
             np.int32,

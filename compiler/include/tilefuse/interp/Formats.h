@@ -22,7 +22,8 @@ Rounding roundingFromName(std::string_view name);  // "rne" "rtz" "ru" "rs"
 // and rounds |x|: rne to the nearest power of two by value, a tie (1.5 * 2^k) going
 // up (the implicit significand bit is odd), rtz down, ru up, rs as above with
 // ulp = 2^floor(log2 |x|); zero and tiny values give 2^-127 and huge ones 2^127
-// (saturating).
+// (saturating). f8e4b15 (Triton's; no inf or NaN, largest 1.875) takes x rounded to
+// f16 under `mode`, clamped to 1.75 and rounded half away from zero, as Triton does.
 double roundToFloat(double x, DType d, Rounding mode = Rounding::NearestEven, uint32_t rbits = 0);
 
 // Float -> integer conversion: truncation toward zero, saturating at the

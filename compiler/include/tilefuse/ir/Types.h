@@ -18,6 +18,7 @@ enum class DType : uint8_t {
   F16, BF16, F32, F64,
   F8E4M3, F8E5M2, E8M0, F4E2M1,
   U8, U16, U32, U64,
+  F8E4B15,  // Triton's float8e4b15: f16's bits without the top exponent bit (bias 15, no inf or NaN)
 };
 
 std::string_view dtypeName(DType d);
