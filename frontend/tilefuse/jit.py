@@ -259,7 +259,9 @@ class JITFunction(_C.launcher.Launcher):
 
     # --- launch ---
 
-    def run(self, *args, grid, num_warps=NUM_WARPS, num_stages=NUM_STAGES, **kwargs):
+    def run(self, *args, grid, num_warps=NUM_WARPS, num_stages=NUM_STAGES, num_ctas=1, **kwargs):
+        if num_ctas != 1:
+            raise LaunchError(f"{self.__name__}: num_ctas={num_ctas}: thread-block clusters are not supported (only 1)")
         bound = self._bind(args, kwargs)
         key, params = self._specialize(bound)
         kernel = self.cache.get(key)

@@ -20,9 +20,20 @@ _K = _ir.OpKind
 
 
 class dtype:
-    """A scalar element type (`tl.float32`) or a pointer type."""
+    """A scalar element type (`tl.float32`) or a pointer type. `tl.dtype("fp16")` makes
+    one from Triton's short name (the names of the lists below)."""
 
-    def __init__(self, name: str, ir: _ir.DType):
+    SINT_TYPES = ["int8", "int16", "int32", "int64"]
+    UINT_TYPES = ["int1", "uint8", "uint16", "uint32", "uint64"]
+    FP_TYPES = ["fp8e4b15", "fp8e4nv", "fp8e4b8", "fp8e5", "fp8e5b16", "fp16", "bf16", "fp32", "fp64"]
+    STANDARD_FP_TYPES = ["fp16", "bf16", "fp32", "fp64"]
+    OTHER_TYPES = ["void"]
+
+    def __init__(self, name: str, ir: _ir.DType = None):
+        if ir is None:
+            ir = _SHORT_NAMES.get(name)
+            if ir is None:
+                raise ValueError(f"tl.dtype({name!r}): tilefuse has no such type (known: {sorted(_SHORT_NAMES)})")
         self.name = name
         self.ir = ir
 
@@ -97,6 +108,18 @@ class pointer_type(dtype):
     def to_ir_type(self) -> _ir.Type:
         return _ir.Type.ptr(self.ir)
 
+
+# Triton's short names of the types tilefuse has (tl.dtype("fp16") is tl.float16).
+_SHORT_NAMES = {
+    **{f"int{w}": getattr(_D, f"i{w}") for w in (1, 8, 16, 32, 64)},
+    **{f"uint{w}": getattr(_D, f"u{w}") for w in (8, 16, 32, 64)},
+    "fp8e4nv": _D.f8e4m3,
+    "fp8e5": _D.f8e5m2,
+    "fp16": _D.f16,
+    "bf16": _D.bf16,
+    "fp32": _D.f32,
+    "fp64": _D.f64,
+}
 
 int1 = dtype("int1", _D.i1)
 int8 = dtype("int8", _D.i8)
