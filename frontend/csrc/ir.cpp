@@ -159,7 +159,8 @@ void init_ir(py::module_& m) {
       .def("combine_yield", &Builder::combineYield)
       .def("gather", &Builder::gather, ref)
       .def("histogram", &Builder::histogram, ref, py::arg("x"), py::arg("num_bins"), py::arg("mask") = nullptr)
-      .def("dot", &Builder::dot, ref, py::arg("a"), py::arg("b"), py::arg("acc") = nullptr)
+      .def("dot", &Builder::dot, ref, py::arg("a"), py::arg("b"), py::arg("acc") = nullptr,
+           py::arg("precision") = "ieee", py::arg("out_type") = DType::F32)
       .def("dot_scaled", &Builder::dotScaled, ref, py::arg("a"), py::arg("a_scale"), py::arg("b"), py::arg("b_scale"),
            py::arg("acc") = nullptr)
       .def("create_for", &Builder::createFor, ref)

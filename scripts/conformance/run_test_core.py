@@ -41,8 +41,7 @@ def find_internal_testing(test_core: Path) -> Path:
     return path
 
 
-def run_pytest(work: Path, results: Path, internal: Path, args) -> None:
-    """Runs pytest until every collected test has a result; restarts it after a crash."""
+def pytest_env(results: Path, internal: Path, args) -> dict:
     env = dict(os.environ)
     env.update(
         TRITON_INTERPRET="1",
@@ -52,15 +51,20 @@ def run_pytest(work: Path, results: Path, internal: Path, args) -> None:
         CONFORMANCE_TIMEOUT=str(args.timeout),
         PYTHONPATH=os.pathsep.join(p for p in [str(args.frontend), env.get("PYTHONPATH", "")] if p),
     )
+    return env
+
+
+def run_pytest(work: Path, env: dict, args) -> None:
+    """Runs pytest until every collected test has a result; restarts it after a crash."""
     cmd = [sys.executable, "-m", "pytest", str(work / "test_core.py"), "-q", "-p", "no:cacheprovider"]
-    cmd += ["--device", "cpu", "-o", "console_output_style=classic", "--no-header", "-rN", "--tb=short"]
+    cmd += ["--device", "cpu", "-o", "console_output_style=classic", "--no-header", "-rN", "--tb=no"]
     if args.k:
         cmd += ["-k", args.k]
     if not args.all:
         cmd += ["-m", "interpreter"]
     while True:
         rc = subprocess.call(cmd, cwd=work, env=env, stdout=subprocess.DEVNULL if args.quiet else None)
-        if rc >= 0 or not mark_crash(results, -rc):
+        if rc >= 0 or not mark_crash(Path(env["CONFORMANCE_RESULTS"]), -rc):
             return
 
 
@@ -87,9 +91,11 @@ def read_records(results: Path):
 
 
 def normalize(cause: str) -> str:
-    """One group per message: drops the kernel's file:line:col and temporary paths."""
+    """One group per message: drops the kernel's file:line:col and name, temporary paths, tile types."""
     cause = re.sub(r"\S+\.py:\d+:\d+: error: ", "", cause)
     cause = re.sub(r"/tmp/\S+", "<tmp>", cause)
+    cause = re.sub(r"tile<[^>]*>", "tile<...>", cause)
+    cause = re.sub(r"LaunchError: \w+: ", "LaunchError: <kernel>: ", cause)
     return cause[:200]
 
 
@@ -138,9 +144,12 @@ def main() -> None:
         shutil.copy(HERE / "conftest_shim.py", work / "conftest.py")
         results = work / "results.jsonl"
         start = time.time()
-        run_pytest(work, results, internal, args)
+        env = pytest_env(results, internal, args)
+        run_pytest(work, env, args)
         if not any(r["kind"] == "result" for r in read_records(results)):
-            sys.exit("error: pytest ran no test (see its output above)")
+            # --tb=no hides why (a collection error): show it.
+            subprocess.call([sys.executable, "-m", "pytest", "test_core.py", "--collect-only", "-q"], cwd=work, env=env)
+            sys.exit("error: pytest ran no test")
         summary = report(results, args.groups, time.time() - start)
     if args.json:
         args.json.write_text(json.dumps(summary, indent=1, sort_keys=True))

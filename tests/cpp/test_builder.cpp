@@ -331,6 +331,32 @@ TEST_F(BuilderTest, DotShapes) {
   finish();
 }
 
+// Small dots, f16 accumulators (out_dtype), 3-D dots (one 2-D dot per batch index)
+// and tf32 (operands rounded by integer ops before an ieee dot).
+TEST_F(BuilderTest, DotVariants) {
+  func({tile(DType::F16, {4, 8}), tile(DType::F16, {8, 2}), tile(DType::F16, {4, 32, 16}), tile(DType::F16, {4, 16, 8}),
+        tile(DType::F32, {16, 16}), tile(DType::BF16, {16, 16})});
+  EXPECT_EQ(b.dot(arg(0), arg(1), nullptr)->type(), tile(DType::F32, {4, 2}));
+  EXPECT_EQ(b.dot(arg(0), arg(1), nullptr, "ieee", DType::F16)->type(), tile(DType::F16, {4, 2}));
+  EXPECT_EQ(b.dot(arg(5), arg(5), nullptr, "ieee", DType::F16)->type(), tile(DType::F32, {16, 16}));
+  auto countDots = [&] {
+    int n = 0;
+    for (auto& o : fn->region(0).ops()) n += o->kind() == OpKind::Dot;
+    return n;
+  };
+  int before = countDots();
+  EXPECT_EQ(b.dot(arg(2), arg(3), nullptr)->type(), tile(DType::F32, {4, 32, 8}));
+  EXPECT_EQ(countDots() - before, 4);
+  before = countDots();
+  Value* t = b.dot(arg(4), arg(4), nullptr, "tf32");
+  EXPECT_EQ(countDots() - before, 1);
+  EXPECT_EQ(def(def(t)->operand(0))->kind(), OpKind::Bitcast);
+  before = countDots();
+  b.dot(arg(4), arg(4), nullptr, "tf32x3");
+  EXPECT_EQ(countDots() - before, 3);
+  finish();
+}
+
 TEST_F(BuilderTest, DotScaledShapes) {
   func({tile(DType::F8E4M3, {64, 64}), tile(DType::E8M0, {64, 2}), tile(DType::F4E2M1, {64, 32}),
         tile(DType::E8M0, {32, 2})});
@@ -440,21 +466,27 @@ TEST(Builder, NoInsertionPointIsAnInternalError) {
 
 // --- errors: a UserError at the current location, the IR left valid ---
 
-TEST_F(BuilderTest, ErrorDotKTooSmall) {
-  func({tile(DType::F16, {16, 8}), tile(DType::F16, {8, 16})});
-  expectError([&] { b.dot(arg(0), arg(1), nullptr); }, "'dot' needs M, N and K of at least 16, got M=16 N=16 K=8");
+TEST_F(BuilderTest, ErrorDotInnerDimensions) {
+  func({tile(DType::F16, {32, 32}), tile(DType::F16, {64, 32})});
+  expectError([&] { b.dot(arg(0), arg(1), nullptr); },
+              "First input shape [32, 32] and second input shape [64, 32] are not compatible for matmul");
   for (auto& o : fn->region(0).ops()) EXPECT_NE(o->kind(), OpKind::Dot);
   EXPECT_TRUE(arg(0)->unused());  // the failed op left no dangling use
 }
 
-TEST_F(BuilderTest, ErrorDotFp8NeedsK32) {
-  func({tile(DType::F8E4M3, {64, 16}), tile(DType::F8E5M2, {16, 64})});
-  expectError([&] { b.dot(arg(0), arg(1), nullptr); }, "'dot' needs K of at least 32 for 8-bit operands, got K=16");
+TEST_F(BuilderTest, ErrorDotOutBf16) {
+  func({tile(DType::BF16, {16, 16}), tile(DType::BF16, {16, 16})});
+  expectError([&] { b.dot(arg(0), arg(1), nullptr, "ieee", DType::BF16); }, "out_dtype=bfloat16 is unsupported");
 }
 
-TEST_F(BuilderTest, ErrorDotInnerDimensions) {
-  func({tile(DType::F16, {32, 32}), tile(DType::F16, {64, 32})});
-  expectError([&] { b.dot(arg(0), arg(1), nullptr); }, "inner dimensions differ");
+TEST_F(BuilderTest, ErrorDotPrecision) {
+  func({tile(DType::F32, {16, 16}), tile(DType::F32, {16, 16})});
+  expectError([&] { b.dot(arg(0), arg(1), nullptr, "tf64"); }, "input_precision must be 'ieee', 'tf32' or 'tf32x3'");
+}
+
+TEST_F(BuilderTest, ErrorDotBatchDiffers) {
+  func({tile(DType::F16, {2, 16, 16}), tile(DType::F16, {4, 16, 16})});
+  expectError([&] { b.dot(arg(0), arg(1), nullptr); }, "dot batch dimensions differ");
 }
 
 TEST_F(BuilderTest, ErrorIncompatibleShapes) {

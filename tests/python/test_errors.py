@@ -183,10 +183,10 @@ def k_shape_mismatch(x_ptr):
 
 
 @tf.jit
-def k_dot_small_k(x_ptr):
+def k_dot_mismatch(x_ptr):
     a = tl.load(x_ptr + tl.arange(0, 16)[:, None] * 8 + tl.arange(0, 8)[None, :])
-    b = tl.load(x_ptr + tl.arange(0, 8)[:, None] * 16 + tl.arange(0, 16)[None, :])
-    c = tl.dot(a, b)  # E:dot_small_k
+    b = tl.load(x_ptr + tl.arange(0, 16)[:, None] * 16 + tl.arange(0, 16)[None, :])
+    c = tl.dot(a, b)  # E:dot_mismatch
     tl.store(x_ptr + tl.arange(0, 16)[:, None] * 16 + tl.arange(0, 16)[None, :], c)
 
 
@@ -256,7 +256,7 @@ def _f8(n):
 
 TYPE_CASES = [
     (k_shape_mismatch, lambda: ((_f32(64),), {}), "shape_mismatch", "a + b", ("64", "32")),
-    (k_dot_small_k, lambda: ((_f32(256),), {}), "dot_small_k", "tl.dot", ("16",)),
+    (k_dot_mismatch, lambda: ((_f32(256),), {}), "dot_mismatch", "tl.dot", ("not compatible for matmul", "[16, 8]")),
     (k_fp8_arith, lambda: ((_f8(16),), {}), "fp8_arith", "x * x", ("f8e4m3",)),
     (k_load_non_pointer, lambda: ((_f32(16), 16), {}), "load_non_pointer", "tl.load", ("pointer",)),
     (k_bad_index, lambda: ((_f32(16),), {}), "bad_index", "offs[", ("rank 1",)),

@@ -882,6 +882,27 @@ void Machine::execHistogram(const Op& op) {
   set(op.result(), std::move(r));
 }
 
+namespace {
+
+// An f16 accumulator (out_dtype=float16) as the GPU's FMA path computes it: each
+// element sums its exact f16 or fp8 products in f32, in K order, from the accumulator,
+// and is rounded to f16 after every `step` K elements (the K of one mma instruction).
+template <class Mat>
+void dotF16Acc(const Mat& A, const Mat& B, Mat& C, int64_t step) {
+  int64_t k = A.cols();
+  for (int64_t i = 0; i < C.rows(); ++i)
+    for (int64_t j = 0; j < C.cols(); ++j) {
+      float s = C(i, j);
+      for (int64_t k0 = 0; k0 < k; k0 += step) {
+        for (int64_t kk = k0; kk < std::min(k, k0 + step); ++kk) s = std::fma(A(i, kk), B(kk, j), s);
+        s = static_cast<float>(formats::roundToFloat(s, DType::F16));
+      }
+      C(i, j) = s;
+    }
+}
+
+}  // namespace
+
 void Machine::execDot(const Op& op) {
   using MatF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using MatI = Eigen::Matrix<int64_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -908,7 +929,10 @@ void Machine::execDot(const Op& op) {
         for (int64_t c = 0; c < n; ++c) B(j, c) *= static_cast<float>(bs.f[c * (k / 32) + j / 32]);
     }
     MatF C = Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(acc.f.data(), m, n).cast<float>();
-    C.noalias() += A * B;
+    if (acc.type.elem == DType::F16)
+      dotF16Acc(A, B, C, 256 / bitWidth(a.type.elem));  // 32 bytes of K
+    else
+      C.noalias() += A * B;
     r.f = Eigen::Map<Eigen::ArrayXf>(C.data(), m * n).cast<double>();
   }
   set(op.result(), std::move(r));

@@ -506,10 +506,90 @@ Value* Builder::histogram(Value* x, int64_t numBins, Value* mask) {
   return checked(create(OpKind::Histogram, ops, {Type::tile(DType::I32, {numBins})}));
 }
 
-Value* Builder::dot(Value* a, Value* b, Value* acc) {
-  if (a->type().rank() != 2 || b->type().rank() != 2) fail("dot needs 2-D tiles, got " + a->type().str() + " and " + b->type().str());
-  DType accT = a->type().elem == DType::I8 ? DType::I32 : DType::F32;
-  if (!acc) acc = full({a->type().shape[0], b->type().shape[1]}, 0, accT);
+namespace {
+
+// The B tiles [R, C] of x = [R, C, B] (B a power of two), in order: halves by split.
+std::vector<Value*> batchSlices(Builder& bld, Value* x) {
+  auto s = x->type().shape;
+  int64_t n = s[2];
+  if (n == 1) return {bld.reshape(x, {s[0], s[1]})};
+  auto [even, odd] = bld.split(bld.reshape(x, {s[0], s[1], n / 2, 2}));
+  auto e = batchSlices(bld, even), o = batchSlices(bld, odd);
+  std::vector<Value*> r;
+  for (size_t i = 0; i < e.size(); ++i) r.insert(r.end(), {e[i], o[i]});
+  return r;
+}
+
+// The inverse of batchSlices: B tiles [R, C] into [R, C, B].
+Value* batchStack(Builder& bld, const std::vector<Value*>& parts) {
+  auto s = parts[0]->type().shape;
+  int64_t n = static_cast<int64_t>(parts.size());
+  if (n == 1) return bld.reshape(parts[0], {s[0], s[1], 1});
+  std::vector<Value*> even, odd;
+  for (int64_t i = 0; i < n; ++i) (i % 2 ? odd : even).push_back(parts[i]);
+  return bld.reshape(bld.join(batchStack(bld, even), batchStack(bld, odd)), {s[0], s[1], n});
+}
+
+// f32 to the nearest tf32 value (10 mantissa bits), ties away from zero, as
+// cvt.rna.tf32.f32 rounds; infinities and NaNs pass through.
+Value* roundToTf32(Builder& bld, Value* x) {
+  Type it = x->type().withElem(DType::I32);
+  Value* bits = bld.bitcast(x, it);
+  Value* expMask = bld.constInt(0x7F800000, it);
+  Value* special = bld.cmp("eq", bld.binary(OpKind::And, bits, expMask), expMask);
+  Value* rounded = bld.binary(OpKind::And, bld.binary(OpKind::Add, bits, bld.constInt(0x1000, it)), bld.constInt(~0x1FFF, it));
+  return bld.bitcast(bld.select(special, bits, rounded), x->type());
+}
+
+bool isFp8(DType d) { return d == DType::F8E4M3 || d == DType::F8E5M2; }
+
+}  // namespace
+
+// Triton's tl.dot: 3-D (batched) dots become one 2-D dot per batch index; tf32 and
+// tf32x3 become ieee dots of operands rounded to tf32 (tf32x3: a = big + small per
+// operand, big*big + big*small + small*big), so that both backends compute the same
+// products and the IR shows the rounding.
+Value* Builder::dot(Value* a, Value* b, Value* acc, const std::string& precision, DType outType) {
+  const Type &at = a->type(), &bt = b->type();
+  int rank = at.rank();
+  if ((rank != 2 && rank != 3) || bt.rank() != rank)
+    fail("dot needs two 2-D or two 3-D tiles, got " + at.str() + " and " + bt.str());
+  if (precision != "ieee" && precision != "tf32" && precision != "tf32x3")
+    fail("input_precision must be 'ieee', 'tf32' or 'tf32x3', got '" + precision + "'");
+  if (outType == DType::BF16)
+    fail("out_dtype=bfloat16 is unsupported. Please use out_dtype=float32/float16 and cast with `.to(tl.bfloat16)`");
+  int64_t k = at.shape[rank - 1], k2 = bt.shape[rank - 2];
+  if (k != k2)
+    fail("First input shape " + shapeStr(at.shape) + " and second input shape " + shapeStr(bt.shape) +
+         " are not compatible for matmul (second index of first shape (" + std::to_string(k) +
+         ") must be equal to first index of second shape (" + std::to_string(k2) + ")");
+  if (rank == 3) {
+    int64_t batch = at.shape[0];
+    if (bt.shape[0] != batch) fail("dot batch dimensions differ: " + at.str() + " times " + bt.str());
+    if (batch & (batch - 1)) fail("3-D dot needs a batch size that is a power of two, got " + std::to_string(batch));
+    auto as = batchSlices(*this, trans(a, {1, 2, 0})), bs = batchSlices(*this, trans(b, {1, 2, 0}));
+    std::vector<Value*> accs(as.size(), nullptr), parts;
+    if (acc) {
+      if (acc->type().rank() != 3) fail("the accumulator of a 3-D dot must be 3-D, got " + acc->type().str());
+      accs = batchSlices(*this, trans(acc, {1, 2, 0}));
+    }
+    for (size_t i = 0; i < as.size(); ++i) parts.push_back(dot(as[i], bs[i], accs[i], precision, outType));
+    return trans(batchStack(*this, parts), {2, 0, 1});
+  }
+  DType accT = at.elem == DType::I8                                                ? DType::I32
+               : outType == DType::F16 && (at.elem == DType::F16 || isFp8(at.elem)) ? DType::F16
+                                                                                   : DType::F32;
+  if (!acc) acc = full({at.shape[0], bt.shape[1]}, 0, accT);
+  if (at.elem == DType::F32 && bt.elem == DType::F32 && precision != "ieee") {
+    Value *aBig = roundToTf32(*this, a), *bBig = roundToTf32(*this, b);
+    if (precision == "tf32x3") {
+      Value* aSmall = roundToTf32(*this, binary(OpKind::Sub, a, aBig));
+      Value* bSmall = roundToTf32(*this, binary(OpKind::Sub, b, bBig));
+      acc = dot(aSmall, bBig, acc);
+      acc = dot(aBig, bSmall, acc);
+    }
+    return dot(aBig, bBig, acc);
+  }
   return checked(create(OpKind::Dot, {a, b, acc}, {acc->type()}));
 }
 

@@ -324,7 +324,6 @@ void verifyDot(const Op& op) {
     fail(op, "operands must be 2-D tiles, got " + a.str() + " and " + b.str());
   int64_t m = a.shape[0], k = a.shape[1], n = b.shape[1];
   if (b.shape[0] != k) fail(op, "inner dimensions differ: " + a.str() + " times " + b.str());
-  if (m < 16 || n < 16 || k < 16) fail(op, "needs M, N and K of at least 16, got M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
   if (scaled) {
     static const std::set<DType> fmts = {DType::F8E4M3, DType::F8E5M2, DType::F4E2M1};
     if (!fmts.count(a.elem) || !fmts.count(b.elem)) fail(op, "operands must be f8e4m3, f8e5m2 or f4e2m1, got " + a.str() + " and " + b.str());
@@ -337,11 +336,10 @@ void verifyDot(const Op& op) {
     if (!ok.count(a.elem) || !ok.count(b.elem)) fail(op, "operands must be i8, f16, bf16, f32, f8e4m3 or f8e5m2, got " + a.str() + " and " + b.str());
     bool aFp8 = a.elem == DType::F8E4M3 || a.elem == DType::F8E5M2, bFp8 = b.elem == DType::F8E4M3 || b.elem == DType::F8E5M2;
     if (a.elem != b.elem && !(aFp8 && bFp8)) fail(op, "operands must have the same element type, got " + a.str() + " and " + b.str());
-    // 8-bit mma/wgmma instructions take K in steps of 32 (Triton's min_dot_size is (16, 16, 32) for them).
-    if (bitWidth(a.elem) == 8 && k < 32)
-      fail(op, "needs K of at least 32 for 8-bit operands, got K=" + std::to_string(k));
   }
-  DType accT = a.elem == DType::I8 ? DType::I32 : DType::F32;
+  // f16 and fp8 products may accumulate in f16 (Triton's out_dtype=float16).
+  bool f16Acc = !scaled && acc.elem == DType::F16 && (a.elem == DType::F16 || a.elem == DType::F8E4M3 || a.elem == DType::F8E5M2);
+  DType accT = a.elem == DType::I8 ? DType::I32 : f16Acc ? DType::F16 : DType::F32;
   Type want = Type::tile(accT, {m, n});
   if (acc != want) fail(op, "accumulator must be " + want.str() + ", got " + acc.str());
   if (ty(op.result()) != want) fail(op, "result must be " + want.str() + ", got " + ty(op.result()).str());

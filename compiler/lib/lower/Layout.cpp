@@ -109,9 +109,12 @@ bool mmaApplies(const Type& at, const Type& bt, const Type& ct, const std::strin
   bool halfs = a == b && (a == DType::BF16 || a == DType::F16);
   bool ints = a == DType::I8 && b == DType::I8;
   bool ok = halfs || ints ? arch >= "sm_80" : fp8(a) && fp8(b) ? arch >= "sm_89" : false;
-  if (ct.elem != (ints ? DType::I32 : DType::F32)) return false;
+  // f16 products may accumulate in f16 (mma's f16 form); fp8 ones only in f32 here.
+  bool f16Acc = ct.elem == DType::F16 && a == DType::F16;
+  if (ct.elem != (ints ? DType::I32 : DType::F32) && !f16Acc) return false;
   int64_t kStep = halfs ? 16 : 32;
-  return ok && at.shape[0] % 16 == 0 && bt.shape[1] % 8 == 0 && at.shape[1] % kStep == 0;
+  // Dots with M, N or K below 16 (or K below 32 for 8-bit) run on FMAs.
+  return ok && at.shape[0] % 16 == 0 && bt.shape[1] % 16 == 0 && at.shape[1] % kStep == 0;
 }
 
 Layout defaultLayout(const Type& t, int threads) {
@@ -158,6 +161,7 @@ bool wgmmaApplies(const Op& dot, const std::string& arch, int threads, WgmmaShap
               std::string(dtypeName(a.elem)) + " x " + std::string(dtypeName(b.elem)) + " -> " +
               std::string(dtypeName(acc)));
   int64_t m = a.shape[0], k = a.shape[1], n = b.shape[1];
+  if (n < 16) return no("N=" + std::to_string(n) + " is below 16");
   // One instruction takes 32 bytes of K.
   if (m % 64) return no("M=" + std::to_string(m) + " is below wgmma's 64 rows (or not a multiple of them)");
   if (k % (halves ? 16 : 32)) return no("K=" + std::to_string(k) + " is not a multiple of wgmma's 32 bytes of K");

@@ -30,6 +30,7 @@ Regs Lowering::dotRegs(const Op& op, const Type& at, const Regs& aRegs, const Ty
                        const Regs& acc, const Type& ct) {
   int64_t m = at.shape[0], k = at.shape[1], n = bt.shape[1];
   bool intDot = at.elem == DType::I8;
+  bool f16Acc = ct.elem == DType::F16;
   llvm::Type* accTy = intDot ? b_.getInt32Ty() : b_.getFloatTy();
   // Operands go to shared memory in their own types; products accumulate in fp32 (i32).
   int64_t aBytes = m * k * storeBytes(at);
@@ -52,18 +53,32 @@ Regs Lowering::dotRegs(const Op& op, const Type& at, const Regs& aRegs, const Ty
     return d == DType::F32 ? v : b_.CreateFPExt(v, accTy);
   };
   const Layout& L = layoutOf(op.result());
+  // An f16 accumulator sums in f32 and is rounded to f16 after every 32 bytes of K (the
+  // K of one mma instruction), as the interpreter computes it.
+  int64_t step = f16Acc ? std::min<int64_t>(k, 32 / storeBytes(at)) : k;
   Regs out{{}, L};
   for (int s = 0; s < slots(L); ++s) {
     LVal* e = flatIndex(L, s);
     LVal* row = coord(e, ct.shape, 0);
     LVal* col = coord(e, ct.shape, 1);
-    auto fin = countedLoop(0, k, {acc.e[s]}, [&](LVal* kk, const std::vector<LVal*>& sum) -> std::vector<LVal*> {
+    using Carried = std::vector<LVal*>;
+    auto fmaStep = [&](LVal* kk, const Carried& sum) -> Carried {
       LVal* x = widen(fromSmem(0, b_.CreateAdd(b_.CreateMul(row, idx(k)), kk), at), at.elem);
       LVal* y = widen(fromSmem(aBytes, b_.CreateAdd(b_.CreateMul(kk, idx(n)), col), bt), bt.elem);
       if (intDot) return {b_.CreateAdd(sum[0], b_.CreateMul(x, y))};
       return {b_.CreateIntrinsic(llvm::Intrinsic::fma, {accTy}, {x, y, sum[0]})};
-    });
-    out.e.push_back(fin[0]);
+    };
+    Carried fin;
+    if (!f16Acc) {
+      fin = countedLoop(0, k, {acc.e[s]}, fmaStep);
+    } else {
+      fin = countedLoop(0, k / step, {b_.CreateFPExt(acc.e[s], accTy)}, [&](LVal* chunk, const Carried& start) {
+        LVal* k0 = b_.CreateMul(chunk, idx(step));
+        Carried part = countedLoop(0, step, start, [&](LVal* kc, const Carried& sum) { return fmaStep(b_.CreateAdd(k0, kc), sum); });
+        return Carried{b_.CreateFPExt(b_.CreateFPTrunc(part[0], b_.getHalfTy()), accTy)};
+      });
+    }
+    out.e.push_back(f16Acc ? b_.CreateFPTrunc(fin[0], b_.getHalfTy()) : fin[0]);
   }
   barrier();
   return out;
@@ -107,8 +122,8 @@ Regs Lowering::dequantize(const Op& op, const Type& t, const Regs& vals, const T
   return out;
 }
 
-// Products on the tensor cores with mma.sync: m16n8k16 for bf16/f16, m16n8k32 for fp8
-// (fp32 accumulators) and int8 (int32). A [M,K] and B [K,N] are in shared memory
+// Products on the tensor cores with mma.sync: m16n8k16 for bf16/f16 (f32 or, for f16,
+// f16 accumulators), m16n8k32 for fp8 (f32) and int8 (int32). A [M,K] and B [K,N] are in shared memory
 // (row-major). Fragment layouts: PTX ISA, "Matrix Fragments for mma.m16n8k16 /
 // mma.m16n8k32": each 32-bit operand register holds 4/eb consecutive K elements of one
 // row of A or column of B; `acc` and the result are in the mma layout (Layout.h), the
@@ -118,17 +133,32 @@ Regs Lowering::dotByMma(const Type& at, const Type& bt, const Type& ct, const Re
   const Layout& M = acc.L;
   int64_t eb = storeBytes(at), per = 4 / eb, kStep = 32 / eb;
   bool ints = at.elem == DType::I8;
-  std::string acct = ints ? "s32" : "f32";
+  // An f16 accumulator (out_dtype=float16) is two f16x2 registers: C[0..1], C[2..3].
+  bool f16Acc = ct.elem == DType::F16;
+  std::string acct = ints ? "s32" : f16Acc ? "f16" : "f32";
   auto* i32 = b_.getInt32Ty();
-  llvm::Type* cty = ints ? i32 : static_cast<llvm::Type*>(b_.getFloatTy());
-  auto* retTy = llvm::StructType::get(ctx_, {cty, cty, cty, cty});
-  auto* asmTy = llvm::FunctionType::get(retTy, {i32, i32, i32, i32, i32, i32, cty, cty, cty, cty}, false);
-  std::string c = ints ? "r" : "f";
-  auto* mma = llvm::InlineAsm::get(
-      asmTy,
-      "mma.sync.aligned.m16n8k" + std::to_string(kStep) + ".row.col." + acct + "." + mmaTypeName(at.elem) + "." +
-          mmaTypeName(bt.elem) + "." + acct + " {$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};",
-      "=" + c + ",=" + c + ",=" + c + ",=" + c + ",r,r,r,r,r,r," + c + "," + c + "," + c + "," + c, true);
+  llvm::Type* cty = ints || f16Acc ? i32 : static_cast<llvm::Type*>(b_.getFloatTy());
+  int nc = f16Acc ? 2 : 4;
+  std::vector<llvm::Type*> argTys(6, i32);
+  argTys.insert(argTys.end(), nc, cty);
+  auto* retTy = llvm::StructType::get(ctx_, std::vector<llvm::Type*>(nc, cty));
+  auto* asmTy = llvm::FunctionType::get(retTy, argTys, false);
+  std::string c = ints || f16Acc ? "r" : "f";
+  std::string d = f16Acc ? "{$0,$1}, {$2,$3,$4,$5}, {$6,$7}, {$8,$9};" : "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};";
+  std::string cons;
+  for (int i = 0; i < nc; ++i) cons += "=" + c + ",";
+  cons += "r,r,r,r,r,r";
+  for (int i = 0; i < nc; ++i) cons += "," + c;
+  auto* mma = llvm::InlineAsm::get(asmTy,
+                                   "mma.sync.aligned.m16n8k" + std::to_string(kStep) + ".row.col." + acct + "." +
+                                       mmaTypeName(at.elem) + "." + mmaTypeName(bt.elem) + "." + acct + " " + d,
+                                   cons, true);
+  auto* half2 = llvm::FixedVectorType::get(b_.getHalfTy(), 2);
+  auto pack = [&](LVal* lo, LVal* hi) {
+    LVal* v = b_.CreateInsertElement(llvm::PoisonValue::get(half2), lo, uint64_t{0});
+    return b_.CreateBitCast(b_.CreateInsertElement(v, hi, uint64_t{1}), i32);
+  };
+  auto unpack = [&](LVal* r, unsigned i) { return b_.CreateExtractElement(b_.CreateBitCast(r, half2), uint64_t{i}); };
   LVal* lane = b_.CreateAnd(tid_, idx(31));
   LVal* group = b_.CreateLShr(lane, idx(2));  // row of A and C within the 8-row half; column of B
   LVal* quad = b_.CreateAnd(lane, idx(3));    // which 4 bytes of K
@@ -157,14 +187,16 @@ Regs Lowering::dotByMma(const Type& at, const Type& bt, const Type& ct, const Re
     LVal* r1 = b_.CreateAdd(r0, idx(8));
     LVal* bcol = b_.CreateAdd(b_.CreateSub(coord(e, ct.shape, 1), pair), group);
     std::vector<LVal*> cv(out.e.begin() + s, out.e.begin() + s + 4);
+    if (f16Acc) cv = {pack(cv[0], cv[1]), pack(cv[2], cv[3])};
     for (int64_t kk = 0; kk < k; kk += kStep) {
       LVal* k0 = b_.CreateAdd(kq, idx(kk));
       LVal* k1 = b_.CreateAdd(k0, idx(kStep / 2));
-      std::vector<LVal*> ops = {aReg(r0, k0),   aReg(r1, k0), aReg(r0, k1), aReg(r1, k1), bReg(k0, bcol),
-                                bReg(k1, bcol), cv[0],        cv[1],        cv[2],        cv[3]};
+      std::vector<LVal*> ops = {aReg(r0, k0), aReg(r1, k0), aReg(r0, k1), aReg(r1, k1), bReg(k0, bcol), bReg(k1, bcol)};
+      ops.insert(ops.end(), cv.begin(), cv.end());
       LVal* res = b_.CreateCall(mma, ops);
-      for (unsigned i = 0; i < 4; ++i) cv[i] = b_.CreateExtractValue(res, i);
+      for (unsigned i = 0; i < cv.size(); ++i) cv[i] = b_.CreateExtractValue(res, i);
     }
+    if (f16Acc) cv = {unpack(cv[0], 0), unpack(cv[0], 1), unpack(cv[1], 0), unpack(cv[1], 1)};
     std::copy(cv.begin(), cv.end(), out.e.begin() + s);
   }
   return out;

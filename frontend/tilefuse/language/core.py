@@ -977,13 +977,26 @@ def dot(
     out_dtype=float32,
     _builder=None,
 ):
+    """Triton's tl.dot: 2-D [M, K] x [K, N] or 3-D [B, M, K] x [B, K, N] (one 2-D dot per
+    batch index). input_precision ("ieee", "tf32", "tf32x3"; allow_tf32=True is "tf32")
+    applies to f32 operands; the default is "ieee", as f32 dots do not run on tensor cores
+    here (tf32 would only lose precision). out_dtype=float16 accumulates f16 and fp8
+    products in f16. max_num_imprecise_acc is accepted and checked; fp8 products
+    accumulate in f32 (the GPU's wgmma accumulator over the whole K loop)."""
     a, b = to_tensor(input, _builder), to_tensor(other, _builder)
+    precision, allow_tf32 = _unwrap(input_precision), _unwrap(allow_tf32)
+    if precision is not None and allow_tf32 is not None:
+        raise ValueError("Only one of input_precision and allow_tf32 can be specified")
+    if precision is None:
+        precision = "tf32" if allow_tf32 else "ieee"
+    if precision not in ("ieee", "tf32", "tf32x3"):
+        raise ValueError(f"input_precision must be one of ('ieee', 'tf32', 'tf32x3'), got {precision!r}")
+    imprecise = _unwrap(max_num_imprecise_acc)
+    if imprecise is not None and (not isinstance(imprecise, int) or isinstance(imprecise, bool) or imprecise < 0):
+        raise TypeError(f"max_num_imprecise_acc must be a non-negative int or None, got {imprecise!r}")
     acc = _unwrap(acc)
-    r = _builder.dot(a.handle, b.handle, to_tensor(acc, _builder).handle if acc is not None else None)
-    out = _dtype_arg(out_dtype)
-    t = tensor(r)
-    # As in Triton, integer products stay int32: out_dtype applies to float products.
-    return cast(t, out, _builder=_builder) if out != t.dtype and out.is_floating() and t.dtype.is_floating() else t
+    acc = to_tensor(acc, _builder).handle if acc is not None else None
+    return tensor(_builder.dot(a.handle, b.handle, acc, precision, _dtype_arg(out_dtype).ir))
 
 
 _SCALED_FORMATS = {"e4m3": float8e4nv, "e5m2": float8e5, "e2m1": float4e2m1}

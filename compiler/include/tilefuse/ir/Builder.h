@@ -84,7 +84,9 @@ class Builder {
 
   // Reductions and products.
   Value* reduce(OpKind kind, Value* v, int axis);
-  Value* dot(Value* a, Value* b, Value* acc);
+  // tl.dot: 2-D or 3-D; precision "ieee", "tf32" or "tf32x3" (for f32 operands);
+  // outType F16 gives f16 and fp8 operands an f16 accumulator (Triton's out_dtype).
+  Value* dot(Value* a, Value* b, Value* acc, const std::string& precision = "ieee", DType outType = DType::F32);
   // reduce / scan (Reduce or Scan) of `values` along `axis` with a combine region whose
   // arguments (acc..., x...) are added; fill it and end it with combineYield.
   Op* createCombine(OpKind kind, const std::vector<Value*>& values, int axis, bool reverse);
