@@ -50,6 +50,8 @@ NOTES = {
     "make_block_ptr": "lowered to a tile of pointers and masks of the checked dims (the GPU vectorizes and "
     "pipelines it as pointer code); loops carry only its offsets",
     "cat": "1-D tiles of one type, can_reorder=True as Triton demands; the result keeps the order (input, other)",
+    "dot": "2-D and 3-D; input_precision defaults to ieee (f32 dots are not on tensor cores); "
+    "out_dtype=float16 accumulates f16 and fp8 products in f16",
     "tuple": "builtins.tuple: tuples are carried by loops and ifs, passed to and returned from @jit helpers; not "
     "yet as kernel launch arguments",
     "constexpr_function": "called at compile time on compile-time values",

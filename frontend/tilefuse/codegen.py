@@ -796,6 +796,10 @@ class CodeGenerator(ast.NodeVisitor):
         a, c = tl.to_tensors(lhs, rhs, b)
         if isinstance(op, ast.Div):
             if not a.type.is_ptr and a.dtype.is_int() and c.dtype.is_int():
+                mixed = a.dtype.is_int_unsigned() != c.dtype.is_int_unsigned()
+                if mixed and isinstance(lhs, tl.tensor) and isinstance(rhs, tl.tensor):
+                    # As Triton, '/' refuses them as '//' does: the builder raises its error.
+                    b.binary(_K.Div, a.handle, c.handle)
                 a = tl.cast(a, tl.float32, _builder=b)
                 c = tl.cast(c, tl.float32, _builder=b)
             return tl.tensor(b.binary(_K.Div, a.handle, c.handle))

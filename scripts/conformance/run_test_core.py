@@ -92,7 +92,7 @@ def read_records(results: Path):
 
 def normalize(cause: str) -> str:
     """One group per message: drops the kernel's file:line:col and name, temporary paths, tile types."""
-    cause = re.sub(r"\S+\.py:\d+:\d+: error: ", "", cause)
+    cause = re.sub(r"\S+:\d+:\d+: error: ", "", cause)
     cause = re.sub(r"/tmp/\S+", "<tmp>", cause)
     cause = re.sub(r"tile<[^>]*>", "tile<...>", cause)
     cause = re.sub(r"LaunchError: \w+: ", "LaunchError: <kernel>: ", cause)

@@ -136,6 +136,26 @@ std::pair<Value*, Value*> Builder::broadcastPair(Value* a, Value* b) {
   return {broadcastTo(a, out), broadcastTo(b, out)};
 }
 
+namespace {
+
+DType signedOf(DType u) {
+  switch (u) {
+    case DType::U8: return DType::I8;
+    case DType::U16: return DType::I16;
+    case DType::U32: return DType::I32;
+    default: return DType::I64;
+  }
+}
+
+// Triton's words (its tests match them).
+std::string signednessMessage(const Type& a, const Type& b) {
+  return "Cannot use /, //, or % with " + a.str() + " and " + b.str() +
+         " because they have different signedness; this is unlikely to result in a useful answer. Cast them to the "
+         "same signedness.";
+}
+
+}  // namespace
+
 Value* Builder::binary(OpKind kind, Value* a, Value* b) {
   std::string name(opInfo(kind).mnemonic);
   if (a->type().isDesc() || b->type().isDesc()) fail("'" + name + "' cannot take a tensor descriptor");
@@ -147,18 +167,24 @@ Value* Builder::binary(OpKind kind, Value* a, Value* b) {
   }
   DType ea = a->type().elem, eb = b->type().elem;
   if ((kind == OpKind::Div || kind == OpKind::Rem) && isInt(ea) && isInt(eb) && isUnsigned(ea) != isUnsigned(eb))
-    fail("'" + name + "' of " + a->type().str() + " and " + b->type().str() +
-         ": the operands have different signedness; cast them to the same signedness");
+    fail(signednessMessage(a->type(), b->type()));
   auto d = promote(ea, eb, kind);
   if (!d)
     fail("'" + name + "' does not compute on " + a->type().str() + " and " + b->type().str() +
          "; cast to f16, bf16 or f32 first");
   if (opInfo(kind).has(IntOnly) && !isInt(*d))
-    fail("'" + name + "' needs integer operands, got " + a->type().str() + " and " + b->type().str());
+    fail("invalid operands of type " + a->type().str() + " and " + b->type().str() + ": '" + name + "' needs integers");
   if (opInfo(kind).has(FloatOnly) && isInt(*d)) d = DType::F32;  // as unary math: ints compute in f32
   a = castTo(a, *d);
   b = castTo(b, *d);
   std::tie(a, b) = broadcastPair(a, b);
+  if (kind == OpKind::Shr && isInt(ea) && !isUnsigned(ea) && isUnsigned(*d)) {
+    // As Triton: '>>' of a signed left operand shifts arithmetically, also when the
+    // promotion made it unsigned (int16 >> uint16 is an arithmetic shift of u16 bits).
+    Type s = a->type().withElem(signedOf(*d));
+    Value* r = checked(create(kind, {bitcast(a, s), bitcast(b, s)}, {s}));
+    return bitcast(r, a->type());
+  }
   return checked(create(kind, {a, b}, {a->type()}));
 }
 

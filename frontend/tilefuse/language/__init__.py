@@ -95,6 +95,7 @@ from .core import (  # noqa: F401
     static_print,
     static_range,
     store,
+    str_to_ty,
     sum,
     tanh,
     tensor,

@@ -167,6 +167,31 @@ _BY_IR = {
 }
 
 
+# Triton's canonical type names (triton._utils.type_canonicalisation_dict's values).
+_CANONICAL = {
+    "u1": _D.i1,
+    "i1": _D.i1,
+    **{f"i{w}": getattr(_D, f"i{w}") for w in (8, 16, 32, 64)},
+    **{f"u{w}": getattr(_D, f"u{w}") for w in (8, 16, 32, 64)},
+    "fp16": _D.f16,
+    "bf16": _D.bf16,
+    "fp32": _D.f32,
+    "fp64": _D.f64,
+    "fp8e4nv": _D.f8e4m3,
+    "fp8e5": _D.f8e5m2,
+}
+
+
+def str_to_ty(name: str) -> dtype:
+    """Triton's type from its canonical name ("fp32", "u8", "*fp16" for a pointer)."""
+    if name.startswith("*"):
+        return pointer_type(str_to_ty(name[1:]))
+    ir = _CANONICAL.get(name)
+    if ir is None:
+        raise ValueError(f"str_to_ty({name!r}): tilefuse has no such type (known: {sorted(_CANONICAL)})")
+    return _BY_IR[ir]
+
+
 def dtype_of(t: _ir.Type) -> dtype:
     base = _BY_IR[t.elem]
     return pointer_type(base) if t.is_ptr else base
