@@ -517,7 +517,8 @@ TEST_F(BuilderTest, ErrorCompareFp8) {
 
 TEST_F(BuilderTest, ErrorIntOnlyOnFloats) {
   func({f32(), i32()});
-  expectError([&] { b.binary(OpKind::Shl, arg(1), arg(0)); }, "invalid operands of type i32 and f32: 'shl' needs integers");
+  expectError([&] { b.binary(OpKind::Shl, arg(1), arg(0)); },
+              "invalid operands of type i32 and f32: 'shl' needs integers");
 }
 
 TEST_F(BuilderTest, ErrorPointerArithmetic) {

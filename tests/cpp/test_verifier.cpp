@@ -80,14 +80,14 @@ const Case kCases[] = {
      "func @f(%d: desc<16x16xf16>, %i: i32) {\n  %0 = desc_load %d, %i : tile<16x16xf16>\n"
      "  return\n}\n",
      2, 3, "'desc_load' needs 2 offsets for desc<16x16xf16>"},
-    {"dot K",
-     "func @f(%a: tile<16x8xf16>, %b: tile<8x16xf16>, %c: tile<16x16xf32>) {\n"
-     "  %0 = dot %a, %b, %c : tile<16x16xf32>\n  return\n}\n",
-     2, 3, "'dot' needs M, N and K of at least 16, got M=16 N=16 K=8"},
-    {"dot 8-bit K",
-     "func @f(%a: tile<16x16xi8>, %b: tile<16x16xi8>, %c: tile<16x16xi32>) {\n"
+    {"dot f16 accumulator of bf16",
+     "func @f(%a: tile<16x8xbf16>, %b: tile<8x16xbf16>, %c: tile<16x16xf16>) {\n"
+     "  %0 = dot %a, %b, %c : tile<16x16xf16>\n  return\n}\n",
+     2, 3, "'dot' accumulator must be tile<16x16xf32>, got tile<16x16xf16>"},
+    {"dot inner dimensions",
+     "func @f(%a: tile<16x16xi8>, %b: tile<32x16xi8>, %c: tile<16x16xi32>) {\n"
      "  %0 = dot %a, %b, %c : tile<16x16xi32>\n  return\n}\n",
-     2, 3, "'dot' needs K of at least 32 for 8-bit operands, got K=16"},
+     2, 3, "'dot' inner dimensions differ: tile<16x16xi8> times tile<32x16xi8>"},
     {"dot accumulator",
      "func @f(%a: tile<16x16xbf16>, %b: tile<16x16xbf16>, %c: tile<16x16xbf16>) {\n"
      "  %0 = dot %a, %b, %c : tile<16x16xbf16>\n  return\n}\n",

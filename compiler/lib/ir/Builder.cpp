@@ -139,12 +139,7 @@ std::pair<Value*, Value*> Builder::broadcastPair(Value* a, Value* b) {
 namespace {
 
 DType signedOf(DType u) {
-  switch (u) {
-    case DType::U8: return DType::I8;
-    case DType::U16: return DType::I16;
-    case DType::U32: return DType::I32;
-    default: return DType::I64;
-  }
+  return u == DType::U8 ? DType::I8 : u == DType::U16 ? DType::I16 : u == DType::U32 ? DType::I32 : DType::I64;
 }
 
 // Triton's words (its tests match them).
@@ -563,7 +558,8 @@ Value* roundToTf32(Builder& bld, Value* x) {
   Value* bits = bld.bitcast(x, it);
   Value* expMask = bld.constInt(0x7F800000, it);
   Value* special = bld.cmp("eq", bld.binary(OpKind::And, bits, expMask), expMask);
-  Value* rounded = bld.binary(OpKind::And, bld.binary(OpKind::Add, bits, bld.constInt(0x1000, it)), bld.constInt(~0x1FFF, it));
+  Value* rounded =
+      bld.binary(OpKind::And, bld.binary(OpKind::Add, bits, bld.constInt(0x1000, it)), bld.constInt(~0x1FFF, it));
   return bld.bitcast(bld.select(special, bits, rounded), x->type());
 }
 
@@ -602,9 +598,9 @@ Value* Builder::dot(Value* a, Value* b, Value* acc, const std::string& precision
     for (size_t i = 0; i < as.size(); ++i) parts.push_back(dot(as[i], bs[i], accs[i], precision, outType));
     return trans(batchStack(*this, parts), {2, 0, 1});
   }
-  DType accT = at.elem == DType::I8                                                ? DType::I32
+  DType accT = at.elem == DType::I8                                                 ? DType::I32
                : outType == DType::F16 && (at.elem == DType::F16 || isFp8(at.elem)) ? DType::F16
-                                                                                   : DType::F32;
+                                                                                    : DType::F32;
   if (!acc) acc = full({at.shape[0], bt.shape[1]}, 0, accT);
   if (at.elem == DType::F32 && bt.elem == DType::F32 && precision != "ieee") {
     Value *aBig = roundToTf32(*this, a), *bBig = roundToTf32(*this, b);

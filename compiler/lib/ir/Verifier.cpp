@@ -335,10 +335,12 @@ void verifyDot(const Op& op) {
     static const std::set<DType> ok = {DType::I8, DType::F16, DType::BF16, DType::F32, DType::F8E4M3, DType::F8E5M2};
     if (!ok.count(a.elem) || !ok.count(b.elem)) fail(op, "operands must be i8, f16, bf16, f32, f8e4m3 or f8e5m2, got " + a.str() + " and " + b.str());
     bool aFp8 = a.elem == DType::F8E4M3 || a.elem == DType::F8E5M2, bFp8 = b.elem == DType::F8E4M3 || b.elem == DType::F8E5M2;
-    if (a.elem != b.elem && !(aFp8 && bFp8)) fail(op, "operands must have the same element type, got " + a.str() + " and " + b.str());
+    if (a.elem != b.elem && !(aFp8 && bFp8))
+      fail(op, "operands must have the same element type, got " + a.str() + " and " + b.str());
   }
   // f16 and fp8 products may accumulate in f16 (Triton's out_dtype=float16).
-  bool f16Acc = !scaled && acc.elem == DType::F16 && (a.elem == DType::F16 || a.elem == DType::F8E4M3 || a.elem == DType::F8E5M2);
+  bool f16Acc =
+      !scaled && acc.elem == DType::F16 && (a.elem == DType::F16 || a.elem == DType::F8E4M3 || a.elem == DType::F8E5M2);
   DType accT = a.elem == DType::I8 ? DType::I32 : f16Acc ? DType::F16 : DType::F32;
   Type want = Type::tile(accT, {m, n});
   if (acc != want) fail(op, "accumulator must be " + want.str() + ", got " + acc.str());

@@ -74,7 +74,8 @@ Regs Lowering::dotRegs(const Op& op, const Type& at, const Regs& aRegs, const Ty
     } else {
       fin = countedLoop(0, k / step, {b_.CreateFPExt(acc.e[s], accTy)}, [&](LVal* chunk, const Carried& start) {
         LVal* k0 = b_.CreateMul(chunk, idx(step));
-        Carried part = countedLoop(0, step, start, [&](LVal* kc, const Carried& sum) { return fmaStep(b_.CreateAdd(k0, kc), sum); });
+        Carried part = countedLoop(0, step, start,
+                                   [&](LVal* kc, const Carried& sum) { return fmaStep(b_.CreateAdd(k0, kc), sum); });
         return Carried{b_.CreateFPExt(b_.CreateFPTrunc(part[0], b_.getHalfTy()), accTy)};
       });
     }
@@ -144,7 +145,8 @@ Regs Lowering::dotByMma(const Type& at, const Type& bt, const Type& ct, const Re
   auto* retTy = llvm::StructType::get(ctx_, std::vector<llvm::Type*>(nc, cty));
   auto* asmTy = llvm::FunctionType::get(retTy, argTys, false);
   std::string c = ints || f16Acc ? "r" : "f";
-  std::string d = f16Acc ? "{$0,$1}, {$2,$3,$4,$5}, {$6,$7}, {$8,$9};" : "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};";
+  std::string d = f16Acc ? "{$0,$1}, {$2,$3,$4,$5}, {$6,$7}, {$8,$9};"
+                         : "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};";
   std::string cons;
   for (int i = 0; i < nc; ++i) cons += "=" + c + ",";
   cons += "r,r,r,r,r,r";
