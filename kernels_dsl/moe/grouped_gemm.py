@@ -37,9 +37,20 @@ def _prefix(v, BG: tl.constexpr):
 
 
 @tf.jit
-def group_offsets(splits_ptr, offsets_ptr, padded_ptr, tile_start_ptr, G, R, BM: tl.constexpr, BG: tl.constexpr):
+def group_offsets(
+    splits_ptr,
+    offsets_ptr,
+    padded_ptr,
+    tile_start_ptr,
+    G,
+    R,
+    BM: tl.constexpr,
+    BG: tl.constexpr,
+    PAD_TO: tl.constexpr = PAD,
+):
     # offsets [G + 1]: rows of group g are offsets[g] .. offsets[g + 1] (clamped to [0, R]);
-    # padded [G + 1]: its columns of the transposed copy start at padded[g] (multiples of PAD);
+    # padded [G + 1]: its columns of the transposed copy start at padded[g] (multiples of
+    # PAD_TO: PAD for the wgrad's bf16 copy, a scale block for a columnwise quantized one);
     # tile_start [G + 1]: its BM-row tiles are schedule slots tile_start[g] .. tile_start[g + 1].
     rows_before = tl.zeros((), tl.int64)
     pad_before = tl.zeros((), tl.int64)
@@ -49,7 +60,7 @@ def group_offsets(splits_ptr, offsets_ptr, padded_ptr, tile_start_ptr, G, R, BM:
         s = tl.maximum(tl.load(splits_ptr + g, mask=g < G, other=0).to(tl.int64), 0)
         end = rows_before + _prefix(s, BG)
         size = tl.minimum(end, R) - tl.minimum(end - s, R)
-        pad_end = pad_before + _prefix((size + PAD - 1) // PAD * PAD, BG)
+        pad_end = pad_before + _prefix((size + PAD_TO - 1) // PAD_TO * PAD_TO, BG)
         tile_end = tiles_before + _prefix((size + BM - 1) // BM, BG)
         tl.store(offsets_ptr + 1 + g, tl.minimum(end, R).to(tl.int32), mask=g < G)
         tl.store(padded_ptr + 1 + g, pad_end.to(tl.int32), mask=g < G)
@@ -130,19 +141,61 @@ def grouped_gemm_kernel(
     # BIAS: 0 none, 1 out += b_g, 2 out += b_g·s_r (bias [G, O], s [R] fp32).
     valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
     w = _weight(w_ptr, w_offs_ptr, g, C * O, W_LIST, W_ALIGNED)
-    rm = tl.arange(0, BM)
     ro = tl.program_id(1) * BO + tl.arange(0, BO)
+    acc, _ = k_loop(a_ptr, w, valid, m0, end, C, O, ro, ro, stride_wc, stride_wo, False, BM, BO, BC)
+    _store_rows(acc, g, m0, end, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
+
+
+@tf.jit
+def k_loop(
+    a_ptr,
+    w,
+    valid,
+    m0,
+    end,
+    C,
+    O,
+    cols,
+    cols_b,
+    stride_wc,
+    stride_wo,
+    TWO: tl.constexpr,
+    BM: tl.constexpr,
+    BO: tl.constexpr,
+    BC: tl.constexpr,
+):
+    """The bf16 K loop of a scheduled tile: a[m0 + i, :] @ B_g[:, cols] for the tile's rows
+    below `end` (a [R, C], B_g as in grouped_gemm_kernel, columns of B_g past O read 0),
+    fp32 [BM, BO]; with TWO also the product with B_g[:, cols_b] (FC1's gate and up columns
+    in one loop: each step's A feeds both dots), else that second result is zeros."""
+    rm = tl.arange(0, BM)
     rc = tl.arange(0, BC)
     rows = (m0 + rm)[:, None] < end
     a_rows = a_ptr + m0.to(tl.int64) * C + rm[:, None] * C
     acc = tl.zeros((BM, BO), dtype=tl.float32)
+    acc_b = tl.zeros((BM, BO), dtype=tl.float32)
     for c in range(0, tl.where(valid, C, 0), BC):
         cc = c + rc
         a = tl.load(a_rows + cc[None, :], mask=rows & (cc[None, :] < C), other=0.0)
-        b_ptrs = w + cc[:, None] * stride_wc + ro[None, :] * stride_wo
-        b = tl.load(b_ptrs, mask=(cc[:, None] < C) & (ro[None, :] < O), other=0.0)
+        b_ptrs = w + cc[:, None] * stride_wc + cols[None, :] * stride_wo
+        b = tl.load(b_ptrs, mask=(cc[:, None] < C) & (cols[None, :] < O), other=0.0)
         acc = tl.dot(a, b, acc)
-    _store_rows(acc, g, m0, end, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
+        if TWO:
+            b_ptrs = w + cc[:, None] * stride_wc + cols_b[None, :] * stride_wo
+            b = tl.load(b_ptrs, mask=(cc[:, None] < C) & (cols_b[None, :] < O), other=0.0)
+            acc_b = tl.dot(a, b, acc_b)
+    return acc, acc_b
+
+
+@tf.jit
+def bias_tile(bias_ptr, scale_ptr, g, m0, end, O, cols, BIAS: tl.constexpr, BM: tl.constexpr):
+    """What the epilogue adds, fp32: b_g[cols] as [1, len(cols)] (BIAS 1) or b_g[cols]·s_r
+    as [BM, len(cols)] (BIAS 2) for bias [G, O], s [R] (0 at columns past O)."""
+    rm = tl.arange(0, BM)
+    bias = tl.load(bias_ptr + g * O + cols, mask=cols < O, other=0.0).to(tl.float32)[None, :]
+    if BIAS == 2:
+        bias = bias * tl.load(scale_ptr + m0 + rm, mask=m0 + rm < end, other=0.0)[:, None]
+    return bias
 
 
 @tf.jit
@@ -154,10 +207,7 @@ def _store_rows(
     rm = tl.arange(0, BM)
     ro = tl.program_id(1) * BO + tl.arange(0, BO)
     if BIAS > 0:
-        bias = tl.load(bias_ptr + g * O + ro, mask=ro < O, other=0.0).to(tl.float32)[None, :]
-        if BIAS == 2:
-            bias = bias * tl.load(scale_ptr + m0 + rm, mask=m0 + rm < end, other=0.0)[:, None]
-        acc = acc + bias
+        acc = acc + bias_tile(bias_ptr, scale_ptr, g, m0, end, O, ro, BIAS, BM)
     out = out_ptr + m0.to(tl.int64) * O + rm[:, None] * O + ro[None, :]
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=((m0 + rm)[:, None] < end) & (ro[None, :] < O))
 
@@ -220,23 +270,89 @@ def grouped_gemm_fp8_kernel(
     # divisibility). Each 32-wide K block's products are promoted to fp32 times its two
     # scales. C % BC == 0.
     valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
-    rm = tl.arange(0, BM)
     ro = tl.program_id(1) * BO + tl.arange(0, BO)
+    acc, _ = k_loop_fp8(
+        a_ptr,
+        sa_ptr,
+        w_ptr,
+        sw_ptr,
+        valid,
+        g,
+        m0,
+        end,
+        C,
+        O,
+        ro,
+        ro,
+        W_ROW,
+        W_BLOCK,
+        W_COLS,
+        SA_STRIDE,
+        SW_STRIDE,
+        FA,
+        FW,
+        SA_ROWS,
+        SW_ROWS,
+        False,
+        BM,
+        BO,
+        BC,
+    )
+    _store_rows(acc, g, m0, end, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
+
+
+@tf.jit
+def k_loop_fp8(
+    a_ptr,
+    sa_ptr,
+    w_ptr,
+    sw_ptr,
+    valid,
+    g,
+    m0,
+    end,
+    C,
+    O,
+    cols,
+    cols_b,
+    W_ROW,
+    W_BLOCK,
+    W_COLS,
+    SA_STRIDE,
+    SW_STRIDE,
+    FA: tl.constexpr,
+    FW: tl.constexpr,
+    SA_ROWS: tl.constexpr,
+    SW_ROWS: tl.constexpr,
+    TWO: tl.constexpr,
+    BM: tl.constexpr,
+    BO: tl.constexpr,
+    BC: tl.constexpr,
+):
+    """k_loop on block-scaled fp8 operands (grouped_gemm_fp8_kernel's): the output columns
+    `cols` (and with TWO `cols_b`) of B_g, those past O read 0."""
+    rm = tl.arange(0, BM)
     rc = tl.arange(0, BC)
     rows = (m0 + rm)[:, None] < end
-    cols = ro < O
     a_rows = a_ptr + m0.to(tl.int64) * C + rm[:, None] * C
-    w_rows = g.to(tl.int64) * W_ROW + ro
     w_block = g * W_BLOCK
+    w_rows = g.to(tl.int64) * W_ROW + cols
     w_cols = w_ptr + w_rows[None, :] * W_COLS + 32 * w_block
+    w_rows_b = g.to(tl.int64) * W_ROW + cols_b
+    w_cols_b = w_ptr + w_rows_b[None, :] * W_COLS + 32 * w_block
     acc = tl.zeros((BM, BO), dtype=tl.float32)
+    acc_b = tl.zeros((BM, BO), dtype=tl.float32)
     for c in range(0, tl.where(valid, C, 0), BC):
         a = tl.load(a_rows + (c + rc)[None, :], mask=rows, other=0)
-        b = tl.load(w_cols + (c + rc)[:, None], mask=cols[None, :], other=0)
         sa = _scale_codes(sa_ptr, m0.to(tl.int64) + rm, 0, c, SA_STRIDE, m0 + rm < end, SA_ROWS, BC)
-        sb = _scale_codes(sw_ptr, w_rows, w_block, c, SW_STRIDE, cols, SW_ROWS, BC)
+        b = tl.load(w_cols + (c + rc)[:, None], mask=(cols < O)[None, :], other=0)
+        sb = _scale_codes(sw_ptr, w_rows, w_block, c, SW_STRIDE, cols < O, SW_ROWS, BC)
         acc = tl.dot_scaled(a, sa, FA, b, sb, FW, acc)
-    _store_rows(acc, g, m0, end, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
+        if TWO:
+            b = tl.load(w_cols_b + (c + rc)[:, None], mask=(cols_b < O)[None, :], other=0)
+            sb = _scale_codes(sw_ptr, w_rows_b, w_block, c, SW_STRIDE, cols_b < O, SW_ROWS, BC)
+            acc_b = tl.dot_scaled(a, sa, FA, b, sb, FW, acc_b)
+    return acc, acc_b
 
 
 @tf.jit

@@ -93,14 +93,21 @@ def mxfp8_quantize(x_ptr, q_ptr, s_ptr, R, C, s_r, s_c, FMT: tl.constexpr, MAX_E
     r = rows_of(TR)
     c = tl.program_id(1) * 32 + tl.arange(0, 32)
     x = load_view(x_ptr, r, c, R, s_r, s_c)
+    code, b = mxfp8_encode(x, TR, FMT, MAX_EXP)
+    m = (r < R)[:, None]
+    tl.store(q_ptr + r[:, None] * C + c[None, :], code, mask=m)
+    tl.store(s_ptr + r[:, None] * (C // 32) + tl.program_id(1), b, mask=m)
+
+
+@tf.jit
+def mxfp8_encode(x, TR: tl.constexpr, FMT: tl.constexpr, MAX_EXP: tl.constexpr):
+    """(codes int8 [TR, 32], e8m0 scale codes int8 [TR, 1]) of the blocks x [TR, 32] (fp32):
+    what mxfp8_quantize stores, for the kernels that quantize a tile they computed."""
     amax, nan = block_stats(x, TR, 32, 1)
     b = tl.minimum(tl.maximum(pow2_ceil_exp(amax, MAX_EXP) + 127, 0), 254)
     b = tl.where(amax.to(tl.int32, bitcast=True) == 0x7F800000, 254, b)
     code = (x * exp2i(127 - b)).to(FMT).to(tl.int8, bitcast=True)
-    code = tl.where(nan, 0x7F, code)
-    m = (r < R)[:, None]
-    tl.store(q_ptr + r[:, None] * C + c[None, :], code, mask=m)
-    tl.store(s_ptr + r[:, None] * (C // 32) + tl.program_id(1), tl.where(nan, 255, b).to(tl.int8), mask=m)
+    return tl.where(nan, 0x7F, code), tl.where(nan, 255, b).to(tl.int8)
 
 
 @tf.jit

@@ -10,6 +10,7 @@ from .activations import (  # noqa: F401
     scaled_act,
     scaled_act_backward,
 )
+from .fused import fc1_forward, fc2_dgrad  # noqa: F401
 from .grouped_gemm import GemmConfig, grouped_gemm, grouped_gemm_dgrad, grouped_gemm_wgrad  # noqa: F401
 from .mlp import MLPConfig, MLPContext, backward_dw, mlp_backward, mlp_forward  # noqa: F401
 from .quant import Quantized, dequantize, quantize  # noqa: F401

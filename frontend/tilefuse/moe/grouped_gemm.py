@@ -149,14 +149,15 @@ class _Schedule(NamedTuple):
     slots: int
 
 
-def _schedule(like, splits, rows, block_m) -> _Schedule:
-    """The device-side schedule of splits for tiles of block_m rows (two tiny launches)."""
+def _schedule(like, splits, rows, block_m, pad=K.PAD) -> _Schedule:
+    """The device-side schedule of splits for tiles of block_m rows (two tiny launches);
+    `padded` aligns each group to a multiple of `pad` rows."""
     g = int(splits.shape[0])
     slots = max(1, cdiv(rows, block_m) + min(g, rows))
     s = _Schedule(*(_arrays.empty(like, (g + 1,), "int32") for _ in range(3)), None, slots)
     s = s._replace(tiles=_arrays.empty(like, (slots, 2), "int32"))
     K.group_offsets[(1,)](
-        splits, s.offsets, s.padded, s.tile_start, g, rows, BM=block_m, BG=min(32, next_power_of_2(g))
+        splits, s.offsets, s.padded, s.tile_start, g, rows, BM=block_m, BG=min(32, next_power_of_2(g)), PAD_TO=pad
     )
     K.group_tiles[(g,)](s.offsets, s.tile_start, s.tiles, BM=block_m, BT=128)
     return s

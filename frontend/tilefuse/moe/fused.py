@@ -1,0 +1,321 @@
+"""moe.fc1_forward / moe.fc2_dgrad (SPEC-moe.md §4): the grouped GEMMs of the MLP with
+their epilogues fused (kernels_dsl/moe/fused.py documents what they compute and the
+layout of the quantized outputs); argument checks, allocation and launches.
+
+Recipes: "bf16" (bf16 operands and outputs) and "mxfp8" (operands moe.Quantized as the
+grouped GEMMs take them; outputs MXFP8 e4m3, a rowwise and a columnwise copy). A
+quantized output is a pair (rowwise, columnwise) of moe.Quantized: the rowwise copy
+[R, width] is what moe.quantize gives for the bf16-rounded values; the columnwise copy
+holds every group zero-padded to whole 32-row blocks (shape (RP, width), stored [width, RP];
+group g from column padded[g], the exclusive prefix sums of the groups' sizes rounded up
+to 32, rows past the splits' sum belonging to no group). Not yet: "fp8_block" and "nvfp4"
+outputs (and NVFP4 operands, which the grouped GEMM does not take yet).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from kernels_dsl.moe import fused as K
+
+from .. import cdiv, next_power_of_2
+from ..jit import interp_buffers
+from . import _arrays
+from .activations import _activation, _layout, _params
+from .grouped_gemm import GemmConfig, _check, _check_fp8, _check_splits, _config, _schedule, _weights
+from .grouped_gemm import _check_bias as _check_gemm_bias
+from .quant import Quantized
+
+RECIPES = ("bf16", "mxfp8")
+MODES = ("exact", "accumulator")
+
+
+def default_config(x) -> GemmConfig:
+    """grouped_gemm's tiles (the interpreter's 32 x 32 x 32 on numpy)."""
+    return GemmConfig(32, 32, 32, 4, 2) if isinstance(x, np.ndarray) else GemmConfig(128, 128, 64, 8, 3)
+
+
+def _recipe(fn, recipe):
+    if recipe not in RECIPES:
+        raise ValueError(f"{fn}: recipe must be one of {RECIPES} (fp8_block and nvfp4 are not fused yet), got {recipe!r}")
+
+
+def _fused_config(fn, config, like, quantized):
+    cfg = _config(fn, default_config(like) if config is None else config, like)
+    if cfg.block_n < K.DS_CHUNK or (quantized and cfg.block_m < K.MX_BLOCK):
+        raise ValueError(
+            f"{fn}: config.block_n must be >= {K.DS_CHUNK}"
+            + (f" and config.block_m >= {K.MX_BLOCK} (MXFP8 blocks)" if quantized else "")
+            + f", got {cfg}"
+        )
+    return cfg
+
+
+def _glu_meta(act, k, cfg, quantized, fn):
+    """GLU_RUN and EVEN_ODD (kernels_dsl.moe.activations.load_glu) for interleave k."""
+    if quantized and act.glu and k != 1 and k % K.MX_BLOCK:
+        raise ValueError(f"{fn}: an MXFP8 dh needs interleave 1 or a multiple of 32 (its blocks run along C's columns)")
+    return dict(GLU_RUN=math.gcd(k, cfg.block_n), EVEN_ODD=act.glu and k == 1)
+
+
+def _operands(fn, recipe, a, w, name, wname, dgrad):
+    """(like, rows, inner, weights, fp8 meta) of the GEMM's two operands."""
+    if recipe == "bf16":
+        if isinstance(a, Quantized) or isinstance(w, Quantized):
+            raise TypeError(f"{fn}: recipe 'bf16' takes bf16 {name} and {wname}, not moe.Quantized")
+        _check(fn, name, a, a, ("bfloat16",), 2)
+        wt = _weights(fn, w, a)
+        return a, int(a.shape[0]), int(a.shape[1]), wt, None
+    sa = _check_fp8(fn, name, a, -1, name)
+    sw = _check_fp8(fn, wname, w, 0 if dgrad else -1, f"{wname}.reshape(G * out, in)" + (", axis=0" if dgrad else ""))
+    if a.recipe != "mxfp8" or w.recipe != "mxfp8":
+        raise ValueError(f"{fn}: recipe 'mxfp8' takes MXFP8 copies of {name} and {wname}, got {a.recipe}, {w.recipe}")
+    meta = dict(SA_ROWS=sa, SW_ROWS=sw, FA=a.fmt, FW=w.fmt)
+    return a.data, a.shape[0], a.shape[1], w, meta
+
+
+def _fp8_shape(fn, w, wname, groups, inner, dgrad):
+    """(N, D) of the quantized weights: forward [G·N1, D], dgrad [G·D, N] (stored [N, G·D])."""
+    gn, k = w.shape
+    if gn % groups or (dgrad and gn // groups != inner) or (not dgrad and k != inner):
+        raise ValueError(f"{fn}: {wname} quantizes [G * out, in] with G = {groups} and the operand's {inner}, got {w.shape}")
+    return (k, gn // groups) if dgrad else (gn // groups, k)
+
+
+def _fp8_step(cfg, inner):
+    return next(b for b in (cfg.block_k, 128, 64, 32) if inner % b == 0 and b % 32 == 0)
+
+
+def _outputs(like, rows, width, rp, quantized):
+    """(the four arrays a kernel's store_out writes, the result): bf16 [R, width], or the
+    MXFP8 rowwise and columnwise copies."""
+    if not quantized:
+        y = _arrays.empty(like, (rows, width), "bfloat16")
+        return (y, y, y, y), y
+    q, qs = _arrays.empty(like, (rows, width), "e4m3"), _arrays.empty(like, (rows, width // 32), "e8m0")
+    qt, qts = _arrays.empty(like, (width, rp), "e4m3"), _arrays.empty(like, (width, rp // 32), "e8m0")
+    row = Quantized(q, qs, "mxfp8", -1, (rows, width))
+    col = Quantized(qt, qts, "mxfp8", 0, (rp, width))
+    return tuple(_arrays.as_int8(a) for a in (q, qs, qt, qts)), (row, col)
+
+
+def _padded_rows(rows, groups):
+    """RP: the columns of a columnwise copy (each non-empty group adds at most 31 pad rows)."""
+    return cdiv(rows + (K.MX_BLOCK - 1) * min(groups, rows), K.MX_BLOCK) * K.MX_BLOCK
+
+
+def _check_probs(fn, probs, like, rows):
+    _check(fn, "probs", probs, like, ("float32",), 1)
+    if tuple(probs.shape) != (rows,):
+        raise ValueError(f"{fn}: probs must have shape ({rows},) (one weight per row), got {tuple(probs.shape)}")
+
+
+def fc1_forward(
+    x,
+    w1,
+    splits,
+    probs,
+    activation,
+    recipe="bf16",
+    *,
+    bias=None,
+    bias_scale=None,
+    interleave=0,
+    act_params=None,
+    mode="exact",
+    quantize_out=True,
+    config=None,
+):
+    """(C, y) of FC1 with its epilogue fused: C [R, n1] bf16 = x_g w1_gᵀ (+ bias [G, n1],
+    · bias_scale [R] when given), y = probs · act(C) [R, n] (mode "exact": of the bf16 C;
+    "accumulator": of the fp32 sum). recipe "bf16": x [R, d] bf16, w1 [G, n1, d] (or G
+    arrays [n1, d]), y bf16. "mxfp8": x = moe.quantize(x, "mxfp8"), w1 =
+    moe.quantize(w1.reshape(G·n1, d), "mxfp8"), y the pair (rowwise, columnwise) of MXFP8
+    copies (module docstring), or bf16 with quantize_out=False. Rows past the splits' sum
+    are not written."""
+    fn = "fc1_forward"
+    _recipe(fn, recipe)
+    if mode not in MODES:
+        raise ValueError(f"{fn}: mode must be one of {MODES}, got {mode!r}")
+    act = _activation(fn, activation)
+    params = _params(fn, act, act_params or {})
+    like, rows, d, w, fp8 = _operands(fn, recipe, x, w1, "x", "w1", dgrad=False)
+    _check_splits(fn, splits, like, None if fp8 else w.groups)
+    groups = int(splits.shape[0])
+    if fp8:
+        n1, _ = _fp8_shape(fn, w, "w1", groups, d, dgrad=False)
+    else:
+        n1, k = w.shape
+        if k != d:
+            raise ValueError(f"{fn}: x has {d} columns but w1's experts are [n1, d] = [{n1}, {k}]")
+    n, k = _layout(fn, act, n1, interleave)
+    _check_probs(fn, probs, like, rows)
+    _check_gemm_bias(fn, bias, bias_scale, like, groups, n1, rows)
+    quantized = recipe != "bf16" and bool(quantize_out)
+    if quantized and n % K.MX_BLOCK:
+        raise ValueError(f"{fn}: an MXFP8 y needs n (the activation's width) to be a multiple of 32, got {n}")
+    cfg = _fused_config(fn, config, like, quantized)
+    sched = _schedule(like, splits, rows, cfg.block_m, K.MX_BLOCK)
+    rp = _padded_rows(rows, groups)
+    c = _arrays.empty(like, (rows, n1), "bfloat16")
+    ys, y = _outputs(like, rows, n, rp, quantized)
+    if fp8:
+        a_args = (_arrays.as_int8(x.data), _scales(x), _arrays.as_int8(w.data), None, _scales(w))
+        strides, bc = (int(x.scale.shape[1]), int(w.scale.shape[1])), _fp8_step(cfg, d)
+        w_meta = dict(FP8=True, FX=fp8["FA"], FW=fp8["FW"], SX_ROWS=fp8["SA_ROWS"], SW_ROWS=fp8["SW_ROWS"])
+        w_meta |= dict(W_LIST=False, W_ALIGNED=True)
+        arrays = ()
+    else:
+        a_args = (x, splits, w.ptr, w.offsets, splits)
+        strides, bc = (0, 0), cfg.block_k
+        w_meta = dict(FP8=False, FX="e4m3", FW="e4m3", SX_ROWS=0, SW_ROWS=0)
+        w_meta |= dict(W_LIST=w.offsets is not None, W_ALIGNED=w.aligned)
+        arrays = w.arrays
+    a_args = tuple(splits if v is None else v for v in a_args)
+    with interp_buffers(*(a for a in arrays if isinstance(a, np.ndarray))):
+        K.fc1_kernel[(sched.slots, cdiv(n, cfg.block_n))](
+            *a_args,
+            splits if bias is None else bias,
+            splits if bias_scale is None else bias_scale,
+            probs,
+            c,
+            *ys,
+            sched.offsets,
+            sched.padded,
+            sched.tile_start,
+            sched.tiles,
+            groups,
+            d,
+            n,
+            k,
+            rp,
+            *strides,
+            *params,
+            ACT=act,
+            BIAS=0 if bias is None else 1 if bias_scale is None else 2,
+            EXACT=mode == "exact",
+            OUT=int(quantized),
+            **w_meta,
+            **_glu_meta(act, k, cfg, False, fn),
+            BM=cfg.block_m,
+            BO=cfg.block_n,
+            BC=bc,
+            num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
+        )
+    return c, y
+
+
+def _scales(q):
+    return _arrays.as_int8(q.scale) if q.recipe == "mxfp8" else q.scale
+
+
+def fc2_dgrad(
+    dy,
+    w2,
+    splits,
+    c,
+    probs,
+    activation,
+    recipe="bf16",
+    *,
+    interleave=0,
+    act_params=None,
+    recompute=False,
+    config=None,
+):
+    """(dh, dprobs, y_col) of the FC2 dgrad with its epilogue fused: g = bf16(dy_g w2_g)
+    [R, n], dh = g · probs · act'(C) [R, n1] in C's layout (bf16, or for "mxfp8" the
+    (rowwise, columnwise) MXFP8 pair), dprobs [R] fp32 = Σ_j g · act(C) in
+    scaled_act_backward's fixed order (0 for rows past the splits' sum). recompute:
+    y_col = probs · act(C) again, as fc1_forward's exact mode wrote it (bf16 [R, n], or
+    its columnwise MXFP8 copy, what the FC2 wgrad reads), else None. recipe "bf16": dy
+    [R, d] bf16, w2 [G, d, n] (or G arrays [d, n]); "mxfp8": dy = moe.quantize(dy,
+    "mxfp8"), w2 = moe.quantize(w2.reshape(G·d, n), "mxfp8", axis=0). C [R, n1] bf16 is
+    fc1_forward's."""
+    fn = "fc2_dgrad"
+    _recipe(fn, recipe)
+    act = _activation(fn, activation)
+    params = _params(fn, act, act_params or {})
+    like, rows, d, w, fp8 = _operands(fn, recipe, dy, w2, "dy", "w2", dgrad=True)
+    _check_splits(fn, splits, like, None if fp8 else w.groups)
+    groups = int(splits.shape[0])
+    if fp8:
+        n, _ = _fp8_shape(fn, w, "w2", groups, d, dgrad=True)
+    else:
+        dd, n = w.shape
+        if dd != d:
+            raise ValueError(f"{fn}: dy has {d} columns but w2's experts are [d, n] = [{dd}, {n}]")
+    _check(fn, "c", c, like, ("bfloat16",), 2)
+    n1 = 2 * n if act.glu else n
+    if tuple(c.shape) != (rows, n1):
+        raise ValueError(f"{fn}: c must be FC1's output [R, n1] = ({rows}, {n1}) for {activation!r}, got {tuple(c.shape)}")
+    _, k = _layout(fn, act, n1, interleave)
+    _check_probs(fn, probs, like, rows)
+    quantized = recipe != "bf16"
+    if quantized and n % K.MX_BLOCK:
+        raise ValueError(f"{fn}: MXFP8 outputs need n to be a multiple of 32, got {n}")
+    cfg = _fused_config(fn, config, like, quantized)
+    glu = _glu_meta(act, k, cfg, quantized, fn)
+    sched = _schedule(like, splits, rows, cfg.block_m, K.MX_BLOCK)
+    rp = _padded_rows(rows, groups)
+    dhs, dh = _outputs(like, rows, n1, rp, quantized)
+    y_col, ys = None, (splits, splits, splits)
+    if recompute and quantized:  # the columnwise copy only: the wgrad's operand
+        qt, qts = _arrays.empty(like, (n, rp), "e4m3"), _arrays.empty(like, (n, rp // 32), "e8m0")
+        ys, y_col = (splits, _arrays.as_int8(qt), _arrays.as_int8(qts)), Quantized(qt, qts, "mxfp8", 0, (rp, n))
+    elif recompute:
+        y_col = _arrays.empty(like, (rows, n), "bfloat16")
+        ys = (y_col, y_col, y_col)
+    n_runs = cdiv(n, K.DS_CHUNK)
+    parts = _arrays.empty(like, (rows, n_runs), "float32")
+    dprobs = _arrays.empty(like, (rows,), "float32")
+    if fp8:
+        a_args = (_arrays.as_int8(dy.data), _scales(dy), _arrays.as_int8(w.data), splits, _scales(w))
+        strides, bc = (int(dy.scale.shape[1]), int(w.scale.shape[1])), _fp8_step(cfg, d)
+        w_meta = dict(FP8=True, FD=fp8["FA"], FW=fp8["FW"], SD_ROWS=fp8["SA_ROWS"], SW_ROWS=fp8["SW_ROWS"])
+        w_meta |= dict(W_LIST=False, W_ALIGNED=True)
+        arrays = ()
+    else:
+        a_args = (dy, splits, w.ptr, splits if w.offsets is None else w.offsets, splits)
+        strides, bc = (0, 0), cfg.block_k
+        w_meta = dict(FP8=False, FD="e4m3", FW="e4m3", SD_ROWS=0, SW_ROWS=0)
+        w_meta |= dict(W_LIST=w.offsets is not None, W_ALIGNED=w.aligned)
+        arrays = w.arrays
+    with interp_buffers(*(a for a in arrays if isinstance(a, np.ndarray))):
+        K.fc2_dgrad_kernel[(sched.slots, cdiv(n, cfg.block_n))](
+            *a_args,
+            c,
+            probs,
+            *dhs,
+            parts,
+            *ys,
+            sched.offsets,
+            sched.padded,
+            sched.tile_start,
+            sched.tiles,
+            groups,
+            d,
+            n,
+            k,
+            rp,
+            n_runs,
+            *strides,
+            *params,
+            ACT=act,
+            OUT=int(quantized),
+            RECOMPUTE=bool(recompute),
+            **w_meta,
+            **glu,
+            BM=cfg.block_m,
+            BO=cfg.block_n,
+            BC=bc,
+            num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
+        )
+    if rows:
+        runs = min(8, next_power_of_2(n_runs))
+        K.dprobs_kernel[(cdiv(rows, 128),)](parts, dprobs, sched.offsets, groups, rows, n_runs, BR=128, RUNS=runs)
+    return dh, dprobs, y_col

@@ -1,0 +1,362 @@
+"""The fused epilogues of the MoE MLP (SPEC-moe.md §4): FC1 and FC2-dgrad grouped GEMMs
+whose epilogues apply the scaled activation, its derivative and the quantization of
+their outputs, so that neither the activation nor its gradient round-trips through
+memory in bf16. The K loops, the tile schedule and the bias are grouped_gemm.py's; the
+activations are activations.py's device functions; MXFP8 blocks are quantize.py's.
+
+FC1 (fc1_kernel), per scheduled tile of rows of group g and BO output columns:
+    h = x_g w1_gᵀ (+ b_g, + b_g·s) in fp32; C = bf16(h) stored in C's (GLU) layout;
+    f = act(C) (EXACT, SPEC's exact mode) or act(h) (accumulator mode); y = probs·f.
+A GLU's gate and up columns are two accumulators of one K loop (glu_columns: halves,
+blocks of K, stride 1).
+FC2 dgrad (fc2_dgrad_kernel): acc = dy_g w2_g, g = bf16(acc) (the unfused dgrad's stored
+output, so that the fused results equal the unfused composition bit for bit), then from
+the saved C: dh = g·probs·act'(C) in C's layout, the dprobs run sums of g·act(C)
+(activations.run_sums; dprobs_kernel adds them in order: scaled_act_backward's bits),
+and with RECOMPUTE the FC2 input probs·act(C) again, as FC1 stored it in exact mode.
+
+Outputs (OUT 0: bf16 [R, width]; OUT 1: MXFP8 e4m3, the bits moe.quantize gives for the
+bf16-rounded tile): a rowwise copy (codes [R, width], e8m0 scales [R, width/32]) and a
+columnwise copy stored transposed for the wgrad, codes [width, RP], scales [width, RP/32],
+in which group g's rows are the columns padded[g] .. padded[g + 1] (group_offsets with
+PAD_TO = 32): each group zero-padded to whole 32-row blocks, so that no scale block
+straddles two groups; a group's block is moe.quantize(y_g padded with zero rows, axis=0).
+Columns from padded[G] on are not written.
+"""
+
+from __future__ import annotations
+
+import tilefuse as tf
+import tilefuse.language as tl
+
+from .activations import DS_CHUNK, add_in_order, glu_columns, load_glu, run_sums, store_glu
+from .grouped_gemm import _tile, _weight, bias_tile, k_loop, k_loop_fp8
+from .quantize import mxfp8_encode
+
+MX_BLOCK = 32  # MXFP8's block, also the rows a group of a columnwise copy is padded to
+
+
+@tf.jit
+def mx_tile(v, TR: tl.constexpr, TC: tl.constexpr):
+    """(e4m3 codes int8 [TR, TC], e8m0 codes int8 [TR, TC/32]) of v [TR, TC] fp32 in
+    blocks of 32 along its rows."""
+    nb: tl.constexpr = TC // 32
+    codes, scales = mxfp8_encode(tl.reshape(v, [TR * nb, 32]), TR * nb, tl.float8e4nv, 8)
+    return tl.reshape(codes, [TR, TC]), tl.reshape(scales, [TR, nb])
+
+
+@tf.jit
+def keep_blocks(row_ok, blocks, width):
+    # Blocks of storage columns past the width are the tile's columns past the output.
+    return row_ok[:, None] & (blocks * 32 < width)[None, :]
+
+
+@tf.jit
+def store_out(
+    q_ptr,
+    qs_ptr,
+    qt_ptr,
+    qts_ptr,
+    offsets_ptr,
+    padded_ptr,
+    g,
+    m0,
+    end,
+    cols,
+    col_ok,
+    width,
+    RP,
+    v,
+    OUT: tl.constexpr,
+    ROWS: tl.constexpr,
+    COLS: tl.constexpr,
+    BM: tl.constexpr,
+    TC: tl.constexpr,
+):
+    """Stores v [BM, TC] (fp32) of the tile's rows m0 .. end at the storage columns `cols`
+    of an output [R, width] (see the module docstring): OUT 0 the bf16 values (ROWS); OUT 1
+    the MXFP8 rowwise copy (ROWS; cols must be runs of 32 from multiples of 32) and the
+    columnwise copy (COLS). Zero outside the rows and col_ok, as the blocks' padding."""
+    rm = tl.arange(0, BM)
+    row_ok = (m0 + rm) < end
+    r64 = (m0.to(tl.int64) + rm)[:, None]
+    keep = row_ok[:, None] & col_ok[None, :]
+    if OUT == 0:
+        tl.store(q_ptr + r64 * width + cols[None, :], v, mask=keep)
+    else:
+        v = tl.where(keep, v, 0.0).to(tl.bfloat16).to(tl.float32)
+        if ROWS:
+            codes, scales = mx_tile(v, BM, TC)
+            tl.store(q_ptr + r64 * width + cols[None, :], codes, mask=keep)
+            blocks = tl.min(tl.reshape(cols, [TC // 32, 32]), axis=1) // 32
+            tl.store(qs_ptr + r64 * (width // 32) + blocks[None, :], scales, mask=keep_blocks(row_ok, blocks, width))
+        if COLS:
+            # The tile's first column in the transposed copy, and its rows up to the group's padded end.
+            t0 = tl.load(padded_ptr + g) + (m0 - tl.load(offsets_ptr + g))
+            kept = (end - m0 + MX_BLOCK - 1) // MX_BLOCK * MX_BLOCK
+            codes, scales = mx_tile(tl.trans(v), TC, BM)
+            c64 = cols.to(tl.int64)[:, None]
+            tl.store(qt_ptr + c64 * RP + t0 + rm[None, :], codes, mask=col_ok[:, None] & (rm < kept)[None, :])
+            rb = tl.arange(0, BM // 32)
+            sp = qts_ptr + c64 * (RP // 32) + t0 // 32 + rb[None, :]
+            tl.store(sp, scales, mask=col_ok[:, None] & (rb * 32 < kept)[None, :])
+
+
+@tf.jit
+def fc1_kernel(
+    x_ptr,
+    sx_ptr,
+    w_ptr,
+    w_offs_ptr,
+    sw_ptr,
+    bias_ptr,
+    bias_scale_ptr,
+    probs_ptr,
+    c_ptr,
+    y_ptr,
+    ys_ptr,
+    yt_ptr,
+    yts_ptr,
+    offsets_ptr,
+    padded_ptr,
+    tile_start_ptr,
+    tiles_ptr,
+    G,
+    D,
+    N,
+    K,
+    RP,
+    SX_STRIDE,
+    SW_STRIDE,
+    P0,
+    P1,
+    P2,
+    ACT: tl.constexpr,
+    FP8: tl.constexpr,
+    FX: tl.constexpr,
+    FW: tl.constexpr,
+    SX_ROWS: tl.constexpr,
+    SW_ROWS: tl.constexpr,
+    W_LIST: tl.constexpr,
+    W_ALIGNED: tl.constexpr,
+    BIAS: tl.constexpr,
+    EXACT: tl.constexpr,
+    OUT: tl.constexpr,
+    GLU_RUN: tl.constexpr,
+    EVEN_ODD: tl.constexpr,
+    BM: tl.constexpr,
+    BO: tl.constexpr,
+    BC: tl.constexpr,
+):
+    # x [R, D]; w1 [G, N1, D] (bf16, or with FP8 its rowwise copy [G·N1, D] as in
+    # grouped_gemm_fp8_kernel, FX/FW its formats, SX_ROWS/SW_ROWS its scales); N1 = 2N for
+    # a GLU (K its interleave) else N; C [R, N1] bf16; y: see store_out (width N).
+    valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
+    c0 = tl.program_id(1) * BO
+    cols = c0 + tl.arange(0, BO)
+    if ACT.glu:
+        n1 = 2 * N
+        a_col, b_col = glu_columns(cols, K, GLU_RUN)
+    else:
+        n1 = N
+        a_col, b_col = cols, cols
+    if FP8:
+        acc_a, acc_b = k_loop_fp8(
+            x_ptr, sx_ptr, w_ptr, sw_ptr, valid, g, m0, end, D, n1, a_col, b_col, n1, 0, D, SX_STRIDE, SW_STRIDE,
+            FX, FW, SX_ROWS, SW_ROWS, ACT.glu, BM, BO, BC,
+        )  # fmt: skip
+    else:
+        w = _weight(w_ptr, w_offs_ptr, g, n1 * D, W_LIST, W_ALIGNED)
+        acc_a, acc_b = k_loop(x_ptr, w, valid, m0, end, D, n1, a_col, b_col, 1, D, ACT.glu, BM, BO, BC)
+    rm = tl.arange(0, BM)
+    row_ok = (m0 + rm) < end
+    r64 = (m0.to(tl.int64) + rm)[:, None]
+    if BIAS > 0:
+        acc_a = acc_a + bias_tile(bias_ptr, bias_scale_ptr, g, m0, end, n1, a_col, BIAS, BM)
+    ha = acc_a.to(tl.bfloat16)
+    xa = acc_a
+    if EXACT:
+        xa = ha.to(tl.float32)
+    if ACT.glu:
+        if BIAS > 0:
+            acc_b = acc_b + bias_tile(bias_ptr, bias_scale_ptr, g, m0, end, n1, b_col, BIAS, BM)
+        hb = acc_b.to(tl.bfloat16)
+        store_glu(c_ptr, r64, row_ok[:, None], c0, N, K, ha, hb, BM, BO, GLU_RUN, EVEN_ODD)
+        xb = acc_b
+        if EXACT:
+            xb = hb.to(tl.float32)
+        f = ACT.fwd(xa, xb, P0, P1, P2)
+    else:
+        tl.store(c_ptr + r64 * N + cols[None, :], ha, mask=row_ok[:, None] & (cols < N)[None, :])
+        f = ACT.fwd(xa, P0, P1, P2)
+    s = tl.load(probs_ptr + m0 + rm, mask=row_ok, other=0.0)
+    store_out(
+        y_ptr, ys_ptr, yt_ptr, yts_ptr, offsets_ptr, padded_ptr, g, m0, end, cols, cols < N, N, RP, s[:, None] * f,
+        OUT, True, True, BM, BO,
+    )  # fmt: skip
+
+
+@tf.jit
+def fc2_dgrad_kernel(
+    dy_ptr,
+    sdy_ptr,
+    w_ptr,
+    w_offs_ptr,
+    sw_ptr,
+    c_ptr,
+    probs_ptr,
+    dh_ptr,
+    dhs_ptr,
+    dht_ptr,
+    dhts_ptr,
+    parts_ptr,
+    y_ptr,
+    yt_ptr,
+    yts_ptr,
+    offsets_ptr,
+    padded_ptr,
+    tile_start_ptr,
+    tiles_ptr,
+    G,
+    D,
+    N,
+    K,
+    RP,
+    NRUNS,
+    SDY_STRIDE,
+    SW_STRIDE,
+    P0,
+    P1,
+    P2,
+    ACT: tl.constexpr,
+    FP8: tl.constexpr,
+    FD: tl.constexpr,
+    FW: tl.constexpr,
+    SD_ROWS: tl.constexpr,
+    SW_ROWS: tl.constexpr,
+    W_LIST: tl.constexpr,
+    W_ALIGNED: tl.constexpr,
+    OUT: tl.constexpr,
+    RECOMPUTE: tl.constexpr,
+    GLU_RUN: tl.constexpr,
+    EVEN_ODD: tl.constexpr,
+    BM: tl.constexpr,
+    BO: tl.constexpr,
+    BC: tl.constexpr,
+):
+    # dy [R, D]; w2 [G, D, N] (bf16, or with FP8 its columnwise copy of [G·D, N], stored
+    # [N, G·D], as in grouped_gemm_fp8_kernel's dgrad); C [R, N1] bf16; dh: store_out of
+    # width N1 in C's layout; parts [R, NRUNS] fp32 run sums; RECOMPUTE: y (bf16 [R, N],
+    # OUT 0) or its columnwise MXFP8 copy (yt, yts; OUT 1).
+    valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
+    c0 = tl.program_id(1) * BO
+    cols = c0 + tl.arange(0, BO)
+    if FP8:
+        acc, _ = k_loop_fp8(
+            dy_ptr, sdy_ptr, w_ptr, sw_ptr, valid, g, m0, end, D, N, cols, cols, 0, D // 32, G * D, SDY_STRIDE,
+            SW_STRIDE, FD, FW, SD_ROWS, SW_ROWS, False, BM, BO, BC,
+        )  # fmt: skip
+    else:
+        w = _weight(w_ptr, w_offs_ptr, g, D * N, W_LIST, W_ALIGNED)
+        acc, _ = k_loop(dy_ptr, w, valid, m0, end, D, N, cols, cols, N, 1, False, BM, BO, BC)
+    rm = tl.arange(0, BM)
+    row_ok = (m0 + rm) < end
+    r64 = (m0.to(tl.int64) + rm)[:, None]
+    m = row_ok[:, None] & (cols < N)[None, :]
+    gr = acc.to(tl.bfloat16).to(tl.float32)
+    s = tl.load(probs_ptr + m0 + rm, mask=row_ok, other=0.0)
+    gs = gr * s[:, None]
+    if ACT.glu:
+        a, b = load_glu(c_ptr, r64, row_ok[:, None], c0, N, K, BM, BO, GLU_RUN, EVEN_ODD)
+        f = ACT.fwd(a, b, P0, P1, P2)
+        da, db = ACT.bwd(a, b, P0, P1, P2)
+        store_glu_grad(
+            dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, offsets_ptr, padded_ptr, g, m0, end, c0, N, K, RP, gs * da, gs * db,
+            OUT, GLU_RUN, EVEN_ODD, BM, BO,
+        )  # fmt: skip
+    else:
+        x = tl.load(c_ptr + r64 * N + cols[None, :], mask=m, other=0.0).to(tl.float32)
+        f = ACT.fwd(x, P0, P1, P2)
+        dh = gs * ACT.bwd(x, P0, P1, P2)
+        store_out(
+            dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, offsets_ptr, padded_ptr, g, m0, end, cols, cols < N, N, RP, dh,
+            OUT, True, True, BM, BO,
+        )  # fmt: skip
+    runs = tl.program_id(1) * (BO // DS_CHUNK) + tl.arange(0, BO // DS_CHUNK)
+    parts = run_sums(tl.where(m, gr * f, 0.0), BM, BO)
+    tl.store(parts_ptr + r64 * NRUNS + runs[None, :], parts, mask=row_ok[:, None] & (runs < NRUNS)[None, :])
+    if RECOMPUTE:
+        y_rows: tl.constexpr = OUT == 0  # bf16: the whole y; MXFP8: the wgrad's columnwise copy only
+        store_out(
+            y_ptr, y_ptr, yt_ptr, yts_ptr, offsets_ptr, padded_ptr, g, m0, end, cols, cols < N, N, RP, s[:, None] * f,
+            OUT, y_rows, True, BM, BO,
+        )  # fmt: skip
+
+
+@tf.jit
+def store_glu_grad(
+    dh_ptr,
+    dhs_ptr,
+    dht_ptr,
+    dhts_ptr,
+    offsets_ptr,
+    padded_ptr,
+    g,
+    m0,
+    end,
+    c0,
+    N,
+    K,
+    RP,
+    da,
+    db,
+    OUT: tl.constexpr,
+    GLU_RUN: tl.constexpr,
+    EVEN_ODD: tl.constexpr,
+    BM: tl.constexpr,
+    BO: tl.constexpr,
+):
+    """dh = (da, db) [BM, BO] where C holds a and b: bf16 (store_glu), or MXFP8. The
+    rowwise blocks run along C's storage columns: with K a multiple of 32 (or the halves
+    of N % 32 == 0) each run of 32 output columns is one block of a and one of b; with
+    K = 1 (stride 1) the pairs (a, b) are joined into C's order first."""
+    if OUT == 0:
+        rm = tl.arange(0, BM)
+        row_ok = ((m0 + rm) < end)[:, None]
+        store_glu(dh_ptr, (m0.to(tl.int64) + rm)[:, None], row_ok, c0, N, K, da, db, BM, BO, GLU_RUN, EVEN_ODD)
+    else:
+        cols = c0 + tl.arange(0, BO)
+        a_col, b_col = glu_columns(cols, K, GLU_RUN)
+        ok = cols < N
+        o = (offsets_ptr, padded_ptr)
+        ab_rows: tl.constexpr = not EVEN_ODD
+        store_out(
+            dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, o[0], o[1], g, m0, end, a_col, ok, 2 * N, RP, da, OUT, ab_rows, True,
+            BM, BO,
+        )  # fmt: skip
+        store_out(
+            dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, o[0], o[1], g, m0, end, b_col, ok, 2 * N, RP, db, OUT, ab_rows, True,
+            BM, BO,
+        )  # fmt: skip
+        if EVEN_ODD:
+            pc = 2 * c0 + tl.arange(0, 2 * BO)
+            pairs = tl.reshape(tl.join(da, db), [BM, 2 * BO])
+            store_out(
+                dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, o[0], o[1], g, m0, end, pc, pc < 2 * N, 2 * N, RP, pairs, OUT,
+                True, False, BM, 2 * BO,
+            )  # fmt: skip
+
+
+@tf.jit
+def dprobs_kernel(parts_ptr, ds_ptr, offsets_ptr, G, R, NRUNS, BR: tl.constexpr, RUNS: tl.constexpr):
+    # ds [R]: each row's run sums added from the left (activations.add_in_order), the
+    # order scaled_act_backward sums in; rows past the groups get 0 (they have no gradient).
+    rows = tl.program_id(0) * BR + tl.arange(0, BR)
+    used = rows < tl.load(offsets_ptr + G)
+    r64 = rows.to(tl.int64)[:, None]
+    acc = tl.zeros([BR], tl.float32)
+    for r0 in range(0, NRUNS, RUNS):
+        runs = r0 + tl.arange(0, RUNS)
+        m = used[:, None] & (runs < NRUNS)[None, :]
+        acc = add_in_order(acc, tl.load(parts_ptr + r64 * NRUNS + runs[None, :], mask=m, other=0.0), BR, RUNS)
+    tl.store(ds_ptr + rows, acc, mask=rows < R)
