@@ -39,7 +39,7 @@ def default_config(x) -> GemmConfig:
 
 def _recipe(fn, recipe):
     if recipe not in RECIPES:
-        raise ValueError(f"{fn}: recipe must be one of {RECIPES} (fp8_block and nvfp4 are not fused yet), got {recipe!r}")
+        raise ValueError(f"{fn}: recipe must be one of {RECIPES} (fp8_block, nvfp4: not fused yet), got {recipe!r}")
 
 
 def _fused_config(fn, config, like, quantized):
@@ -80,7 +80,7 @@ def _fp8_shape(fn, w, wname, groups, inner, dgrad):
     """(N, D) of the quantized weights: forward [G·N1, D], dgrad [G·D, N] (stored [N, G·D])."""
     gn, k = w.shape
     if gn % groups or (dgrad and gn // groups != inner) or (not dgrad and k != inner):
-        raise ValueError(f"{fn}: {wname} quantizes [G * out, in] with G = {groups} and the operand's {inner}, got {w.shape}")
+        raise ValueError(f"{fn}: {wname} quantizes [G * out, in] with G = {groups} and in/out = {inner}, got {w.shape}")
     return (k, gn // groups) if dgrad else (gn // groups, k)
 
 
@@ -251,7 +251,7 @@ def fc2_dgrad(
     _check(fn, "c", c, like, ("bfloat16",), 2)
     n1 = 2 * n if act.glu else n
     if tuple(c.shape) != (rows, n1):
-        raise ValueError(f"{fn}: c must be FC1's output [R, n1] = ({rows}, {n1}) for {activation!r}, got {tuple(c.shape)}")
+        raise ValueError(f"{fn}: c must be FC1's output [R, n1] = ({rows}, {n1}) for {activation!r}, got {c.shape}")
     _, k = _layout(fn, act, n1, interleave)
     _check_probs(fn, probs, like, rows)
     quantized = recipe != "bf16"
