@@ -222,7 +222,7 @@ def fc2_dgrad_kernel(
     N,
     K,
     RP,
-    NRUNS,
+    PARTS,
     SDY_STRIDE,
     SW_STRIDE,
     P0,
@@ -246,7 +246,8 @@ def fc2_dgrad_kernel(
 ):
     # dy [R, D]; w2 [G, D, N] (bf16, or with FP8 its columnwise copy of [G·D, N], stored
     # [N, G·D], as in grouped_gemm_fp8_kernel's dgrad); C [R, N1] bf16; dh: store_out of
-    # width N1 in C's layout; parts [R, NRUNS] fp32 run sums; RECOMPUTE: y (bf16 [R, N],
+    # width N1 in C's layout; parts [R, PARTS] fp32 run sums (PARTS >= every tile's runs, the
+    # runs past N zeros: no mask along a row); RECOMPUTE: y (bf16 [R, N],
     # OUT 0) or its columnwise MXFP8 copy (yt, yts; OUT 1).
     valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
     c0 = tl.program_id(1) * BO
@@ -284,7 +285,7 @@ def fc2_dgrad_kernel(
         )  # fmt: skip
     runs = tl.program_id(1) * (BO // DS_CHUNK) + tl.arange(0, BO // DS_CHUNK)
     parts = run_sums(tl.where(m, gr * f, 0.0), BM, BO)
-    tl.store(parts_ptr + r64 * NRUNS + runs[None, :], parts, mask=row_ok[:, None] & (runs < NRUNS)[None, :])
+    tl.store(parts_ptr + r64 * PARTS + runs[None, :], parts, mask=row_ok[:, None])
     if RECOMPUTE:
         y_rows: tl.constexpr = OUT == 0  # bf16: the whole y; MXFP8: the wgrad's columnwise copy only
         store_out(
@@ -348,8 +349,8 @@ def store_glu_grad(
 
 
 @tf.jit
-def dprobs_kernel(parts_ptr, ds_ptr, offsets_ptr, G, R, NRUNS, BR: tl.constexpr, RUNS: tl.constexpr):
-    # ds [R]: each row's run sums added from the left (activations.add_in_order), the
+def dprobs_kernel(parts_ptr, ds_ptr, offsets_ptr, G, R, NRUNS, PARTS, BR: tl.constexpr, RUNS: tl.constexpr):
+    # ds [R]: each row's NRUNS run sums (parts [R, PARTS]) added from the left (activations.add_in_order), the
     # order scaled_act_backward sums in; rows past the groups get 0 (they have no gradient).
     rows = tl.program_id(0) * BR + tl.arange(0, BR)
     used = rows < tl.load(offsets_ptr + G)
@@ -357,6 +358,7 @@ def dprobs_kernel(parts_ptr, ds_ptr, offsets_ptr, G, R, NRUNS, BR: tl.constexpr,
     acc = tl.zeros([BR], tl.float32)
     for r0 in range(0, NRUNS, RUNS):
         runs = r0 + tl.arange(0, RUNS)
-        m = used[:, None] & (runs < NRUNS)[None, :]
-        acc = add_in_order(acc, tl.load(parts_ptr + r64 * NRUNS + runs[None, :], mask=m, other=0.0), BR, RUNS)
+        # Whole rows of runs (PARTS is a multiple of RUNS); those past NRUNS count as 0.
+        v = tl.load(parts_ptr + r64 * PARTS + runs[None, :], mask=used[:, None], other=0.0)
+        acc = add_in_order(acc, tl.where((runs < NRUNS)[None, :], v, 0.0), BR, RUNS)
     tl.store(ds_ptr + rows, acc, mask=rows < R)

@@ -269,8 +269,10 @@ def fc2_dgrad(
     elif recompute:
         y_col = _arrays.empty(like, (rows, n), "bfloat16")
         ys = (y_col, y_col, y_col)
-    n_runs = cdiv(n, K.DS_CHUNK)
-    parts = _arrays.empty(like, (rows, n_runs), "float32")
+    # The run sums' row: every column tile's runs, rounded up to 16 (aligned rows).
+    n_runs, tile_runs = cdiv(n, K.DS_CHUNK), cfg.block_n // K.DS_CHUNK
+    parts_width = cdiv(cdiv(n_runs, tile_runs) * tile_runs, 16) * 16
+    parts = _arrays.empty(like, (rows, parts_width), "float32")
     dprobs = _arrays.empty(like, (rows,), "float32")
     if fp8:
         a_args = (_arrays.as_int8(dy.data), _scales(dy), _arrays.as_int8(w.data), splits, _scales(w))
@@ -301,7 +303,7 @@ def fc2_dgrad(
             n,
             k,
             rp,
-            n_runs,
+            parts_width,
             *strides,
             *params,
             ACT=act,
@@ -317,5 +319,6 @@ def fc2_dgrad(
         )
     if rows:
         runs = min(8, next_power_of_2(n_runs))
-        K.dprobs_kernel[(cdiv(rows, 128),)](parts, dprobs, sched.offsets, groups, rows, n_runs, BR=128, RUNS=runs)
+        meta = dict(BR=128, RUNS=runs)
+        K.dprobs_kernel[(cdiv(rows, 128),)](parts, dprobs, sched.offsets, groups, rows, n_runs, parts_width, **meta)
     return dh, dprobs, y_col

@@ -1,0 +1,99 @@
+"""The fused FC1 and FC2-dgrad kernels as moe.fc1_forward / moe.fc2_dgrad launch them with
+their GPU config (bf16 and MXFP8 operands, unary and GLU activations in every layout,
+bias, recompute) lower for sm_90a to PTX that ptxas accepts, with the K loop on
+pipelined wgmma (cp.async into a ring of stages; both dots of a GLU in one loop) and no
+missed fast path (TILEFUSE_PERF_HINTS)."""
+
+import shutil
+
+import numpy as np
+import pytest
+from tilefuse import gpu, moe
+
+from kernels_dsl.moe import fused, grouped_gemm
+from tests.ptxas import PTXAS, assert_assembles
+from tests.python.moe.gemm_reference import BF16
+
+GEMMS = ("fc1_kernel", "fc2_dgrad_kernel")
+
+
+class Recorder:
+    """Stands in for a kernel: records each launch instead of running it (the host API
+    never reads what its kernels write)."""
+
+    def __init__(self, kernel, seen):
+        self.kernel, self.seen = kernel, seen
+
+    def __getitem__(self, grid):
+        return lambda *args, **meta: self.seen.append((self.kernel, args, meta))
+
+
+KERNELS = [
+    (mod, name, getattr(mod, name))
+    for mod, names in ((grouped_gemm, ("group_offsets", "group_tiles")), (fused, (*GEMMS, "dprobs_kernel")))
+    for name in names
+]
+
+
+def launches(monkeypatch, call):
+    seen = []
+    for mod, name, kernel in KERNELS:
+        monkeypatch.setattr(mod, name, Recorder(kernel, seen))
+    call()
+    return seen
+
+
+rng = np.random.default_rng()
+R, D, N, G = 256, 512, 256, 4
+splits = np.array([100, 0, 120, 0], np.int32)
+probs = rng.random(R).astype(np.float32)
+x, dy = (rng.standard_normal((R, D)).astype(BF16) for _ in range(2))
+qx, qdy = moe.quantize(x, "mxfp8"), moe.quantize(dy, "mxfp8")
+
+
+def weights(name):
+    n1 = 2 * N if moe.ACTIVATIONS[name].glu else N
+    w1, w2 = rng.standard_normal((G, n1, D)).astype(BF16), rng.standard_normal((G, D, N)).astype(BF16)
+    c = rng.standard_normal((R, n1)).astype(BF16)
+    q1, q2 = moe.quantize(w1.reshape(-1, D), "mxfp8"), moe.quantize(w2.reshape(-1, N), "mxfp8", axis=0)
+    return w1, w2, q1, q2, c, rng.standard_normal((G, n1)).astype(np.float32)
+
+
+def calls(name, interleave, recipe, cfg):
+    w1, w2, q1, q2, c, bias = weights(name)
+    a1, b1, a2, b2 = (x, w1, dy, w2) if recipe == "bf16" else (qx, q1, qdy, q2)
+    kw = dict(interleave=interleave, act_params={"c_s": 2.0} if name == "tanh_srelu" else None, config=cfg)
+    return [
+        lambda: moe.fc1_forward(a1, b1, splits, probs, name, recipe, bias=bias, bias_scale=probs, **kw),
+        lambda: moe.fc1_forward(a1, b1, splits, probs, name, recipe, mode="accumulator", **kw),
+        lambda: moe.fc2_dgrad(a2, b2, splits, c, probs, name, recipe, recompute=True, **kw),
+    ]
+
+
+CASES = [
+    (name, interleave, recipe)
+    for name in moe.ACTIVATIONS
+    for interleave in ((0, 32, 1) if moe.ACTIVATIONS[name].glu else (0,))
+    for recipe in ("bf16", "mxfp8")
+]
+CHECKED = set()
+
+
+@pytest.mark.skipif(not shutil.which("ptxas") and not shutil.os.path.exists(PTXAS), reason="needs ptxas")
+@pytest.mark.parametrize("cfg", [moe.GemmConfig(), moe.GemmConfig(128, 64, 64, 4, 3)], ids=["default", "n64"])
+@pytest.mark.parametrize("name,interleave,recipe", CASES)
+def test_fused_kernels_are_on_the_fast_path(monkeypatch, tmp_path, name, interleave, recipe, cfg):
+    for call in calls(name, interleave, recipe, cfg):
+        for kernel, args, meta in launches(monkeypatch, call):
+            warps, stages = meta.pop("num_warps", 4), meta.pop("num_stages", 3)
+            compiled = kernel.compile(*args, **meta)
+            if (compiled, warps, stages) in CHECKED:
+                continue
+            low = gpu.lower(compiled, "sm_90a", warps, stages, keep_ir=False)
+            assert low["hints"] == [], (kernel.__name__, low["hints"])
+            assert_assembles(low["ptx"], "sm_90a", tmp_path)
+            CHECKED.add((compiled, warps, stages))
+            if kernel.__name__ in GEMMS:
+                mma = "k16.f32.bf16.bf16" if recipe == "bf16" else "k32.f32.e4m3.e4m3"
+                assert f"wgmma.mma_async.sync.aligned.m64n{cfg.block_n}{mma}" in low["ptx"]
+                assert "cp.async.cg.shared.global" in low["ptx"]
