@@ -65,18 +65,22 @@ def store_out(
     cols,
     col_ok,
     width,
+    NS,
     RP,
+    RPS,
     v,
     OUT: tl.constexpr,
     ROWS: tl.constexpr,
     COLS: tl.constexpr,
+    BRUN: tl.constexpr,
     BM: tl.constexpr,
     TC: tl.constexpr,
 ):
     """Stores v [BM, TC] (fp32) of the tile's rows m0 .. end at the storage columns `cols`
     of an output [R, width] (see the module docstring): OUT 0 the bf16 values (ROWS); OUT 1
-    the MXFP8 rowwise copy (ROWS; cols must be runs of 32 from multiples of 32) and the
-    columnwise copy (COLS). Zero outside the rows and col_ok, as the blocks' padding."""
+    the MXFP8 rowwise copy (ROWS; cols runs of 32 from multiples of 32, BRUN of those
+    blocks consecutive; NS = width / 32 its scales' row stride) and the columnwise copy
+    (COLS; RPS = RP / 32). Zero outside the rows and col_ok, as the blocks' padding."""
     rm = tl.arange(0, BM)
     row_ok = (m0 + rm) < end
     r64 = (m0.to(tl.int64) + rm)[:, None]
@@ -89,17 +93,22 @@ def store_out(
             codes, scales = mx_tile(v, BM, TC)
             tl.store(q_ptr + r64 * width + cols[None, :], codes, mask=keep)
             blocks = tl.min(tl.reshape(cols, [TC // 32, 32]), axis=1) // 32
-            tl.store(qs_ptr + r64 * (width // 32) + blocks[None, :], scales, mask=keep_blocks(row_ok, blocks, width))
+            blocks = tl.max_contiguous(tl.multiple_of(blocks, BRUN), BRUN)
+            tl.store(qs_ptr + r64 * NS + blocks[None, :], scales, mask=row_ok[:, None] & (blocks < NS)[None, :])
         if COLS:
-            # The tile's first column in the transposed copy, and its rows up to the group's padded end.
-            t0 = tl.load(padded_ptr + g) + (m0 - tl.load(offsets_ptr + g))
+            # The tile's first column in the transposed copy (a multiple of 32), and its
+            # rows up to the group's padded end.
+            t0 = tl.multiple_of(tl.load(padded_ptr + g) + (m0 - tl.load(offsets_ptr + g)), MX_BLOCK)
             kept = (end - m0 + MX_BLOCK - 1) // MX_BLOCK * MX_BLOCK
             codes, scales = mx_tile(tl.trans(v), TC, BM)
-            c64 = cols.to(tl.int64)[:, None]
-            tl.store(qt_ptr + c64 * RP + t0 + rm[None, :], codes, mask=col_ok[:, None] & (rm < kept)[None, :])
+            c64 = cols.to(tl.int64)
+            tl.store(qt_ptr + c64[:, None] * RP + t0 + rm[None, :], codes, mask=col_ok[:, None] & (rm < kept)[None, :])
+            # One block row at a time: a group's blocks start at any scale column, so
+            # consecutive ones would be unaligned runs.
             rb = tl.arange(0, BM // 32)
-            sp = qts_ptr + c64 * (RP // 32) + t0 // 32 + rb[None, :]
-            tl.store(sp, scales, mask=col_ok[:, None] & (rb * 32 < kept)[None, :])
+            for j in tl.static_range(BM // 32):
+                sj = tl.sum(tl.where(rb[None, :] == j, scales.to(tl.int32), 0), axis=1).to(tl.int8)
+                tl.store(qts_ptr + c64 * RPS + t0 // 32 + j, sj, mask=col_ok & (j * 32 < kept))
 
 
 @tf.jit
@@ -126,6 +135,8 @@ def fc1_kernel(
     N,
     K,
     RP,
+    NSY,
+    RPS,
     SX_STRIDE,
     SW_STRIDE,
     P0,
@@ -150,7 +161,8 @@ def fc1_kernel(
 ):
     # x [R, D]; w1 [G, N1, D] (bf16, or with FP8 its rowwise copy [G·N1, D] as in
     # grouped_gemm_fp8_kernel, FX/FW its formats, SX_ROWS/SW_ROWS its scales); N1 = 2N for
-    # a GLU (K its interleave) else N; C [R, N1] bf16; y: see store_out (width N).
+    # a GLU (K its interleave) else N; C [R, N1] bf16; y: see store_out (width N; NSY = N / 32,
+    # RPS = RP / 32: passed so that the launch specializes their divisibility).
     valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
     c0 = tl.program_id(1) * BO
     cols = c0 + tl.arange(0, BO)
@@ -191,8 +203,8 @@ def fc1_kernel(
         f = ACT.fwd(xa, P0, P1, P2)
     s = tl.load(probs_ptr + m0 + rm, mask=row_ok, other=0.0)
     store_out(
-        y_ptr, ys_ptr, yt_ptr, yts_ptr, offsets_ptr, padded_ptr, g, m0, end, cols, cols < N, N, RP, s[:, None] * f,
-        OUT, True, True, BM, BO,
+        y_ptr, ys_ptr, yt_ptr, yts_ptr, offsets_ptr, padded_ptr, g, m0, end, cols, cols < N, N, NSY, RP, RPS,
+        s[:, None] * f, OUT, True, True, BO // 32, BM, BO,
     )  # fmt: skip
 
 
@@ -222,6 +234,8 @@ def fc2_dgrad_kernel(
     N,
     K,
     RP,
+    NSD,
+    RPS,
     PARTS,
     SDY_STRIDE,
     SW_STRIDE,
@@ -246,7 +260,7 @@ def fc2_dgrad_kernel(
 ):
     # dy [R, D]; w2 [G, D, N] (bf16, or with FP8 its columnwise copy of [G·D, N], stored
     # [N, G·D], as in grouped_gemm_fp8_kernel's dgrad); C [R, N1] bf16; dh: store_out of
-    # width N1 in C's layout; parts [R, PARTS] fp32 run sums (PARTS >= every tile's runs, the
+    # width N1 in C's layout (NSD = N1 / 32); parts [R, PARTS] fp32 run sums (PARTS >= every tile's runs, the
     # runs past N zeros: no mask along a row); RECOMPUTE: y (bf16 [R, N],
     # OUT 0) or its columnwise MXFP8 copy (yt, yts; OUT 1).
     valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
@@ -272,16 +286,16 @@ def fc2_dgrad_kernel(
         f = ACT.fwd(a, b, P0, P1, P2)
         da, db = ACT.bwd(a, b, P0, P1, P2)
         store_glu_grad(
-            dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, offsets_ptr, padded_ptr, g, m0, end, c0, N, K, RP, gs * da, gs * db,
-            OUT, GLU_RUN, EVEN_ODD, BM, BO,
+            dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, offsets_ptr, padded_ptr, g, m0, end, c0, N, K, NSD, RP, RPS,
+            gs * da, gs * db, OUT, GLU_RUN, EVEN_ODD, BM, BO,
         )  # fmt: skip
     else:
         x = tl.load(c_ptr + r64 * N + cols[None, :], mask=m, other=0.0).to(tl.float32)
         f = ACT.fwd(x, P0, P1, P2)
         dh = gs * ACT.bwd(x, P0, P1, P2)
         store_out(
-            dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, offsets_ptr, padded_ptr, g, m0, end, cols, cols < N, N, RP, dh,
-            OUT, True, True, BM, BO,
+            dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, offsets_ptr, padded_ptr, g, m0, end, cols, cols < N, N, NSD, RP,
+            RPS, dh, OUT, True, True, BO // 32, BM, BO,
         )  # fmt: skip
     runs = tl.program_id(1) * (BO // DS_CHUNK) + tl.arange(0, BO // DS_CHUNK)
     parts = run_sums(tl.where(m, gr * f, 0.0), BM, BO)
@@ -289,8 +303,8 @@ def fc2_dgrad_kernel(
     if RECOMPUTE:
         y_rows: tl.constexpr = OUT == 0  # bf16: the whole y; MXFP8: the wgrad's columnwise copy only
         store_out(
-            y_ptr, y_ptr, yt_ptr, yts_ptr, offsets_ptr, padded_ptr, g, m0, end, cols, cols < N, N, RP, s[:, None] * f,
-            OUT, y_rows, True, BM, BO,
+            y_ptr, y_ptr, yt_ptr, yts_ptr, offsets_ptr, padded_ptr, g, m0, end, cols, cols < N, N, NSD, RP, RPS,
+            s[:, None] * f, OUT, y_rows, True, BO // 32, BM, BO,
         )  # fmt: skip
 
 
@@ -308,7 +322,9 @@ def store_glu_grad(
     c0,
     N,
     K,
+    NSD,
     RP,
+    RPS,
     da,
     db,
     OUT: tl.constexpr,
@@ -332,19 +348,19 @@ def store_glu_grad(
         o = (offsets_ptr, padded_ptr)
         ab_rows: tl.constexpr = not EVEN_ODD
         store_out(
-            dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, o[0], o[1], g, m0, end, a_col, ok, 2 * N, RP, da, OUT, ab_rows, True,
-            BM, BO,
+            dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, o[0], o[1], g, m0, end, a_col, ok, 2 * N, NSD, RP, RPS, da, OUT,
+            ab_rows, True, GLU_RUN // 32, BM, BO,
         )  # fmt: skip
         store_out(
-            dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, o[0], o[1], g, m0, end, b_col, ok, 2 * N, RP, db, OUT, ab_rows, True,
-            BM, BO,
+            dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, o[0], o[1], g, m0, end, b_col, ok, 2 * N, NSD, RP, RPS, db, OUT,
+            ab_rows, True, GLU_RUN // 32, BM, BO,
         )  # fmt: skip
         if EVEN_ODD:
             pc = 2 * c0 + tl.arange(0, 2 * BO)
             pairs = tl.reshape(tl.join(da, db), [BM, 2 * BO])
             store_out(
-                dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, o[0], o[1], g, m0, end, pc, pc < 2 * N, 2 * N, RP, pairs, OUT,
-                True, False, BM, 2 * BO,
+                dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, o[0], o[1], g, m0, end, pc, pc < 2 * N, 2 * N, NSD, RP, RPS,
+                pairs, OUT, True, False, BO // 16, BM, 2 * BO,
             )  # fmt: skip
 
 

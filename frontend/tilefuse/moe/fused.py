@@ -102,8 +102,9 @@ def _outputs(like, rows, width, rp, quantized):
 
 
 def _padded_rows(rows, groups):
-    """RP: the columns of a columnwise copy (each non-empty group adds at most 31 pad rows)."""
-    return cdiv(rows + (K.MX_BLOCK - 1) * min(groups, rows), K.MX_BLOCK) * K.MX_BLOCK
+    """RP: the columns of a columnwise copy (each non-empty group adds at most 31 pad rows),
+    a multiple of 512: 16-byte aligned rows of its scales."""
+    return cdiv(rows + (K.MX_BLOCK - 1) * min(groups, rows), 512) * 512
 
 
 def _check_probs(fn, probs, like, rows):
@@ -191,6 +192,8 @@ def fc1_forward(
             n,
             k,
             rp,
+            n // 32,
+            rp // 32,
             *strides,
             *params,
             ACT=act,
@@ -303,6 +306,8 @@ def fc2_dgrad(
             n,
             k,
             rp,
+            n1 // 32,
+            rp // 32,
             parts_width,
             *strides,
             *params,

@@ -257,7 +257,7 @@ def dequantized_rows(be, y, end):
     return be.host(moe.dequantize(y[0]))[:end] if isinstance(y, tuple) else be.host(y)[:end].astype(np.float64)
 
 
-def check_against_float64(be, p, outputs, ops64):
+def check_against_float64(be, p, outputs, ops64, config=SMALL):
     """C, y, dh and dprobs against float64: tight bounds where the inputs are the kernels'
     own (y from C, dh from the dgrad's bf16 output), the error RMS end to end."""
     c, y, dh, dprobs, _ = outputs
@@ -283,7 +283,7 @@ def check_against_float64(be, p, outputs, ops64):
     assert_error_rms(be.host(dprobs)[:end], np.sum(g64 * f, axis=1), rms_bound=2.0**-8, max_bound=2.0**-4, what="ds")
     if rec == "bf16":  # tight: from the dgrad's own bf16 output g
         splits = be.dev(p.splits)
-        g = be.host(moe.grouped_gemm_dgrad(be.dev(p.dy), be.dev(p.w2), splits, config=SMALL))[:end].astype(np.float64)
+        g = be.host(moe.grouped_gemm_dgrad(be.dev(p.dy), be.dev(p.w2), splits, config=config))[:end].astype(np.float64)
         act_ref.check_backward(be.host(dh)[:end], be.host(dprobs)[:end], p.name, a, b, s, g, full, p.interleave)
 
 
@@ -304,12 +304,12 @@ def fc2_wgrad64(be, p, y, dy2):
     return ref.wgrad(dy2, be.host(y)[: p.end].astype(np.float64), p.splits)[0]
 
 
-def accumulator_deviation(be, p, rng):
+def accumulator_deviation(be, p, rng, config=SMALL):
     """(stats of the FC2 wgrad from accumulator mode's y against exact mode's, y_acc and
     its float64 reference); C is the same in both modes."""
     ops, ops64 = operands(be, p)
-    c_e, y_e = fc1(be, p, ops)
-    c_a, y_a = fc1(be, p, ops, mode="accumulator")
+    c_e, y_e = fc1(be, p, ops, config=config)
+    c_a, y_a = fc1(be, p, ops, mode="accumulator", config=config)
     end = p.end
     assert_same(be.host(c_a)[:end], be.host(c_e)[:end], "C (accumulator vs exact mode)")
     dy2 = rng.standard_normal((end, p.dy.shape[1])).astype(BF16).astype(np.float64)

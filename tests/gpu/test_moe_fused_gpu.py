@@ -1,0 +1,118 @@
+"""moe.fc1_forward / moe.fc2_dgrad on CUDA torch tensors at larger shapes, with the checks
+of the interpreter suite (tests/python/moe/test_fused.py, whose helpers take the backend):
+the fused kernels bit for bit against the unfused composition on the GPU (grouped_gemm →
+scaled_act → quantize; grouped_gemm_dgrad → scaled_act_backward), against float64
+references (tight bounds from the kernels' own inputs, error RMS end to end), recompute's
+y_col against the forward's y bit for bit, dprobs reproducible across runs and tile
+configs, and the accumulator mode's FC2-wgrad deviation by error RMS (per recipe and
+relative to SReLU's). Every activation of the registry, recipes bf16 and MXFP8, several
+tiles and partial tiles, empty experts (the last too), one expert owning every row, G = 1,
+the GPU's default config and a second one."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+from tilefuse import moe
+
+from tests.python.moe import test_fused as F
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
+
+CASES = {  # (rows R, splits)
+    "skewed": (4096, [900, 0, 1500, 37, 1, 1200, 0]),
+    "one_owns_all": (2048, [0, 2048, 0, 0]),
+    "g1": (1500, [1400]),
+}
+CONFIGS = {"default": moe.GemmConfig(128, 128, 64, 8, 3), "n64": moe.GemmConfig(128, 64, 64, 4, 4)}
+D = {"bf16": 392, "mxfp8": 512}  # bf16: K not a multiple of the K tile
+_TORCH = {
+    np.dtype(ml_dtypes.bfloat16): (np.int16, "bfloat16"),
+    np.dtype(ml_dtypes.float8_e4m3fn): (np.int8, "float8_e4m3fn"),
+    np.dtype(ml_dtypes.float8_e8m0fnu): (np.int8, "float8_e8m0fnu"),
+}
+
+
+class Cuda:
+    """numpy arrays to CUDA tensors and back, bit for bit (bf16 and fp8 through int views)."""
+
+    @staticmethod
+    def dev(a):
+        a = np.ascontiguousarray(a)
+        if a.dtype in _TORCH:
+            ints, name = _TORCH[a.dtype]
+            return torch.from_numpy(a.view(ints)).cuda().view(getattr(torch, name))
+        return torch.from_numpy(a).cuda()
+
+    @staticmethod
+    def host(t):
+        if isinstance(t, np.ndarray):
+            return t
+        for dtype, (ints, name) in _TORCH.items():
+            if t.dtype == getattr(torch, name):
+                return t.contiguous().view(getattr(torch, np.dtype(ints).name)).cpu().numpy().view(dtype)
+        return t.cpu().numpy()
+
+
+def layouts(name, recipe):
+    glu = moe.ACTIVATIONS[name].glu
+    if recipe == "bf16":
+        return [(0, 200), (32, 256), (1, 192)] if glu else [(0, 300)]
+    return [(0, 256), (32, 192), (1, 128)] if glu else [(0, 320)]
+
+
+@pytest.fixture
+def rng():
+    seed = np.random.SeedSequence().entropy
+    print(f"seed = {seed}")
+    return np.random.default_rng(seed)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("recipe", ["bf16", "mxfp8"])
+@pytest.mark.parametrize("name", F.NAMES)
+def test_fused_equals_unfused_and_float64(rng, name, recipe, case, config):
+    rows, splits = CASES[case]
+    cfg = CONFIGS[config]
+    for interleave, n in layouts(name, recipe):
+        p = F.make_problem(rng, name, recipe, rows, splits, interleave, n, d=D[recipe])
+        outputs = F.check_against_unfused(Cuda, p, cfg)
+        F.check_against_float64(Cuda, p, outputs, F.operands(Cuda, p)[1], cfg)
+
+
+@pytest.mark.parametrize("bias", [1, 2], ids=["bias", "scaled_bias"])
+@pytest.mark.parametrize("recipe", ["bf16", "mxfp8"])
+@pytest.mark.parametrize("name", ["swiglu", "clamped_swiglu", "srelu"])
+def test_bias(rng, name, recipe, bias):
+    for interleave, n in layouts(name, recipe):
+        p = F.make_problem(rng, name, recipe, *CASES["skewed"], interleave, n, d=D[recipe], bias=bias)
+        outputs = F.check_against_unfused(Cuda, p, CONFIGS["default"])
+        F.check_against_float64(Cuda, p, outputs, F.operands(Cuda, p)[1], CONFIGS["default"])
+
+
+@pytest.mark.parametrize("recipe", ["bf16", "mxfp8"])
+@pytest.mark.parametrize("name", F.NAMES)
+def test_accumulator_mode(rng, name, recipe):
+    rows, splits = CASES["skewed"]
+    (interleave, n), unary_n = layouts(name, recipe)[0], layouts("srelu", recipe)[0][1]
+    cfg = CONFIGS["default"]
+    p = F.make_problem(rng, name, recipe, rows, splits, interleave, n, d=D[recipe], bias=1)
+    base = F.make_problem(rng, "srelu", recipe, rows, splits, 0, unary_n, d=D[recipe], bias=1)
+    baseline = F.accumulator_deviation(Cuda, base, rng, cfg)[0]
+    stats, y_acc, y_ref = F.accumulator_deviation(Cuda, p, rng, cfg)
+    print(f"{name} {recipe}: FC2 wgrad deviation {stats}, SReLU's {baseline}")
+    assert stats.rms > 0, "accumulator mode gave exact mode's y: the mode had no effect"
+    assert stats.rms <= F.ACC_RMS[recipe] and stats.rms <= F.ACC_BASELINE * baseline.rms, (stats, baseline)
+    assert stats.max <= 1.0, stats
+    F.assert_error_rms(y_acc, y_ref, rms_bound=F.RMS[recipe], max_bound=F.MAX[recipe], what="accumulator-mode y")
+
+
+@pytest.mark.parametrize("recipe", ["bf16", "mxfp8"])
+def test_dprobs_is_reproducible_and_independent_of_tiles(rng, recipe):
+    p = F.make_problem(rng, "swiglu", recipe, *CASES["skewed"], 0, 256, d=D[recipe])
+    ops, _ = F.operands(Cuda, p)
+    c, _ = F.fc1(Cuda, p, ops, config=CONFIGS["default"])
+    first = Cuda.host(F.fc2(Cuda, p, ops, c, config=CONFIGS["default"])[1])
+    for config in (*CONFIGS.values(), CONFIGS["default"], moe.GemmConfig(64, 256, 64, 4, 3)):
+        F.assert_same(Cuda.host(F.fc2(Cuda, p, ops, c, config=config)[1]), first, f"dprobs with {config}")
