@@ -254,6 +254,7 @@ def fc2_dgrad_kernel(
     RECOMPUTE: tl.constexpr,
     GLU_RUN: tl.constexpr,
     EVEN_ODD: tl.constexpr,
+    PAIRS: tl.constexpr,
     BM: tl.constexpr,
     BO: tl.constexpr,
     BC: tl.constexpr,
@@ -287,7 +288,7 @@ def fc2_dgrad_kernel(
         da, db = ACT.bwd(a, b, P0, P1, P2)
         store_glu_grad(
             dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, offsets_ptr, padded_ptr, g, m0, end, c0, N, K, NSD, RP, RPS,
-            gs * da, gs * db, OUT, GLU_RUN, EVEN_ODD, BM, BO,
+            gs * da, gs * db, OUT, GLU_RUN, EVEN_ODD, PAIRS, BM, BO,
         )  # fmt: skip
     else:
         x = tl.load(c_ptr + r64 * N + cols[None, :], mask=m, other=0.0).to(tl.float32)
@@ -330,13 +331,15 @@ def store_glu_grad(
     OUT: tl.constexpr,
     GLU_RUN: tl.constexpr,
     EVEN_ODD: tl.constexpr,
+    PAIRS: tl.constexpr,
     BM: tl.constexpr,
     BO: tl.constexpr,
 ):
     """dh = (da, db) [BM, BO] where C holds a and b: bf16 (store_glu), or MXFP8. The
-    rowwise blocks run along C's storage columns: with K a multiple of 32 (or the halves
-    of N % 32 == 0) each run of 32 output columns is one block of a and one of b; with
-    K = 1 (stride 1) the pairs (a, b) are joined into C's order first."""
+    rowwise blocks run along C's storage columns: with PAIRS (K divides BO: the tile is
+    the storage columns 2·c0 .. 2·c0 + 2·BO, whole runs [a(K) | b(K)]) da and db are
+    joined into that order first; else K is a multiple of 32 and each run of 32 output
+    columns is one block of a and one of b."""
     if OUT == 0:
         rm = tl.arange(0, BM)
         row_ok = ((m0 + rm) < end)[:, None]
@@ -346,7 +349,7 @@ def store_glu_grad(
         a_col, b_col = glu_columns(cols, K, GLU_RUN)
         ok = cols < N
         o = (offsets_ptr, padded_ptr)
-        ab_rows: tl.constexpr = not EVEN_ODD
+        ab_rows: tl.constexpr = not PAIRS
         store_out(
             dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, o[0], o[1], g, m0, end, a_col, ok, 2 * N, NSD, RP, RPS, da, OUT,
             ab_rows, True, GLU_RUN // 32, BM, BO,
@@ -355,9 +358,14 @@ def store_glu_grad(
             dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, o[0], o[1], g, m0, end, b_col, ok, 2 * N, NSD, RP, RPS, db, OUT,
             ab_rows, True, GLU_RUN // 32, BM, BO,
         )  # fmt: skip
-        if EVEN_ODD:
+        if PAIRS:
             pc = 2 * c0 + tl.arange(0, 2 * BO)
-            pairs = tl.reshape(tl.join(da, db), [BM, 2 * BO])
+            if GLU_RUN == 1:
+                pairs = tl.reshape(tl.join(da, db), [BM, 2 * BO])
+            else:
+                runs: tl.constexpr = BO // GLU_RUN
+                ab = tl.join(tl.reshape(da, [BM, runs, GLU_RUN]), tl.reshape(db, [BM, runs, GLU_RUN]))
+                pairs = tl.reshape(tl.permute(ab, (0, 1, 3, 2)), [BM, 2 * BO])
             store_out(
                 dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, o[0], o[1], g, m0, end, pc, pc < 2 * N, 2 * N, NSD, RP, RPS,
                 pairs, OUT, True, False, BO // 16, BM, 2 * BO,

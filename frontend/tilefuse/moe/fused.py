@@ -54,10 +54,15 @@ def _fused_config(fn, config, like, quantized):
 
 
 def _glu_meta(act, k, cfg, quantized, fn):
-    """GLU_RUN and EVEN_ODD (kernels_dsl.moe.activations.load_glu) for interleave k."""
-    if quantized and act.glu and k != 1 and k % K.MX_BLOCK:
-        raise ValueError(f"{fn}: an MXFP8 dh needs interleave 1 or a multiple of 32 (its blocks run along C's columns)")
-    return dict(GLU_RUN=math.gcd(k, cfg.block_n), EVEN_ODD=act.glu and k == 1)
+    """GLU_RUN and EVEN_ODD (kernels_dsl.moe.activations.load_glu) for interleave k, and
+    PAIRS (fused.store_glu_grad: k divides the column tile)."""
+    pairs = cfg.block_n % k == 0
+    if quantized and act.glu and not pairs and k % K.MX_BLOCK:
+        raise ValueError(
+            f"{fn}: an MXFP8 dh needs the interleave ({k}) to divide config.block_n ({cfg.block_n}) or to be a "
+            "multiple of 32 (its blocks run along C's columns)"
+        )
+    return dict(GLU_RUN=math.gcd(k, cfg.block_n), EVEN_ODD=act.glu and k == 1, PAIRS=pairs)
 
 
 def _operands(fn, recipe, a, w, name, wname, dgrad):
@@ -201,7 +206,7 @@ def fc1_forward(
             EXACT=mode == "exact",
             OUT=int(quantized),
             **w_meta,
-            **_glu_meta(act, k, cfg, False, fn),
+            **{m: v for m, v in _glu_meta(act, k, cfg, False, fn).items() if m != "PAIRS"},
             BM=cfg.block_m,
             BO=cfg.block_n,
             BC=bc,

@@ -68,7 +68,7 @@ def layouts(name, recipe):
     """(interleave, n): act_reference's layouts; MXFP8 outputs need n % 32 == 0."""
     if recipe == "bf16":
         return act_ref.layouts(name)
-    return [(0, 96), (32, 64), (1, 64)] if moe.ACTIVATIONS[name].glu else [(0, 96)]
+    return [(0, 96), (32, 64), (1, 64), (16, 64)] if moe.ACTIVATIONS[name].glu else [(0, 96)]
 
 
 @dataclass
@@ -451,9 +451,15 @@ def test_bad_mxfp8_input(rng):
     f1, f2 = moe.fc1_forward, moe.fc2_dgrad
     g, n1, d = p.w1.shape
     narrow = moe.quantize(np.ascontiguousarray(p.w1[:, :80].reshape(-1, d)), "mxfp8")  # n = 40
+    # n = 96 in blocks of 48: neither dividing the 32 columns of a tile nor whole MXFP8 blocks.
+    qw96, c96 = moe.quantize(np.zeros((g * d, 96), BF16), "mxfp8", axis=0), np.zeros((p.rows, 192), BF16)
     bad = [
         (lambda: f1(qx, narrow, s, pr, "swiglu", "mxfp8"), ValueError, "multiple of 32, got 40"),
-        (lambda: f2(qdy, qw2, s, c, pr, "swiglu", "mxfp8", interleave=16), ValueError, "interleave 1 or a multiple"),
+        (
+            lambda: f2(qdy, qw96, s, c96, pr, "swiglu", "mxfp8", interleave=48),
+            ValueError,
+            "interleave \\(48\\) to divide",
+        ),
         (lambda: f2(qdy, qw1, s, c, pr, "swiglu", "mxfp8"), ValueError, "columnwise"),
         (lambda: f1(qx, qw1, s[:3], pr, "swiglu", "mxfp8"), ValueError, "w1 quantizes"),
         (lambda: f1(qx, qw1, s, pr, "swiglu", "mxfp8", config=SMALL._replace(block_m=16)), ValueError, "block_m"),

@@ -73,7 +73,7 @@ def calls(name, interleave, recipe, cfg):
 CASES = [
     (name, interleave, recipe)
     for name in moe.ACTIVATIONS
-    for interleave in ((0, 32, 1) if moe.ACTIVATIONS[name].glu else (0,))
+    for interleave in ((0, 32, 16, 1) if moe.ACTIVATIONS[name].glu else (0,))
     for recipe in ("bf16", "mxfp8")
 ]
 CHECKED = set()
