@@ -58,7 +58,7 @@ def layouts(name, recipe):
     glu = moe.ACTIVATIONS[name].glu
     if recipe == "bf16":
         return [(0, 200), (32, 256), (1, 192)] if glu else [(0, 300)]
-    return [(0, 256), (32, 192), (1, 128)] if glu else [(0, 320)]
+    return [(0, 256), (32, 192), (1, 128), (16, 128)] if glu else [(0, 320)]
 
 
 @pytest.fixture
@@ -68,8 +68,11 @@ def rng():
     return np.random.default_rng(seed)
 
 
-@pytest.mark.parametrize("config", CONFIGS)
-@pytest.mark.parametrize("case", CASES)
+# The second config on one case: every config is a compile of each kernel variant.
+RUNS = [("skewed", "default"), ("skewed", "n64"), ("one_owns_all", "default"), ("g1", "default")]
+
+
+@pytest.mark.parametrize("case,config", RUNS)
 @pytest.mark.parametrize("recipe", ["bf16", "mxfp8"])
 @pytest.mark.parametrize("name", F.NAMES)
 def test_fused_equals_unfused_and_float64(rng, name, recipe, case, config):
@@ -85,7 +88,7 @@ def test_fused_equals_unfused_and_float64(rng, name, recipe, case, config):
 @pytest.mark.parametrize("recipe", ["bf16", "mxfp8"])
 @pytest.mark.parametrize("name", ["swiglu", "clamped_swiglu", "srelu"])
 def test_bias(rng, name, recipe, bias):
-    for interleave, n in layouts(name, recipe):
+    for interleave, n in layouts(name, recipe)[:2]:
         p = F.make_problem(rng, name, recipe, *CASES["skewed"], interleave, n, d=D[recipe], bias=bias)
         outputs = F.check_against_unfused(Cuda, p, CONFIGS["default"])
         F.check_against_float64(Cuda, p, outputs, F.operands(Cuda, p)[1], CONFIGS["default"])
