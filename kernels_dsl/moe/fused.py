@@ -15,13 +15,14 @@ the saved C: dh = g·probs·act'(C) in C's layout, the dprobs run sums of g·act
 (activations.run_sums; dprobs_kernel adds them in order: scaled_act_backward's bits),
 and with RECOMPUTE the FC2 input probs·act(C) again, as FC1 stored it in exact mode.
 
-Outputs (OUT 0: bf16 [R, width]; OUT 1: MXFP8 e4m3, the bits moe.quantize gives for the
-bf16-rounded tile): a rowwise copy (codes [R, width], e8m0 scales [R, width/32]) and a
-columnwise copy stored transposed for the wgrad, codes [width, RP], scales [width, RP/32],
-in which group g's rows are the columns padded[g] .. padded[g + 1] (group_offsets with
-PAD_TO = 32): each group zero-padded to whole 32-row blocks, so that no scale block
-straddles two groups; a group's block is moe.quantize(y_g padded with zero rows, axis=0).
-Columns from padded[G] on are not written.
+Outputs (OUT 0: bf16 [R, width]; OUT 1: MXFP8 e4m3, blocks of 32; OUT 2: FP8-block e4m3,
+blocks of 1 x 128: the bits moe.quantize gives for the bf16-rounded tile): a rowwise copy
+(codes [R, width], scales [R, width/block]) and a columnwise copy stored transposed for
+the wgrad, codes [width, RP], scales [width, RP/block], in which group g's rows are the
+columns padded[g] .. padded[g + 1] (group_offsets with PAD_TO = the block): each group
+zero-padded to whole blocks of rows, so that no scale block straddles two groups; a
+group's blocks are moe.quantize(y_g padded with zero rows, axis=0). Columns from
+padded[G] on are not written.
 """
 
 from __future__ import annotations
@@ -31,24 +32,30 @@ import tilefuse.language as tl
 
 from .activations import DS_CHUNK, add_in_order, glu_columns, load_glu, run_sums, store_glu
 from .grouped_gemm import _tile, _weight, bias_tile, k_loop, k_loop_fp8
-from .quantize import mxfp8_encode
+from .quantize import fp8_block_encode, mxfp8_encode
 
-MX_BLOCK = 32  # MXFP8's block, also the rows a group of a columnwise copy is padded to
+MX_BLOCK = 32  # MXFP8's block
+FP8_BLOCK = 128  # FP8-block's (1 x 128)
 
 
 @tf.jit
-def mx_tile(v, TR: tl.constexpr, TC: tl.constexpr):
-    """(e4m3 codes int8 [TR, TC], e8m0 codes int8 [TR, TC/32]) of v [TR, TC] fp32 in
-    blocks of 32 along its rows."""
-    nb: tl.constexpr = TC // 32
-    codes, scales = mxfp8_encode(tl.reshape(v, [TR * nb, 32]), TR * nb, tl.float8e4nv, 8)
+def quant_tile(v, TR: tl.constexpr, TC: tl.constexpr, OUT: tl.constexpr):
+    """(e4m3 codes int8 [TR, TC], scales [TR, TC / block]) of v [TR, TC] fp32 in blocks
+    along its rows: OUT 1 MXFP8 (e8m0 codes int8), 2 FP8-block 1 x 128 (float32)."""
+    if OUT == 1:
+        nb: tl.constexpr = TC // MX_BLOCK
+        codes, scales = mxfp8_encode(tl.reshape(v, [TR * nb, MX_BLOCK]), TR * nb, tl.float8e4nv, 8)
+    else:
+        nb: tl.constexpr = TC // FP8_BLOCK
+        codes, scales = fp8_block_encode(tl.reshape(v, [TR * nb, FP8_BLOCK]), TR * nb, 1)
     return tl.reshape(codes, [TR, TC]), tl.reshape(scales, [TR, nb])
 
 
 @tf.jit
-def keep_blocks(row_ok, blocks, width):
-    # Blocks of storage columns past the width are the tile's columns past the output.
-    return row_ok[:, None] & (blocks * 32 < width)[None, :]
+def column(t, j, N: tl.constexpr):
+    """Column j (a constant) of t [*, N], exactly: one term of each row's sum is not zero."""
+    i = tl.arange(0, N)[None, :]
+    return tl.sum(tl.where(i == j, t, tl.zeros_like(t)), axis=1).to(t.dtype)
 
 
 @tf.jit
@@ -72,15 +79,17 @@ def store_out(
     OUT: tl.constexpr,
     ROWS: tl.constexpr,
     COLS: tl.constexpr,
-    BRUN: tl.constexpr,
+    RUN: tl.constexpr,
     BM: tl.constexpr,
     TC: tl.constexpr,
 ):
     """Stores v [BM, TC] (fp32) of the tile's rows m0 .. end at the storage columns `cols`
     of an output [R, width] (see the module docstring): OUT 0 the bf16 values (ROWS); OUT 1
-    the MXFP8 rowwise copy (ROWS; cols runs of 32 from multiples of 32, BRUN of those
-    blocks consecutive; NS = width / 32 its scales' row stride) and the columnwise copy
-    (COLS; RPS = RP / 32). Zero outside the rows and col_ok, as the blocks' padding."""
+    (MXFP8) or 2 (FP8-block) the rowwise copy (ROWS; cols in runs of RUN from multiples of
+    RUN, a multiple of the block; NS = width / block, its scales' row stride) and the
+    columnwise copy (COLS; RPS = RP / block). Zero outside the rows and col_ok: the
+    blocks' padding."""
+    QB: tl.constexpr = MX_BLOCK if OUT == 1 else FP8_BLOCK
     rm = tl.arange(0, BM)
     row_ok = (m0 + rm) < end
     r64 = (m0.to(tl.int64) + rm)[:, None]
@@ -90,25 +99,24 @@ def store_out(
     else:
         v = tl.where(keep, v, 0.0).to(tl.bfloat16).to(tl.float32)
         if ROWS:
-            codes, scales = mx_tile(v, BM, TC)
+            codes, scales = quant_tile(v, BM, TC, OUT)
             tl.store(q_ptr + r64 * width + cols[None, :], codes, mask=keep)
-            blocks = tl.min(tl.reshape(cols, [TC // 32, 32]), axis=1) // 32
-            blocks = tl.max_contiguous(tl.multiple_of(blocks, BRUN), BRUN)
+            blocks = tl.min(tl.reshape(cols, [TC // QB, QB]), axis=1) // QB
+            blocks = tl.max_contiguous(tl.multiple_of(blocks, RUN // QB), RUN // QB)
             tl.store(qs_ptr + r64 * NS + blocks[None, :], scales, mask=row_ok[:, None] & (blocks < NS)[None, :])
         if COLS:
-            # The tile's first column in the transposed copy (a multiple of 32), and its
-            # rows up to the group's padded end.
-            t0 = tl.multiple_of(tl.load(padded_ptr + g) + (m0 - tl.load(offsets_ptr + g)), MX_BLOCK)
-            kept = (end - m0 + MX_BLOCK - 1) // MX_BLOCK * MX_BLOCK
-            codes, scales = mx_tile(tl.trans(v), TC, BM)
+            # The tile's first column in the transposed copy (a multiple of the block), and
+            # its rows up to the group's padded end.
+            t0 = tl.multiple_of(tl.load(padded_ptr + g) + (m0 - tl.load(offsets_ptr + g)), QB)
+            kept = (end - m0 + QB - 1) // QB * QB
+            codes, scales = quant_tile(tl.trans(v), TC, BM, OUT)
             c64 = cols.to(tl.int64)
             tl.store(qt_ptr + c64[:, None] * RP + t0 + rm[None, :], codes, mask=col_ok[:, None] & (rm < kept)[None, :])
             # One block row at a time: a group's blocks start at any scale column, so
             # consecutive ones would be unaligned runs.
-            rb = tl.arange(0, BM // 32)
-            for j in tl.static_range(BM // 32):
-                sj = tl.sum(tl.where(rb[None, :] == j, scales.to(tl.int32), 0), axis=1).to(tl.int8)
-                tl.store(qts_ptr + c64 * RPS + t0 // 32 + j, sj, mask=col_ok & (j * 32 < kept))
+            for j in tl.static_range(BM // QB):
+                sj = column(scales, j, BM // QB)
+                tl.store(qts_ptr + c64 * RPS + t0 // QB + j, sj, mask=col_ok & (j * QB < kept))
 
 
 @tf.jit
@@ -161,8 +169,8 @@ def fc1_kernel(
 ):
     # x [R, D]; w1 [G, N1, D] (bf16, or with FP8 its rowwise copy [G·N1, D] as in
     # grouped_gemm_fp8_kernel, FX/FW its formats, SX_ROWS/SW_ROWS its scales); N1 = 2N for
-    # a GLU (K its interleave) else N; C [R, N1] bf16; y: see store_out (width N; NSY = N / 32,
-    # RPS = RP / 32: passed so that the launch specializes their divisibility).
+    # a GLU (K its interleave) else N; C [R, N1] bf16; y: see store_out (width N; NSY = N / block,
+    # RPS = RP / block: passed so that the launch specializes their divisibility).
     valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
     c0 = tl.program_id(1) * BO
     cols = c0 + tl.arange(0, BO)
@@ -204,7 +212,7 @@ def fc1_kernel(
     s = tl.load(probs_ptr + m0 + rm, mask=row_ok, other=0.0)
     store_out(
         y_ptr, ys_ptr, yt_ptr, yts_ptr, offsets_ptr, padded_ptr, g, m0, end, cols, cols < N, N, NSY, RP, RPS,
-        s[:, None] * f, OUT, True, True, BO // 32, BM, BO,
+        s[:, None] * f, OUT, True, True, BO, BM, BO,
     )  # fmt: skip
 
 
@@ -261,7 +269,7 @@ def fc2_dgrad_kernel(
 ):
     # dy [R, D]; w2 [G, D, N] (bf16, or with FP8 its columnwise copy of [G·D, N], stored
     # [N, G·D], as in grouped_gemm_fp8_kernel's dgrad); C [R, N1] bf16; dh: store_out of
-    # width N1 in C's layout (NSD = N1 / 32); parts [R, PARTS] fp32 run sums (PARTS >= every tile's runs, the
+    # width N1 in C's layout (NSD = N1 / block); parts [R, PARTS] fp32 run sums (PARTS >= every tile's runs, the
     # runs past N zeros: no mask along a row); RECOMPUTE: y (bf16 [R, N],
     # OUT 0) or its columnwise MXFP8 copy (yt, yts; OUT 1).
     valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
@@ -296,7 +304,7 @@ def fc2_dgrad_kernel(
         dh = gs * ACT.bwd(x, P0, P1, P2)
         store_out(
             dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, offsets_ptr, padded_ptr, g, m0, end, cols, cols < N, N, NSD, RP,
-            RPS, dh, OUT, True, True, BO // 32, BM, BO,
+            RPS, dh, OUT, True, True, BO, BM, BO,
         )  # fmt: skip
     runs = tl.program_id(1) * (BO // DS_CHUNK) + tl.arange(0, BO // DS_CHUNK)
     parts = run_sums(tl.where(m, gr * f, 0.0), BM, BO)
@@ -305,7 +313,7 @@ def fc2_dgrad_kernel(
         y_rows: tl.constexpr = OUT == 0  # bf16: the whole y; MXFP8: the wgrad's columnwise copy only
         store_out(
             y_ptr, y_ptr, yt_ptr, yts_ptr, offsets_ptr, padded_ptr, g, m0, end, cols, cols < N, N, NSD, RP, RPS,
-            s[:, None] * f, OUT, y_rows, True, BO // 32, BM, BO,
+            s[:, None] * f, OUT, y_rows, True, BO, BM, BO,
         )  # fmt: skip
 
 
@@ -352,11 +360,11 @@ def store_glu_grad(
         ab_rows: tl.constexpr = not PAIRS
         store_out(
             dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, o[0], o[1], g, m0, end, a_col, ok, 2 * N, NSD, RP, RPS, da, OUT,
-            ab_rows, True, GLU_RUN // 32, BM, BO,
+            ab_rows, True, GLU_RUN, BM, BO,
         )  # fmt: skip
         store_out(
             dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, o[0], o[1], g, m0, end, b_col, ok, 2 * N, NSD, RP, RPS, db, OUT,
-            ab_rows, True, GLU_RUN // 32, BM, BO,
+            ab_rows, True, GLU_RUN, BM, BO,
         )  # fmt: skip
         if PAIRS:
             pc = 2 * c0 + tl.arange(0, 2 * BO)
@@ -368,7 +376,7 @@ def store_glu_grad(
                 pairs = tl.reshape(tl.permute(ab, (0, 1, 3, 2)), [BM, 2 * BO])
             store_out(
                 dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, o[0], o[1], g, m0, end, pc, pc < 2 * N, 2 * N, NSD, RP, RPS,
-                pairs, OUT, True, False, BO // 16, BM, 2 * BO,
+                pairs, OUT, True, False, 2 * BO, BM, 2 * BO,
             )  # fmt: skip
 
 

@@ -131,15 +131,23 @@ def fp8_block_quantize(x_ptr, q_ptr, s_ptr, R, C, s_r, s_c, BR: tl.constexpr, TR
     r = rows_of(TR)
     c = tl.program_id(1) * 128 + tl.arange(0, 128)
     x = load_view(x_ptr, r, c, R, s_r, s_c)
+    code, scale = fp8_block_encode(x, TR, BR)
+    m = (r < R)[:, None]
+    tl.store(q_ptr + r[:, None] * C + c[None, :], code, mask=m)
+    first = m & (r % BR == 0)[:, None]  # one row per block stores its scale
+    sp = s_ptr + (r // BR)[:, None] * (C // 128) + tl.program_id(1)
+    tl.store(sp, scale, mask=first)
+
+
+@tf.jit
+def fp8_block_encode(x, TR: tl.constexpr, BR: tl.constexpr):
+    """(e4m3 codes int8 [TR, 128], float32 dequant scales [TR, 1]) of x [TR, 128] (fp32) in
+    blocks of BR rows: what fp8_block_quantize stores, for kernels quantizing their tiles."""
     amax, nan = block_stats(x, TR, 128, BR)
     e = tl.maximum(pow2_ceil_exp(amax, 8), -127)
     e = tl.where((amax == 0.0) | (amax.to(tl.int32, bitcast=True) == 0x7F800000), 0, e)
     code = (x * exp2i(-e)).to(tl.float8e4nv).to(tl.int8, bitcast=True)
-    m = (r < R)[:, None]
-    tl.store(q_ptr + r[:, None] * C + c[None, :], tl.where(nan, 0x7F, code), mask=m)
-    first = m & (r % BR == 0)[:, None]  # one row per block stores its scale
-    sp = s_ptr + (r // BR)[:, None] * (C // 128) + tl.program_id(1)
-    tl.store(sp, tl.where(nan, float("nan"), exp2i(e)), mask=first)
+    return tl.where(nan, 0x7F, code), tl.where(nan, float("nan"), exp2i(e))
 
 
 @tf.jit

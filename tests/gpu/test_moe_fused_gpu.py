@@ -34,7 +34,11 @@ _TORCH = {
 
 
 class Cuda:
-    """numpy arrays to CUDA tensors and back, bit for bit (bf16 and fp8 through int views)."""
+    """numpy arrays to CUDA tensors and back, bit for bit (bf16 and fp8 through int views).
+    The fp8 tensor cores add a 32-block's products with fewer bits (tests/gpu/
+    test_moe_grouped_gemm_gpu.py's bound)."""
+
+    fp8_block_error = 2.0**-9
 
     @staticmethod
     def dev(a):

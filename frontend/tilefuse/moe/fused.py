@@ -2,14 +2,15 @@
 their epilogues fused (kernels_dsl/moe/fused.py documents what they compute and the
 layout of the quantized outputs); argument checks, allocation and launches.
 
-Recipes: "bf16" (bf16 operands and outputs) and "mxfp8" (operands moe.Quantized as the
-grouped GEMMs take them; outputs MXFP8 e4m3, a rowwise and a columnwise copy). A
-quantized output is a pair (rowwise, columnwise) of moe.Quantized: the rowwise copy
-[R, width] is what moe.quantize gives for the bf16-rounded values; the columnwise copy
-holds every group zero-padded to whole 32-row blocks (shape (RP, width), stored [width, RP];
-group g from column padded[g], the exclusive prefix sums of the groups' sizes rounded up
-to 32, rows past the splits' sum belonging to no group). Not yet: "fp8_block" and "nvfp4"
-outputs (and NVFP4 operands, which the grouped GEMM does not take yet).
+Recipes: "bf16" (bf16 operands and outputs), "mxfp8" and "fp8_block" (operands
+moe.Quantized as the grouped GEMMs take them; outputs e4m3 in the recipe's blocks, 32 or
+1 x 128, a rowwise and a columnwise copy). A quantized output is a pair (rowwise,
+columnwise) of moe.Quantized: the rowwise copy [R, width] is what moe.quantize gives for
+the bf16-rounded values; the columnwise copy holds every group zero-padded to whole
+blocks of rows (shape (RP, width), stored [width, RP]; group g from column padded[g], the
+exclusive prefix sums of the groups' sizes rounded up to the block, rows past the
+splits' sum belonging to no group). Not yet: "nvfp4" (the grouped GEMM takes no NVFP4
+operands yet).
 """
 
 from __future__ import annotations
@@ -28,39 +29,44 @@ from .grouped_gemm import GemmConfig, _check, _check_fp8, _check_splits, _config
 from .grouped_gemm import _check_bias as _check_gemm_bias
 from .quant import Quantized
 
-RECIPES = ("bf16", "mxfp8")
+RECIPES = ("bf16", "mxfp8", "fp8_block")
 MODES = ("exact", "accumulator")
+OUT = {"bf16": 0, "mxfp8": 1, "fp8_block": 2}  # the kernels' OUT
+BLOCK = {"bf16": K.MX_BLOCK, "mxfp8": K.MX_BLOCK, "fp8_block": K.FP8_BLOCK}  # a quantized output's block
 
 
-def default_config(x) -> GemmConfig:
-    """grouped_gemm's tiles (the interpreter's 32 x 32 x 32 on numpy)."""
-    return GemmConfig(32, 32, 32, 4, 2) if isinstance(x, np.ndarray) else GemmConfig(128, 128, 64, 8, 3)
+def default_config(x, recipe="bf16") -> GemmConfig:
+    """grouped_gemm's tiles; on the interpreter (numpy) 32 x 32 x 32, for FP8-block's
+    128-blocks 128 x 128 x 32."""
+    if not isinstance(x, np.ndarray):
+        return GemmConfig(128, 128, 64, 8, 3)
+    return GemmConfig(128, 128, 32, 4, 2) if recipe == "fp8_block" else GemmConfig(32, 32, 32, 4, 2)
 
 
 def _recipe(fn, recipe):
     if recipe not in RECIPES:
-        raise ValueError(f"{fn}: recipe must be one of {RECIPES} (fp8_block, nvfp4: not fused yet), got {recipe!r}")
+        raise ValueError(f"{fn}: recipe must be one of {RECIPES} (nvfp4: not fused yet), got {recipe!r}")
 
 
-def _fused_config(fn, config, like, quantized):
-    cfg = _config(fn, default_config(like) if config is None else config, like)
-    if cfg.block_n < K.DS_CHUNK or (quantized and cfg.block_m < K.MX_BLOCK):
+def _fused_config(fn, config, like, recipe, quantized):
+    cfg = _config(fn, default_config(like, recipe) if config is None else config, like)
+    block = BLOCK[recipe] if quantized else 1
+    if cfg.block_n < max(K.DS_CHUNK, block) or cfg.block_m < block:
         raise ValueError(
-            f"{fn}: config.block_n must be >= {K.DS_CHUNK}"
-            + (f" and config.block_m >= {K.MX_BLOCK} (MXFP8 blocks)" if quantized else "")
-            + f", got {cfg}"
+            f"{fn}: config.block_n must be >= {max(K.DS_CHUNK, block)} and config.block_m >= {block} "
+            f"(dprobs runs of {K.DS_CHUNK}, the output's blocks), got {cfg}"
         )
     return cfg
 
 
-def _glu_meta(act, k, cfg, quantized, fn):
+def _glu_meta(act, k, cfg, block, fn):
     """GLU_RUN and EVEN_ODD (kernels_dsl.moe.activations.load_glu) for interleave k, and
-    PAIRS (fused.store_glu_grad: k divides the column tile)."""
+    PAIRS (fused.store_glu_grad: k divides the column tile); block: a quantized dh's (or 1)."""
     pairs = cfg.block_n % k == 0
-    if quantized and act.glu and not pairs and k % K.MX_BLOCK:
+    if act.glu and not pairs and k % block:
         raise ValueError(
-            f"{fn}: an MXFP8 dh needs the interleave ({k}) to divide config.block_n ({cfg.block_n}) or to be a "
-            "multiple of 32 (its blocks run along C's columns)"
+            f"{fn}: a quantized dh needs the interleave ({k}) to divide config.block_n ({cfg.block_n}) or to be a "
+            f"multiple of {block} (its blocks run along C's columns)"
         )
     return dict(GLU_RUN=math.gcd(k, cfg.block_n), EVEN_ODD=act.glu and k == 1, PAIRS=pairs)
 
@@ -75,8 +81,10 @@ def _operands(fn, recipe, a, w, name, wname, dgrad):
         return a, int(a.shape[0]), int(a.shape[1]), wt, None
     sa = _check_fp8(fn, name, a, -1, name)
     sw = _check_fp8(fn, wname, w, 0 if dgrad else -1, f"{wname}.reshape(G * out, in)" + (", axis=0" if dgrad else ""))
-    if a.recipe != "mxfp8" or w.recipe != "mxfp8":
-        raise ValueError(f"{fn}: recipe 'mxfp8' takes MXFP8 copies of {name} and {wname}, got {a.recipe}, {w.recipe}")
+    if a.recipe != recipe or w.recipe != recipe:
+        raise ValueError(
+            f"{fn}: recipe {recipe!r} takes {recipe} copies of {name} and {wname}, got {a.recipe}, {w.recipe}"
+        )
     meta = dict(SA_ROWS=sa, SW_ROWS=sw, FA=a.fmt, FW=w.fmt)
     return a.data, a.shape[0], a.shape[1], w, meta
 
@@ -89,27 +97,44 @@ def _fp8_shape(fn, w, wname, groups, inner, dgrad):
     return (k, gn // groups) if dgrad else (gn // groups, k)
 
 
-def _fp8_step(cfg, inner):
-    return next(b for b in (cfg.block_k, 128, 64, 32) if inner % b == 0 and b % 32 == 0)
+def _fp8_step(cfg, inner, recipe):
+    """The K step: grouped_gemm's choice (FP8-block: within one 128-block)."""
+    fits = (lambda b: b <= 128) if recipe == "fp8_block" else (lambda b: True)
+    return next(b for b in (cfg.block_k, 128, 64, 32) if inner % b == 0 and b % 32 == 0 and fits(b))
 
 
-def _outputs(like, rows, width, rp, quantized):
+def _scale_kind(recipe):
+    return "e8m0" if recipe == "mxfp8" else "float32"
+
+
+def _device(a):
+    """The array as the kernels take it: 8-bit codes as int8."""
+    return a if str(a.dtype).endswith("float32") else _arrays.as_int8(a)
+
+
+def _columns(like, width, rp, recipe):
+    """A columnwise copy [width, RP] of the recipe's codes and scales."""
+    block = BLOCK[recipe]
+    qt, qts = _arrays.empty(like, (width, rp), "e4m3"), _arrays.empty(like, (width, rp // block), _scale_kind(recipe))
+    return (_device(qt), _device(qts)), Quantized(qt, qts, recipe, 0, (rp, width), block=(1, block))
+
+
+def _outputs(like, rows, width, rp, recipe, quantized):
     """(the four arrays a kernel's store_out writes, the result): bf16 [R, width], or the
-    MXFP8 rowwise and columnwise copies."""
+    rowwise and columnwise copies."""
     if not quantized:
         y = _arrays.empty(like, (rows, width), "bfloat16")
         return (y, y, y, y), y
-    q, qs = _arrays.empty(like, (rows, width), "e4m3"), _arrays.empty(like, (rows, width // 32), "e8m0")
-    qt, qts = _arrays.empty(like, (width, rp), "e4m3"), _arrays.empty(like, (width, rp // 32), "e8m0")
-    row = Quantized(q, qs, "mxfp8", -1, (rows, width))
-    col = Quantized(qt, qts, "mxfp8", 0, (rp, width))
-    return tuple(_arrays.as_int8(a) for a in (q, qs, qt, qts)), (row, col)
+    block = BLOCK[recipe]
+    q, qs = _arrays.empty(like, (rows, width), "e4m3"), _arrays.empty(like, (rows, width // block), _scale_kind(recipe))
+    cols, col = _columns(like, width, rp, recipe)
+    return (_device(q), _device(qs), *cols), (Quantized(q, qs, recipe, -1, (rows, width), block=(1, block)), col)
 
 
-def _padded_rows(rows, groups):
-    """RP: the columns of a columnwise copy (each non-empty group adds at most 31 pad rows),
-    a multiple of 512: 16-byte aligned rows of its scales."""
-    return cdiv(rows + (K.MX_BLOCK - 1) * min(groups, rows), 512) * 512
+def _padded_rows(rows, groups, block):
+    """RP: the columns of a columnwise copy (each non-empty group adds at most block - 1
+    pad rows), a multiple of 512: 16-byte aligned rows of its scales."""
+    return cdiv(rows + (block - 1) * min(groups, rows), 512) * 512
 
 
 def _check_probs(fn, probs, like, rows):
@@ -137,10 +162,10 @@ def fc1_forward(
     """(C, y) of FC1 with its epilogue fused: C [R, n1] bf16 = x_g w1_gᵀ (+ bias [G, n1],
     · bias_scale [R] when given), y = probs · act(C) [R, n] (mode "exact": of the bf16 C;
     "accumulator": of the fp32 sum). recipe "bf16": x [R, d] bf16, w1 [G, n1, d] (or G
-    arrays [n1, d]), y bf16. "mxfp8": x = moe.quantize(x, "mxfp8"), w1 =
-    moe.quantize(w1.reshape(G·n1, d), "mxfp8"), y the pair (rowwise, columnwise) of MXFP8
-    copies (module docstring), or bf16 with quantize_out=False. Rows past the splits' sum
-    are not written."""
+    arrays [n1, d]), y bf16. "mxfp8" / "fp8_block": x = moe.quantize(x, recipe), w1 =
+    moe.quantize(w1.reshape(G·n1, d), recipe, ...) (FP8-block: 128 x 128 or 1 x 128
+    blocks), y the pair (rowwise, columnwise) of quantized copies (module docstring), or
+    bf16 with quantize_out=False. Rows past the splits' sum are not written."""
     fn = "fc1_forward"
     _recipe(fn, recipe)
     if mode not in MODES:
@@ -159,17 +184,17 @@ def fc1_forward(
     n, k = _layout(fn, act, n1, interleave)
     _check_probs(fn, probs, like, rows)
     _check_gemm_bias(fn, bias, bias_scale, like, groups, n1, rows)
-    quantized = recipe != "bf16" and bool(quantize_out)
-    if quantized and n % K.MX_BLOCK:
-        raise ValueError(f"{fn}: an MXFP8 y needs n (the activation's width) to be a multiple of 32, got {n}")
-    cfg = _fused_config(fn, config, like, quantized)
-    sched = _schedule(like, splits, rows, cfg.block_m, K.MX_BLOCK)
-    rp = _padded_rows(rows, groups)
+    quantized, block = recipe != "bf16" and bool(quantize_out), BLOCK[recipe]
+    if quantized and n % block:
+        raise ValueError(f"{fn}: a {recipe} y needs n (the activation's width) to be a multiple of {block}, got {n}")
+    cfg = _fused_config(fn, config, like, recipe, quantized)
+    sched = _schedule(like, splits, rows, cfg.block_m, block)
+    rp = _padded_rows(rows, groups, block)
     c = _arrays.empty(like, (rows, n1), "bfloat16")
-    ys, y = _outputs(like, rows, n, rp, quantized)
+    ys, y = _outputs(like, rows, n, rp, recipe, quantized)
     if fp8:
-        a_args = (_arrays.as_int8(x.data), _scales(x), _arrays.as_int8(w.data), None, _scales(w))
-        strides, bc = (int(x.scale.shape[1]), int(w.scale.shape[1])), _fp8_step(cfg, d)
+        a_args = (_arrays.as_int8(x.data), _device(x.scale), _arrays.as_int8(w.data), None, _device(w.scale))
+        strides, bc = (int(x.scale.shape[1]), int(w.scale.shape[1])), _fp8_step(cfg, d, recipe)
         w_meta = dict(FP8=True, FX=fp8["FA"], FW=fp8["FW"], SX_ROWS=fp8["SA_ROWS"], SW_ROWS=fp8["SW_ROWS"])
         w_meta |= dict(W_LIST=False, W_ALIGNED=True)
         arrays = ()
@@ -197,16 +222,16 @@ def fc1_forward(
             n,
             k,
             rp,
-            n // 32,
-            rp // 32,
+            n // block,
+            rp // block,
             *strides,
             *params,
             ACT=act,
             BIAS=0 if bias is None else 1 if bias_scale is None else 2,
             EXACT=mode == "exact",
-            OUT=int(quantized),
+            OUT=OUT[recipe] if quantized else 0,
             **w_meta,
-            **{m: v for m, v in _glu_meta(act, k, cfg, False, fn).items() if m != "PAIRS"},
+            **{m: v for m, v in _glu_meta(act, k, cfg, 1, fn).items() if m != "PAIRS"},
             BM=cfg.block_m,
             BO=cfg.block_n,
             BC=bc,
@@ -214,10 +239,6 @@ def fc1_forward(
             num_stages=cfg.num_stages,
         )
     return c, y
-
-
-def _scales(q):
-    return _arrays.as_int8(q.scale) if q.recipe == "mxfp8" else q.scale
 
 
 def fc2_dgrad(
@@ -235,14 +256,14 @@ def fc2_dgrad(
     config=None,
 ):
     """(dh, dprobs, y_col) of the FC2 dgrad with its epilogue fused: g = bf16(dy_g w2_g)
-    [R, n], dh = g · probs · act'(C) [R, n1] in C's layout (bf16, or for "mxfp8" the
-    (rowwise, columnwise) MXFP8 pair), dprobs [R] fp32 = Σ_j g · act(C) in
+    [R, n], dh = g · probs · act'(C) [R, n1] in C's layout (bf16, or for "mxfp8" and
+    "fp8_block" the (rowwise, columnwise) pair), dprobs [R] fp32 = Σ_j g · act(C) in
     scaled_act_backward's fixed order (0 for rows past the splits' sum). recompute:
     y_col = probs · act(C) again, as fc1_forward's exact mode wrote it (bf16 [R, n], or
-    its columnwise MXFP8 copy, what the FC2 wgrad reads), else None. recipe "bf16": dy
-    [R, d] bf16, w2 [G, d, n] (or G arrays [d, n]); "mxfp8": dy = moe.quantize(dy,
-    "mxfp8"), w2 = moe.quantize(w2.reshape(G·d, n), "mxfp8", axis=0). C [R, n1] bf16 is
-    fc1_forward's."""
+    its columnwise quantized copy, what the FC2 wgrad reads), else None. recipe "bf16":
+    dy [R, d] bf16, w2 [G, d, n] (or G arrays [d, n]); quantized: dy = moe.quantize(dy,
+    recipe), w2 = moe.quantize(w2.reshape(G·d, n), recipe, axis=0, ...). C [R, n1] bf16
+    is fc1_forward's."""
     fn = "fc2_dgrad"
     _recipe(fn, recipe)
     act = _activation(fn, activation)
@@ -262,18 +283,18 @@ def fc2_dgrad(
         raise ValueError(f"{fn}: c must be FC1's output [R, n1] = ({rows}, {n1}) for {activation!r}, got {c.shape}")
     _, k = _layout(fn, act, n1, interleave)
     _check_probs(fn, probs, like, rows)
-    quantized = recipe != "bf16"
-    if quantized and n % K.MX_BLOCK:
-        raise ValueError(f"{fn}: MXFP8 outputs need n to be a multiple of 32, got {n}")
-    cfg = _fused_config(fn, config, like, quantized)
-    glu = _glu_meta(act, k, cfg, quantized, fn)
-    sched = _schedule(like, splits, rows, cfg.block_m, K.MX_BLOCK)
-    rp = _padded_rows(rows, groups)
-    dhs, dh = _outputs(like, rows, n1, rp, quantized)
+    quantized, block = recipe != "bf16", BLOCK[recipe]
+    if quantized and n % block:
+        raise ValueError(f"{fn}: {recipe} outputs need n to be a multiple of {block}, got {n}")
+    cfg = _fused_config(fn, config, like, recipe, quantized)
+    glu = _glu_meta(act, k, cfg, block if quantized else 1, fn)
+    sched = _schedule(like, splits, rows, cfg.block_m, block)
+    rp = _padded_rows(rows, groups, block)
+    dhs, dh = _outputs(like, rows, n1, rp, recipe, quantized)
     y_col, ys = None, (splits, splits, splits)
     if recompute and quantized:  # the columnwise copy only: the wgrad's operand
-        qt, qts = _arrays.empty(like, (n, rp), "e4m3"), _arrays.empty(like, (n, rp // 32), "e8m0")
-        ys, y_col = (splits, _arrays.as_int8(qt), _arrays.as_int8(qts)), Quantized(qt, qts, "mxfp8", 0, (rp, n))
+        cols, y_col = _columns(like, n, rp, recipe)
+        ys = (splits, *cols)
     elif recompute:
         y_col = _arrays.empty(like, (rows, n), "bfloat16")
         ys = (y_col, y_col, y_col)
@@ -283,8 +304,8 @@ def fc2_dgrad(
     parts = _arrays.empty(like, (rows, parts_width), "float32")
     dprobs = _arrays.empty(like, (rows,), "float32")
     if fp8:
-        a_args = (_arrays.as_int8(dy.data), _scales(dy), _arrays.as_int8(w.data), splits, _scales(w))
-        strides, bc = (int(dy.scale.shape[1]), int(w.scale.shape[1])), _fp8_step(cfg, d)
+        a_args = (_arrays.as_int8(dy.data), _device(dy.scale), _arrays.as_int8(w.data), splits, _device(w.scale))
+        strides, bc = (int(dy.scale.shape[1]), int(w.scale.shape[1])), _fp8_step(cfg, d, recipe)
         w_meta = dict(FP8=True, FD=fp8["FA"], FW=fp8["FW"], SD_ROWS=fp8["SA_ROWS"], SW_ROWS=fp8["SW_ROWS"])
         w_meta |= dict(W_LIST=False, W_ALIGNED=True)
         arrays = ()
@@ -311,13 +332,13 @@ def fc2_dgrad(
             n,
             k,
             rp,
-            n1 // 32,
-            rp // 32,
+            n1 // block,
+            rp // block,
             parts_width,
             *strides,
             *params,
             ACT=act,
-            OUT=int(quantized),
+            OUT=OUT[recipe],
             RECOMPUTE=bool(recompute),
             **w_meta,
             **glu,

@@ -23,6 +23,10 @@ from tests.python.moe.errors import assert_error_rms, error_stats
 
 BF16 = ref.BF16
 SMALL = moe.GemmConfig(32, 32, 32, 4, 2)
+RECIPES = ["bf16", "mxfp8", "fp8_block"]
+# The interpreter's tiles per recipe: FP8-block's outputs come in blocks of 128 rows and columns.
+CONFIG = {"bf16": SMALL, "mxfp8": SMALL, "fp8_block": moe.GemmConfig(128, 128, 32, 4, 2)}
+BLOCK = {"bf16": 32, "mxfp8": 32, "fp8_block": 128}  # a quantized output's block
 # (rows R, splits): partial row tiles, pad rows past the sum, an empty last expert.
 CASES = {
     "several": (150, [40, 0, 61, 33, 0]),
@@ -30,17 +34,16 @@ CASES = {
     "g1": (90, [77]),
 }
 NAMES = list(moe.ACTIVATIONS)
-MX = 32
 # Error RMS of an MXFP8 copy against float64: e4m3 rounds to 3 bits (relative error up
 # to 2^-4, RMS about 2^-4/sqrt(3)), after the bf16 rounding.
-RMS = {"bf16": 2.0**-8, "mxfp8": 2.0**-4}
+RMS = {"bf16": 2.0**-8, "mxfp8": 2.0**-4, "fp8_block": 2.0**-4}
 # The max error, relative to the tensor's largest element: a loose ceiling (4 bf16
 # roundings; 2 e4m3 roundings).
-MAX_REL = {"bf16": 2.0**-7, "mxfp8": 2.0**-3}
+MAX_REL = {"bf16": 2.0**-7, "mxfp8": 2.0**-3, "fp8_block": 2.0**-3}
 # Accumulator mode's FC2-wgrad deviation from exact mode, relative to the tensor's RMS
 # (bf16: C's rounding moves act(C) by ~2^-9 relative; MXFP8: e4m3 bin flips), and at
 # most ACC_BASELINE times SReLU's under the same recipe and inputs.
-ACC_RMS = {"bf16": 2.0**-6, "mxfp8": 2.0**-4}
+ACC_RMS = {"bf16": 2.0**-6, "mxfp8": 2.0**-4, "fp8_block": 2.0**-4}
 ACC_BASELINE = 4.0
 
 
@@ -53,7 +56,10 @@ def assert_rms(got, expected, recipe, what):
 
 
 class Numpy:
-    """The interpreter's arrays: numpy both ways."""
+    """The interpreter's arrays: numpy both ways. fp8_block_error: what an fp8 dot may add
+    per 32-block, relative to Σ|products| (gemm_reference.check); 0: fp32 throughout."""
+
+    fp8_block_error = 0.0
 
     @staticmethod
     def dev(a):
@@ -65,9 +71,11 @@ class Numpy:
 
 
 def layouts(name, recipe):
-    """(interleave, n): act_reference's layouts; MXFP8 outputs need n % 32 == 0."""
+    """(interleave, n): act_reference's layouts; quantized outputs need whole blocks."""
     if recipe == "bf16":
         return act_ref.layouts(name)
+    if recipe == "fp8_block":
+        return [(0, 128), (32, 128), (1, 128)] if moe.ACTIVATIONS[name].glu else [(0, 128)]
     return [(0, 96), (32, 64), (1, 64), (16, 64)] if moe.ACTIVATIONS[name].glu else [(0, 96)]
 
 
@@ -103,7 +111,7 @@ def make_problem(rng, name, recipe, rows, splits, interleave, n, d=None, bias=0)
     """Fresh random inputs; C has a standard deviation of about 2 (the activations'
     curved parts, clamps at ±limit hit); bias 0 none, 1 b_g, 2 b_g·s."""
     glu = moe.ACTIVATIONS[name].glu
-    d = d or (64 if recipe == "mxfp8" else 80)
+    d = d or {"bf16": 80, "mxfp8": 64, "fp8_block": 128}[recipe]
     g, n1 = len(splits), 2 * n if glu else n
     p = Problem(
         name,
@@ -125,23 +133,25 @@ def make_problem(rng, name, recipe, rows, splits, interleave, n, d=None, bias=0)
 
 
 def operands(be, p):
-    """The GEMM operands on the backend: bf16 arrays, or their MXFP8 copies (the recipe's
-    inputs), and the float64 values the kernels multiply (dequantized for MXFP8)."""
+    """The GEMM operands on the backend: bf16 arrays, or their quantized copies (the
+    recipe's inputs; FP8-block weights in 128 x 128 blocks), and the float64 values the
+    kernels multiply (dequantized)."""
     x, w1, w2, dy = (be.dev(a) for a in (p.x, p.w1, p.w2, p.dy))
     if p.recipe == "bf16":
         return (x, w1, dy, w2), tuple(a.astype(np.float64) for a in (p.x, p.w1, p.dy, p.w2))
     g, n1, d = p.w1.shape
+    wb = dict(block=(128, 128)) if p.recipe == "fp8_block" else {}
     q = (
-        moe.quantize(x, "mxfp8"),
-        moe.quantize(be.dev(np.ascontiguousarray(p.w1.reshape(g * n1, d))), "mxfp8"),
-        moe.quantize(dy, "mxfp8"),
-        moe.quantize(be.dev(np.ascontiguousarray(p.w2.reshape(g * d, p.n))), "mxfp8", axis=0),
+        moe.quantize(x, p.recipe),
+        moe.quantize(be.dev(np.ascontiguousarray(p.w1.reshape(g * n1, d))), p.recipe, **wb),
+        moe.quantize(dy, p.recipe),
+        moe.quantize(be.dev(np.ascontiguousarray(p.w2.reshape(g * d, p.n))), p.recipe, axis=0, **wb),
     )
     shapes = (p.x.shape, p.w1.shape, p.dy.shape, p.w2.shape)
     return q, tuple(be.host(moe.dequantize(a)).astype(np.float64).reshape(s) for a, s in zip(q, shapes))
 
 
-def fc1(be, p, ops, mode="exact", config=SMALL, **kw):
+def fc1(be, p, ops, mode="exact", config=None, **kw):
     return moe.fc1_forward(
         ops[0],
         ops[1],
@@ -154,12 +164,12 @@ def fc1(be, p, ops, mode="exact", config=SMALL, **kw):
         interleave=p.interleave,
         act_params=p.params,
         mode=mode,
-        config=config,
+        config=config or CONFIG[p.recipe],
         **kw,
     )
 
 
-def fc2(be, p, ops, c, recompute=True, config=SMALL):
+def fc2(be, p, ops, c, recompute=True, config=None):
     return moe.fc2_dgrad(
         ops[2],
         ops[3],
@@ -171,7 +181,7 @@ def fc2(be, p, ops, c, recompute=True, config=SMALL):
         interleave=p.interleave,
         act_params=p.params,
         recompute=recompute,
-        config=config,
+        config=config or CONFIG[p.recipe],
     )
 
 
@@ -185,26 +195,28 @@ def assert_same(got, expected, what):
     assert not diff.any(), f"{what}: {diff.sum()} of {diff.size} rows differ, first row {np.argmax(diff)}"
 
 
-def group_blocks(splits, rows):
+def group_blocks(splits, rows, block):
     """(first row, rows, first column in the columnwise copy, padded rows) per non-empty group."""
     off = ref.offsets(splits, rows)
     sizes = np.diff(off)
-    pad = np.concatenate([[0], np.cumsum(-(-sizes // MX) * MX)])
+    pad = np.concatenate([[0], np.cumsum(-(-sizes // block) * block)])
     return [(int(off[g]), int(sizes[g]), int(pad[g]), int(pad[g + 1] - pad[g])) for g in range(len(sizes)) if sizes[g]]
 
 
 def host_q(be, q):
-    return be.host(q.data).view(np.uint8), be.host(q.scale).view(np.uint8)
+    """(codes, scales) on the host, compared by assert_same bit for bit."""
+    return be.host(q.data), be.host(q.scale)
 
 
 def assert_quantized_as(be, pair, values, splits, what):
-    """pair = (rowwise, columnwise) MXFP8 copies hold exactly moe.quantize of the bf16
-    `values` [end, width]: rowwise the rows, columnwise each group zero-padded to 32 rows."""
+    """pair = (rowwise, columnwise) quantized copies hold exactly moe.quantize of the bf16
+    `values` [end, width]: rowwise the rows, columnwise each group zero-padded to whole
+    blocks of rows."""
     row, col = pair
     end, width = values.shape
     data, scale = host_q(be, row)
     if end:
-        qd, qs = host_q(be, moe.quantize(be.dev(values), "mxfp8"))
+        qd, qs = host_q(be, moe.quantize(be.dev(values), row.recipe))
         assert_same(data[:end], qd, f"{what} rowwise codes")
         assert_same(scale[:end], qs, f"{what} rowwise scales")
     assert_columns_as(be, col, values, splits, what)
@@ -212,19 +224,20 @@ def assert_quantized_as(be, pair, values, splits, what):
 
 def assert_columns_as(be, col, values, splits, what):
     cdata, cscale = host_q(be, col)
-    for r0, size, c0, padded in group_blocks(splits, values.shape[0]):
+    qb = BLOCK[col.recipe]
+    for r0, size, c0, padded in group_blocks(splits, values.shape[0], qb):
         block = np.zeros((padded, values.shape[1]), BF16)
         block[:size] = values[r0 : r0 + size]
-        qd, qs = host_q(be, moe.quantize(be.dev(block), "mxfp8", axis=0))
+        qd, qs = host_q(be, moe.quantize(be.dev(block), col.recipe, axis=0))
         assert_same(cdata[:, c0 : c0 + padded], qd, f"{what} columnwise codes, group at row {r0}")
-        assert_same(cscale[:, c0 // MX : (c0 + padded) // MX], qs, f"{what} columnwise scales, group at row {r0}")
+        assert_same(cscale[:, c0 // qb : (c0 + padded) // qb], qs, f"{what} columnwise scales, group at row {r0}")
 
 
-def check_against_unfused(be, p, config=SMALL):
+def check_against_unfused(be, p, config=None):
     """The fused outputs bit for bit against the unfused composition, exact mode; returns
     the fused (C, y, dh, dprobs, y_col)."""
     ops, _ = operands(be, p)
-    end, splits = p.end, be.dev(p.splits)
+    end, splits, config = p.end, be.dev(p.splits), config or CONFIG[p.recipe]
     c, y = fc1(be, p, ops, config=config)
     bias = None if p.bias is None else be.dev(p.bias)
     scale = None if p.bias_scale is None else be.dev(p.bias_scale)
@@ -246,11 +259,12 @@ def check_against_unfused(be, p, config=SMALL):
         assert_same(be.host(y_col)[:end], be.host(y)[:end], "recomputed y_col vs the forward's y")
     else:
         assert_quantized_as(be, dh, dh_ref[:end], p.splits, "dh")
-        cols = group_blocks(p.splits, p.rows)
+        qb = BLOCK[p.recipe]
+        cols = group_blocks(p.splits, p.rows, qb)
         last = cols[-1][2] + cols[-1][3] if cols else 0
         got, fwd = host_q(be, y_col), host_q(be, y[1])
         assert_same(got[0][:, :last], fwd[0][:, :last], "recomputed y_col codes vs the forward's")
-        assert_same(got[1][:, : last // MX], fwd[1][:, : last // MX], "recomputed y_col scales vs the forward's")
+        assert_same(got[1][:, : last // qb], fwd[1][:, : last // qb], "recomputed y_col scales vs the forward's")
     return c, y, dh, dprobs, y_col
 
 
@@ -266,7 +280,7 @@ def dequantized_rows(be, y, end):
     return be.host(moe.dequantize(y[0]))[:end] if isinstance(y, tuple) else be.host(y)[:end].astype(np.float64)
 
 
-def check_against_float64(be, p, outputs, ops64, config=SMALL):
+def check_against_float64(be, p, outputs, ops64, config=None):
     """C, y, dh and dprobs against float64: tight bounds where the inputs are the kernels'
     own (y from C, dh from the dgrad's bf16 output), the error RMS end to end."""
     c, y, dh, dprobs, _ = outputs
@@ -275,7 +289,9 @@ def check_against_float64(be, p, outputs, ops64, config=SMALL):
         return
     x64, w1_64, dy64, w2_64 = ops64
     c_ref, mag = ref.forward(x64, w1_64, p.splits, p.bias, p.bias_scale)
-    ref.check(be.host(c)[:end], c_ref, mag, x64.shape[1] + 1, "bfloat16", "C", recipe=rec)
+    fp8 = rec != "bf16"
+    block_error = be.fp8_block_error if fp8 else 0.0
+    ref.check(be.host(c)[:end], c_ref, mag, x64.shape[1] + 1, "bfloat16", "C", "mxfp8" if fp8 else "bf16", block_error)
     c64 = be.host(c)[:end].astype(np.float64)
     a, b = split_c(p, c64)
     s = p.probs[:end]
@@ -291,20 +307,21 @@ def check_against_float64(be, p, outputs, ops64, config=SMALL):
     assert_rms(dequantized_rows(be, dh, end), dh_ref, rec, "dh")
     assert_rms(be.host(dprobs)[:end], np.sum(g64 * f, axis=1), "bf16", "dprobs")  # g's bf16 rounding
     if rec == "bf16":  # tight: from the dgrad's own bf16 output g
-        splits = be.dev(p.splits)
-        g = be.host(moe.grouped_gemm_dgrad(be.dev(p.dy), be.dev(p.w2), splits, config=config))[:end].astype(np.float64)
+        cfg = config or CONFIG[rec]
+        g = be.host(moe.grouped_gemm_dgrad(be.dev(p.dy), be.dev(p.w2), be.dev(p.splits), config=cfg))[:end]
+        g = g.astype(np.float64)
         act_ref.check_backward(be.host(dh)[:end], be.host(dprobs)[:end], p.name, a, b, s, g, full, p.interleave)
 
 
 def fc2_wgrad64(be, p, y, dy2):
     """float64 dw2_g = dy2_gᵀ y_g [G, d, n] from the FC2 input as the wgrad reads it: bf16
-    rows, or the MXFP8 columnwise copy (group g from its padded column)."""
+    rows, or the columnwise quantized copy (group g from its padded column)."""
     g = len(p.splits)
     dw = np.zeros((g, dy2.shape[1], p.n))
     if isinstance(y, tuple):
         cols = be.host(moe.dequantize(y[1]))
         off = ref.offsets(p.splits, p.rows)
-        blocks = {r0: (c0, size) for r0, size, c0, _ in group_blocks(p.splits, p.rows)}
+        blocks = {r0: (c0, size) for r0, size, c0, _ in group_blocks(p.splits, p.rows, BLOCK[p.recipe])}
         for i in range(g):
             if off[i] in blocks and off[i + 1] > off[i]:
                 c0, size = blocks[off[i]]
@@ -313,7 +330,7 @@ def fc2_wgrad64(be, p, y, dy2):
     return ref.wgrad(dy2, be.host(y)[: p.end].astype(np.float64), p.splits)[0]
 
 
-def accumulator_deviation(be, p, rng, config=SMALL):
+def accumulator_deviation(be, p, rng, config=None):
     """(stats of the FC2 wgrad from accumulator mode's y against exact mode's, y_acc and
     its float64 reference); C is the same in both modes."""
     ops, ops64 = operands(be, p)
@@ -337,7 +354,7 @@ def rng():
 
 
 @pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("recipe", ["bf16", "mxfp8"])
+@pytest.mark.parametrize("recipe", RECIPES)
 @pytest.mark.parametrize("name", NAMES)
 def test_fused_equals_unfused_and_float64(rng, name, recipe, case):
     rows, splits = CASES[case]
@@ -348,7 +365,7 @@ def test_fused_equals_unfused_and_float64(rng, name, recipe, case):
 
 
 @pytest.mark.parametrize("bias", [1, 2], ids=["bias", "scaled_bias"])
-@pytest.mark.parametrize("recipe", ["bf16", "mxfp8"])
+@pytest.mark.parametrize("recipe", RECIPES)
 @pytest.mark.parametrize("name", ["swiglu", "srelu"])
 def test_bias(rng, name, recipe, bias):
     for interleave, n in layouts(name, recipe)[:2]:
@@ -357,7 +374,7 @@ def test_bias(rng, name, recipe, bias):
         check_against_float64(Numpy, p, outputs, operands(Numpy, p)[1])
 
 
-@pytest.mark.parametrize("recipe", ["bf16", "mxfp8"])
+@pytest.mark.parametrize("recipe", RECIPES)
 @pytest.mark.parametrize("name", NAMES)
 def test_accumulator_mode(rng, name, recipe):
     rows, splits = CASES["several"]
@@ -373,13 +390,16 @@ def test_accumulator_mode(rng, name, recipe):
     assert_rms(y_acc, y_ref, recipe, "accumulator-mode y")
 
 
-@pytest.mark.parametrize("recipe", ["bf16", "mxfp8"])
+@pytest.mark.parametrize("recipe", RECIPES)
 def test_dprobs_is_reproducible_and_independent_of_tiles(rng, recipe):
-    p = make_problem(rng, "swiglu", recipe, *CASES["several"], 0, 96)
+    p = make_problem(rng, "swiglu", recipe, *CASES["several"], 0, 128 if recipe == "fp8_block" else 96)
     ops, _ = operands(Numpy, p)
     c, _ = fc1(Numpy, p, ops)
     first = fc2(Numpy, p, ops, c)[1]
-    for config in (SMALL, moe.GemmConfig(64, 64, 32, 4, 2), moe.GemmConfig(32, 128, 64, 4, 2)):
+    configs = [SMALL, moe.GemmConfig(64, 64, 32, 4, 2), moe.GemmConfig(32, 128, 64, 4, 2)]
+    if recipe == "fp8_block":
+        configs = [CONFIG[recipe], moe.GemmConfig(128, 256, 64, 4, 2)]
+    for config in configs:
         assert_same(fc2(Numpy, p, ops, c, config=config)[1], first, f"dprobs with {config}")
 
 
@@ -436,7 +456,8 @@ def test_bad_input(rng):
         (lambda: f2(dy, w2, s, np.ascontiguousarray(c[:, :64]), pr, "swiglu"), ValueError, "c must be FC1's output"),
         (lambda: f2(dy, w1, s, c, pr, "swiglu"), ValueError, "dy has 80 columns"),
         (lambda: f2(dy, w2, s, c.astype(np.float32), pr, "swiglu"), TypeError, "c must be bfloat16"),
-        (lambda: f2(dy, w2, s, c, pr, "swiglu", "fp8_block"), ValueError, "recipe must be one of"),
+        (lambda: f2(dy, w2, s, c, pr, "swiglu", "fp8_block"), TypeError, "dy must be a moe.Quantized"),
+        (lambda: f2(dy, w2, s, c, pr, "swiglu", "nvfp4"), ValueError, "recipe must be one of"),
     ]
     for call, err, text in bad:
         with pytest.raises(err, match=text):
