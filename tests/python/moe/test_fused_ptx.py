@@ -1,8 +1,8 @@
 """The fused FC1 and FC2-dgrad kernels as moe.fc1_forward / moe.fc2_dgrad launch them with
-their GPU config (bf16 and MXFP8 operands, unary and GLU activations in every layout,
-bias, recompute) lower for sm_90a to PTX that ptxas accepts, with the K loop on
-pipelined wgmma (cp.async into a ring of stages; both dots of a GLU in one loop) and no
-missed fast path (TILEFUSE_PERF_HINTS)."""
+their GPU configs (bf16, MXFP8 and FP8-block operands and outputs; unary and GLU
+activations in every layout; bias, accumulator mode, recompute) lower for sm_90a to PTX
+that ptxas accepts, with the K loop on pipelined wgmma (cp.async into a ring of stages;
+both dots of a GLU in one loop) and no missed fast path (TILEFUSE_PERF_HINTS)"""
 
 import shutil
 
@@ -48,20 +48,27 @@ R, D, N, G = 256, 512, 512, 4  # N / 32 = 16: scale rows the launch specializes 
 splits = np.array([100, 0, 120, 0], np.int32)
 probs = rng.random(R).astype(np.float32)
 x, dy = (rng.standard_normal((R, D)).astype(BF16) for _ in range(2))
-qx, qdy = moe.quantize(x, "mxfp8"), moe.quantize(dy, "mxfp8")
+WB = {"mxfp8": {}, "fp8_block": dict(block=(128, 128))}  # the weights' blocks
 
 
-def weights(name):
+def operands(name, recipe):
+    """(x, w1, dy, w2) as the recipe takes them, C, a bias."""
     n1 = 2 * N if moe.ACTIVATIONS[name].glu else N
     w1, w2 = rng.standard_normal((G, n1, D)).astype(BF16), rng.standard_normal((G, D, N)).astype(BF16)
-    c = rng.standard_normal((R, n1)).astype(BF16)
-    q1, q2 = moe.quantize(w1.reshape(-1, D), "mxfp8"), moe.quantize(w2.reshape(-1, N), "mxfp8", axis=0)
-    return w1, w2, q1, q2, c, rng.standard_normal((G, n1)).astype(np.float32)
+    c, bias = rng.standard_normal((R, n1)).astype(BF16), rng.standard_normal((G, n1)).astype(np.float32)
+    if recipe == "bf16":
+        return (x, w1, dy, w2), c, bias
+    q = (
+        moe.quantize(x, recipe),
+        moe.quantize(w1.reshape(-1, D), recipe, **WB[recipe]),
+        moe.quantize(dy, recipe),
+        moe.quantize(w2.reshape(-1, N), recipe, axis=0, **WB[recipe]),
+    )
+    return q, c, bias
 
 
 def calls(name, interleave, recipe, cfg):
-    w1, w2, q1, q2, c, bias = weights(name)
-    a1, b1, a2, b2 = (x, w1, dy, w2) if recipe == "bf16" else (qx, q1, qdy, q2)
+    (a1, b1, a2, b2), c, bias = operands(name, recipe)
     kw = dict(interleave=interleave, act_params={"c_s": 2.0} if name == "tanh_srelu" else None, config=cfg)
     return [
         lambda: moe.fc1_forward(a1, b1, splits, probs, name, recipe, bias=bias, bias_scale=probs, **kw),
@@ -70,19 +77,22 @@ def calls(name, interleave, recipe, cfg):
     ]
 
 
+CONFIGS = {"default": moe.GemmConfig(), "n64": moe.GemmConfig(128, 64, 64, 4, 3)}
 CASES = [
-    (name, interleave, recipe)
+    (name, interleave, recipe, cfg)
     for name in moe.ACTIVATIONS
     for interleave in ((0, 32, 16, 1) if moe.ACTIVATIONS[name].glu else (0,))
-    for recipe in ("bf16", "mxfp8")
+    for recipe in ("bf16", "mxfp8", "fp8_block")
+    for cfg in CONFIGS
+    if recipe != "fp8_block" or cfg == "default"  # FP8-block outputs: blocks of 128 columns
 ]
 CHECKED = set()
 
 
 @pytest.mark.skipif(not shutil.which("ptxas") and not shutil.os.path.exists(PTXAS), reason="needs ptxas")
-@pytest.mark.parametrize("cfg", [moe.GemmConfig(), moe.GemmConfig(128, 64, 64, 4, 3)], ids=["default", "n64"])
-@pytest.mark.parametrize("name,interleave,recipe", CASES)
-def test_fused_kernels_are_on_the_fast_path(monkeypatch, tmp_path, name, interleave, recipe, cfg):
+@pytest.mark.parametrize("name,interleave,recipe,config", CASES)
+def test_fused_kernels_are_on_the_fast_path(monkeypatch, tmp_path, name, interleave, recipe, config):
+    cfg = CONFIGS[config]
     for call in calls(name, interleave, recipe, cfg):
         for kernel, args, meta in launches(monkeypatch, call):
             warps, stages = meta.pop("num_warps", 4), meta.pop("num_stages", 3)
