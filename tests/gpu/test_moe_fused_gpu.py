@@ -5,7 +5,7 @@ scaled_act → quantize; grouped_gemm_dgrad → scaled_act_backward), against fl
 references (tight bounds from the kernels' own inputs, error RMS end to end), recompute's
 y_col against the forward's y bit for bit, dprobs reproducible across runs and tile
 configs, and the accumulator mode's FC2-wgrad deviation by error RMS (per recipe and
-relative to SReLU's). Every activation of the registry, recipes bf16 and MXFP8, several
+relative to SReLU's). Every activation of the registry, recipes bf16, MXFP8 and FP8-block, several
 tiles and partial tiles, empty experts (the last too), one expert owning every row, G = 1,
 the GPU's default config and a second one."""
 
@@ -24,8 +24,14 @@ CASES = {  # (rows R, splits)
     "one_owns_all": (2048, [0, 2048, 0, 0]),
     "g1": (1500, [1400]),
 }
-CONFIGS = {"default": moe.GemmConfig(128, 128, 64, 8, 3), "n64": moe.GemmConfig(128, 64, 64, 4, 4)}
-D = {"bf16": 392, "mxfp8": 512}  # bf16: K not a multiple of the K tile
+DEFAULT = moe.GemmConfig(128, 128, 64, 8, 3)
+# A second config per recipe (FP8-block's outputs need 128-column tiles).
+SECOND = {
+    "bf16": moe.GemmConfig(128, 64, 64, 4, 4),
+    "mxfp8": moe.GemmConfig(128, 64, 64, 4, 4),
+    "fp8_block": moe.GemmConfig(128, 128, 128, 8, 2),
+}
+D = {"bf16": 392, "mxfp8": 512, "fp8_block": 512}  # bf16: K not a multiple of the K tile
 _TORCH = {
     np.dtype(ml_dtypes.bfloat16): (np.int16, "bfloat16"),
     np.dtype(ml_dtypes.float8_e4m3fn): (np.int8, "float8_e4m3fn"),
@@ -62,6 +68,8 @@ def layouts(name, recipe):
     glu = moe.ACTIVATIONS[name].glu
     if recipe == "bf16":
         return [(0, 200), (32, 256), (1, 192)] if glu else [(0, 300)]
+    if recipe == "fp8_block":
+        return [(0, 256), (32, 256), (1, 128)] if glu else [(0, 384)]
     return [(0, 256), (32, 192), (1, 128), (16, 128)] if glu else [(0, 320)]
 
 
@@ -73,15 +81,15 @@ def rng():
 
 
 # The second config on one case: every config is a compile of each kernel variant.
-RUNS = [("skewed", "default"), ("skewed", "n64"), ("one_owns_all", "default"), ("g1", "default")]
+RUNS = [("skewed", "default"), ("skewed", "second"), ("one_owns_all", "default"), ("g1", "default")]
 
 
 @pytest.mark.parametrize("case,config", RUNS)
-@pytest.mark.parametrize("recipe", ["bf16", "mxfp8"])
+@pytest.mark.parametrize("recipe", F.RECIPES)
 @pytest.mark.parametrize("name", F.NAMES)
 def test_fused_equals_unfused_and_float64(rng, name, recipe, case, config):
     rows, splits = CASES[case]
-    cfg = CONFIGS[config]
+    cfg = DEFAULT if config == "default" else SECOND[recipe]
     for interleave, n in layouts(name, recipe):
         p = F.make_problem(rng, name, recipe, rows, splits, interleave, n, d=D[recipe])
         outputs = F.check_against_unfused(Cuda, p, cfg)
@@ -89,21 +97,21 @@ def test_fused_equals_unfused_and_float64(rng, name, recipe, case, config):
 
 
 @pytest.mark.parametrize("bias", [1, 2], ids=["bias", "scaled_bias"])
-@pytest.mark.parametrize("recipe", ["bf16", "mxfp8"])
+@pytest.mark.parametrize("recipe", F.RECIPES)
 @pytest.mark.parametrize("name", ["swiglu", "clamped_swiglu", "srelu"])
 def test_bias(rng, name, recipe, bias):
     for interleave, n in layouts(name, recipe)[:2]:
         p = F.make_problem(rng, name, recipe, *CASES["skewed"], interleave, n, d=D[recipe], bias=bias)
-        outputs = F.check_against_unfused(Cuda, p, CONFIGS["default"])
-        F.check_against_float64(Cuda, p, outputs, F.operands(Cuda, p)[1], CONFIGS["default"])
+        outputs = F.check_against_unfused(Cuda, p, DEFAULT)
+        F.check_against_float64(Cuda, p, outputs, F.operands(Cuda, p)[1], DEFAULT)
 
 
-@pytest.mark.parametrize("recipe", ["bf16", "mxfp8"])
+@pytest.mark.parametrize("recipe", F.RECIPES)
 @pytest.mark.parametrize("name", F.NAMES)
 def test_accumulator_mode(rng, name, recipe):
     rows, splits = CASES["skewed"]
     (interleave, n), unary_n = layouts(name, recipe)[0], layouts("srelu", recipe)[0][1]
-    cfg = CONFIGS["default"]
+    cfg = DEFAULT
     p = F.make_problem(rng, name, recipe, rows, splits, interleave, n, d=D[recipe], bias=1)
     base = F.make_problem(rng, "srelu", recipe, rows, splits, 0, unary_n, d=D[recipe], bias=1)
     baseline = F.accumulator_deviation(Cuda, base, rng, cfg)[0]
@@ -115,11 +123,14 @@ def test_accumulator_mode(rng, name, recipe):
     F.assert_rms(y_acc, y_ref, recipe, "accumulator-mode y")
 
 
-@pytest.mark.parametrize("recipe", ["bf16", "mxfp8"])
+@pytest.mark.parametrize("recipe", F.RECIPES)
 def test_dprobs_is_reproducible_and_independent_of_tiles(rng, recipe):
     p = F.make_problem(rng, "swiglu", recipe, *CASES["skewed"], 0, 256, d=D[recipe])
     ops, _ = F.operands(Cuda, p)
-    c, _ = F.fc1(Cuda, p, ops, config=CONFIGS["default"])
-    first = Cuda.host(F.fc2(Cuda, p, ops, c, config=CONFIGS["default"])[1])
-    for config in (*CONFIGS.values(), CONFIGS["default"], moe.GemmConfig(64, 256, 64, 4, 3)):
+    c, _ = F.fc1(Cuda, p, ops, config=DEFAULT)
+    first = Cuda.host(F.fc2(Cuda, p, ops, c, config=DEFAULT)[1])
+    configs = [DEFAULT, SECOND[recipe], DEFAULT]
+    if recipe != "fp8_block":
+        configs.append(moe.GemmConfig(64, 256, 64, 4, 3))
+    for config in configs:
         F.assert_same(Cuda.host(F.fc2(Cuda, p, ops, c, config=config)[1]), first, f"dprobs with {config}")
