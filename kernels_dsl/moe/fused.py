@@ -2,7 +2,7 @@
 whose epilogues apply the scaled activation, its derivative and the quantization of
 their outputs, so that neither the activation nor its gradient round-trips through
 memory in bf16. The K loops, the tile schedule and the bias are grouped_gemm.py's; the
-activations are activations.py's device functions; MXFP8 blocks are quantize.py's.
+activations are activations.py's device functions; the block encodings quantize.py's.
 
 FC1 (fc1_kernel), per scheduled tile of rows of group g and BO output columns:
     h = x_g w1_gᵀ (+ b_g, + b_g·s) in fp32; C = bf16(h) stored in C's (GLU) layout;
