@@ -78,13 +78,15 @@ def calls(name, interleave, recipe, cfg):
 
 
 CONFIGS = {"default": moe.GemmConfig(), "n64": moe.GemmConfig(128, 64, 64, 4, 3)}
+# Every activation on each recipe's default; the GLU layouts, the second config and
+# FP8-block on representatives (each case compiles and assembles up to six kernels).
 CASES = [
-    (name, interleave, recipe, cfg)
-    for name in moe.ACTIVATIONS
-    for interleave in ((0, 32, 16, 1) if moe.ACTIVATIONS[name].glu else (0,))
-    for recipe in ("bf16", "mxfp8", "fp8_block")
-    for cfg in CONFIGS
-    if recipe != "fp8_block" or cfg == "default"  # FP8-block outputs: blocks of 128 columns
+    *((name, 0, recipe, "default") for name in moe.ACTIVATIONS for recipe in ("bf16", "mxfp8")),
+    *(("swiglu", k, recipe, "default") for k in (32, 16, 1) for recipe in ("bf16", "mxfp8")),
+    ("clamped_swiglu", 1, "mxfp8", "n64"),
+    ("swiglu", 0, "bf16", "n64"),
+    ("srelu", 0, "mxfp8", "n64"),
+    *((name, k, "fp8_block", "default") for name, k in (("swiglu", 0), ("swiglu", 1), ("gelu_erf", 0))),
 ]
 CHECKED = set()
 
