@@ -335,8 +335,8 @@ def k_loop_fp8(
     rc = tl.arange(0, BC)
     rows = (m0 + rm)[:, None] < end
     a_rows = a_ptr + m0.to(tl.int64) * C + rm[:, None] * C
-    w_block = g * W_BLOCK
     w_rows = g.to(tl.int64) * W_ROW + cols
+    w_block = g * W_BLOCK
     w_cols = w_ptr + w_rows[None, :] * W_COLS + 32 * w_block
     w_rows_b = g.to(tl.int64) * W_ROW + cols_b
     w_cols_b = w_ptr + w_rows_b[None, :] * W_COLS + 32 * w_block
@@ -344,8 +344,8 @@ def k_loop_fp8(
     acc_b = tl.zeros((BM, BO), dtype=tl.float32)
     for c in range(0, tl.where(valid, C, 0), BC):
         a = tl.load(a_rows + (c + rc)[None, :], mask=rows, other=0)
-        sa = _scale_codes(sa_ptr, m0.to(tl.int64) + rm, 0, c, SA_STRIDE, m0 + rm < end, SA_ROWS, BC)
         b = tl.load(w_cols + (c + rc)[:, None], mask=(cols < O)[None, :], other=0)
+        sa = _scale_codes(sa_ptr, m0.to(tl.int64) + rm, 0, c, SA_STRIDE, m0 + rm < end, SA_ROWS, BC)
         sb = _scale_codes(sw_ptr, w_rows, w_block, c, SW_STRIDE, cols < O, SW_ROWS, BC)
         acc = tl.dot_scaled(a, sa, FA, b, sb, FW, acc)
         if TWO:
