@@ -129,8 +129,9 @@ def test_dprobs_is_reproducible_and_independent_of_tiles(rng, recipe):
     ops, _ = F.operands(Cuda, p)
     c, _ = F.fc1(Cuda, p, ops, config=DEFAULT)
     first = Cuda.host(F.fc2(Cuda, p, ops, c, config=DEFAULT)[1])
-    configs = [DEFAULT, SECOND[recipe], DEFAULT]
+    # Other row and column tiles, DEFAULT's K step (g's fp32 sums follow the K loop).
+    configs = [DEFAULT, moe.GemmConfig(128, 256, 64, 8, 2), DEFAULT]
     if recipe != "fp8_block":
-        configs.append(moe.GemmConfig(64, 256, 64, 4, 3))
+        configs += [moe.GemmConfig(128, 64, 64, 4, 4), moe.GemmConfig(64, 256, 64, 4, 3)]
     for config in configs:
         F.assert_same(Cuda.host(F.fc2(Cuda, p, ops, c, config=config)[1]), first, f"dprobs with {config}")

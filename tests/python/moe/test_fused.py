@@ -396,9 +396,11 @@ def test_dprobs_is_reproducible_and_independent_of_tiles(rng, recipe):
     ops, _ = operands(Numpy, p)
     c, _ = fc1(Numpy, p, ops)
     first = fc2(Numpy, p, ops, c)[1]
-    configs = [SMALL, moe.GemmConfig(64, 64, 32, 4, 2), moe.GemmConfig(32, 128, 64, 4, 2)]
+    # Other row and column tiles, the same K step (the dgrad's fp32 sums, whose bf16
+    # rounding g enters dprobs, follow the K loop's order).
+    configs = [SMALL, moe.GemmConfig(64, 64, 32, 4, 2), moe.GemmConfig(32, 128, 32, 4, 2)]
     if recipe == "fp8_block":
-        configs = [CONFIG[recipe], moe.GemmConfig(128, 256, 64, 4, 2)]
+        configs = [CONFIG[recipe], moe.GemmConfig(128, 256, 32, 4, 2)]
     for config in configs:
         assert_same(fc2(Numpy, p, ops, c, config=config)[1], first, f"dprobs with {config}")
 
