@@ -128,7 +128,14 @@ def test_float8e4b15_bits():
     out = torch.zeros(2**16, dtype=torch.uint8, device="cuda")
     e4b15.encode_kernel[(1,)](cuda(h16), out, N=2**16, MODE="rtne")
     np.testing.assert_array_equal(host(out, np.uint8), e4b15.encode_f16_reference(h16))
+    # A NaN's sign: the GPU's f32 -> f16 cvt makes every NaN the canonical +NaN (so -NaN
+    # encodes as +1.75, as Triton's does); the interpreter keeps the sign (-1.75). e4b15 has
+    # no NaN, so only the sign of the clamped value differs: compared apart.
     x = e4b15.f32_cases(np.random.default_rng(7))
+    x = np.where(np.isnan(x), np.float32(np.nan), x)  # +NaN only
+    neg_nan = torch.zeros(1, dtype=torch.uint8, device="cuda")
+    e4b15.encode_kernel[(1,)](cuda(np.full(1, -np.nan, np.float32)), neg_nan, N=1, MODE="rtne")
+    assert host(neg_nan, np.uint8)[0] == 0x7E
     for mode in ("rtne", "rtz"):
         out = torch.zeros(x.size, dtype=torch.uint8, device="cuda")
         e4b15.encode_kernel[(1,)](cuda(x), out, N=x.size, MODE=mode)
