@@ -113,8 +113,9 @@ test-asan: build-asan
 	$(SAN_ENV) TILEFUSE_BUILD_DIR=$(abspath $(ASAN_BUILD)) $(VENV)/bin/lit -sv tests/lit
 	$(SAN_ENV) LD_PRELOAD=$(ASAN_RT) PYTHONPATH=$(ASAN_BUILD)/pkg:. $(PY) -m pytest -q -p no:cacheprovider $(ASAN_PYTESTS)
 
-# Each target: first its kept regressions (each must pass), then FUZZ_SECONDS of fuzzing
-# from the seed corpus; new inputs go to $(ASAN_BUILD)/fuzz, a crash's input too.
+# Each libFuzzer target: first its kept regressions (each must pass), then FUZZ_SECONDS of
+# fuzzing from the seed corpus (new inputs and a crash's input go to $(ASAN_BUILD)/fuzz);
+# then the frontend grammar fuzzer for FUZZ_SECONDS, on the instrumented extension.
 fuzz: build-asan
 	@for t in ir lower; do \
 	  bin=$(ASAN_BUILD)/tests/fuzz/fuzz_$$t; out=$(ASAN_BUILD)/fuzz/$$t; mkdir -p $$out/corpus; \
@@ -123,6 +124,7 @@ fuzz: build-asan
 	  $(SAN_ENV) $$bin -max_total_time=$(FUZZ_SECONDS) -max_len=16384 -timeout=20 -rss_limit_mb=4096 \
 	    -print_final_stats=1 -artifact_prefix=$$out/ $$out/corpus tests/fuzz/corpus/ir || exit 1; \
 	done
+	$(SAN_ENV) LD_PRELOAD=$(ASAN_RT) PYTHONPATH=$(ASAN_BUILD)/pkg:. $(PY) -m scripts.fuzz.gen_kernels --seconds $(FUZZ_SECONDS)
 
 # Rewrites tests/python/golden/ptx/ after an intended change of code generation.
 golden-ptx: build

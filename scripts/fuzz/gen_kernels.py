@@ -122,7 +122,6 @@ def elementwise_kernel(rng: random.Random):
     leaves = {"x": 0, "y": 0}
     v_src, v_fn = g.tile_expr(leaves, rng.randint(1, 3))
     body = [f"    v = {v_src}"]
-    steps = [v_fn]
     control = rng.choice(["none", "if", "for", "while"])
     trips = rng.randint(0, 4)
     if control != "none":
