@@ -85,7 +85,7 @@ ASAN_RT = $(shell clang++-14 -print-file-name=libclang_rt.asan-x86_64.so)
 SAN_ENV = ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # The Python tests under ASan (CPython itself is not instrumented: LD_PRELOAD of the
 # runtime, no leak checking): the suites that exercise the C++ most, within CI's budget.
-ASAN_PYTESTS ?= tests/python/test_hostile_input.py tests/python/test_cache.py tests/python/test_runtime.py \
+ASAN_PYTESTS ?= tests/python/test_fuzz_regressions.py tests/python/test_hostile_input.py tests/python/test_cache.py tests/python/test_runtime.py \
   tests/python/test_jit.py tests/python/test_errors.py tests/python/test_ptx.py tests/python/test_gpu_stage.py
 FUZZ_SECONDS ?= 60
 

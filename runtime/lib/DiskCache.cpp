@@ -54,13 +54,16 @@ uint64_t defaultCacheMaxBytes() {
   size_t digits = 0;
   while (digits < s.size() && std::isdigit(static_cast<unsigned char>(s[digits]))) ++digits;
   int shift = -1;
-  if (digits == s.size()) shift = 0;
-  else if (digits + 1 == s.size()) shift = s[digits] == 'K' ? 10 : s[digits] == 'M' ? 20 : s[digits] == 'G' ? 30 : -1;
-  // At most 15 digits and a G: well within 64 bits.
-  if (digits == 0 || digits > 15 || shift < 0)
+  if (digits == s.size())
+    shift = 0;
+  else if (digits + 1 == s.size())
+    shift = s[digits] == 'K' ? 10 : s[digits] == 'M' ? 20 : s[digits] == 'G' ? 30 : -1;
+  // At most 18 digits: the count itself fits in 64 bits; the suffix must not carry it out.
+  uint64_t n = digits == 0 || digits > 18 || shift < 0 ? 0 : std::stoull(s.substr(0, digits));
+  if (digits == 0 || digits > 18 || shift < 0 || n > (UINT64_MAX >> shift))
     throw std::invalid_argument("TILEFUSE_CACHE_MAX_BYTES='" + s +
                                 "' is not a byte count (an integer, optionally followed by K, M or G)");
-  return std::stoull(s.substr(0, digits)) << shift;
+  return n << shift;
 }
 
 std::string DiskCache::path(const std::string& key) const {
@@ -153,8 +156,10 @@ void DiskCache::evict(const std::string& keep) const {
     std::string name = it->path().filename().string();
     if (name.find(".tmp") != std::string::npos) {
       // Another writer's file in flight is left alone; a killed writer's is removed.
-      if (used < staleTemp) fs::remove(it->path(), fe);
-      else total += bytes;
+      if (used < staleTemp)
+        fs::remove(it->path(), fe);
+      else
+        total += bytes;
       continue;
     }
     total += bytes;

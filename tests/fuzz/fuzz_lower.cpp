@@ -20,7 +20,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     passes::runPipeline(*m);
     for (Op* f : m->funcs()) {
       // Each function on its own: a helper the lowering refuses must not hide a kernel's crash.
-      fuzz::expectOnlyUserErrors([&] { lower::compileKernel(*m, funcName(*f), lower::LowerOptions{"sm_90a", 4, 3, false, ""}); });
+      fuzz::expectOnlyUserErrors([&] {
+        lower::compileKernel(*m, funcName(*f), lower::LowerOptions{"sm_90a", 4, 3, false, ""});
+      });
     }
   });
   return 0;

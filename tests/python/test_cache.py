@@ -72,12 +72,12 @@ def test_evictions_count_autotune_decisions_and_drop_stale_temporaries(tmp_path)
 
 
 def test_max_bytes_from_the_environment(tmp_path, monkeypatch):
-    for value, want in [("123", 123), ("4K", 4096), ("3M", 3 << 20), ("2G", 2 << 30), ("0", 0)]:
+    for value, want in [("123", 123), ("4K", 4096), ("3M", 3 << 20), ("2G", 2 << 30), ("0", 0), ("9" * 18, 10**18 - 1)]:
         monkeypatch.setenv("TILEFUSE_CACHE_MAX_BYTES", value)
         assert R.DiskCache(str(tmp_path)).max_bytes == want
     monkeypatch.delenv("TILEFUSE_CACHE_MAX_BYTES")
     assert R.DiskCache(str(tmp_path)).max_bytes == 1 << 30  # the default: 1 GiB
-    for bad in ("-1", "1.5G", "12KB", "x", "k", "9" * 16, " 12"):
+    for bad in ("-1", "1.5G", "12KB", "x", "k", "9" * 19, "99999999999G", " 12"):
         monkeypatch.setenv("TILEFUSE_CACHE_MAX_BYTES", bad)
         with pytest.raises(ValueError, match=r"TILEFUSE_CACHE_MAX_BYTES='.*' is not a byte count"):
             R.DiskCache(str(tmp_path))
