@@ -348,7 +348,10 @@ void Machine::execArith(const Op& op) {
       roundInPlace(r);
     } else {
       bool keep = op.kind() == OpKind::Abs && isUnsigned(t.elem);
-      r.i = op.kind() == OpKind::Neg ? ArrI(-a.i) : keep ? a.i : ArrI(a.i.abs());
+      // In uint64: -INT64_MIN wraps to itself instead of overflowing.
+      auto neg = [](int64_t v) { return static_cast<int64_t>(0 - static_cast<uint64_t>(v)); };
+      auto abs = [&](int64_t v) { return v < 0 ? neg(v) : v; };
+      r.i = op.kind() == OpKind::Neg ? ArrI(a.i.unaryExpr(neg)) : keep ? a.i : ArrI(a.i.unaryExpr(abs));
       wrapInPlace(r);
     }
     set(op.result(), std::move(r));
