@@ -14,8 +14,8 @@ compiles runs (with a perf_model, the one it ranks first)."""
 
 from __future__ import annotations
 
-import contextlib
 import concurrent.futures
+import contextlib
 import hashlib
 import inspect
 import json
