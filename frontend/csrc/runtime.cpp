@@ -156,9 +156,13 @@ void init_runtime(py::module_& m) {
       py::arg("where"));
 
   py::class_<DiskCache>(r, "DiskCache")
-      .def(py::init([](std::optional<std::string> d) { return DiskCache(d ? *d : defaultCacheDir()); }),
-           py::arg("dir") = py::none())
+      .def(py::init([](std::optional<std::string> d, std::optional<uint64_t> max) {
+             return DiskCache(d ? *d : defaultCacheDir(), max ? *max : defaultCacheMaxBytes());
+           }),
+           py::arg("dir") = py::none(), py::arg("max_bytes") = py::none())
       .def_property_readonly("dir", &DiskCache::dir)
+      .def_property_readonly("max_bytes", &DiskCache::maxBytes)
+      .def("evict", &DiskCache::evict, py::arg("keep") = "")
       .def("get",
            [](const DiskCache& c, const std::string& k) -> py::object {
              auto v = c.get(k);

@@ -15,6 +15,7 @@ compiles runs (with a perf_model, the one it ranks first)."""
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import hashlib
 import inspect
 import json
@@ -526,6 +527,8 @@ class _Decisions:
                 or not 0 <= best < len(self.configs)
             ):
                 raise ValueError("it does not match the configs")
+            with contextlib.suppress(OSError):  # recently used: the cache evicts the least recently used
+                os.utime(self.path)
             return self.configs[best]
         except (OSError, ValueError, KeyError, TypeError) as e:
             warnings.warn(f"tilefuse autotune: ignoring the unreadable decision {self.path}: {e}", stacklevel=2)
@@ -539,6 +542,7 @@ class _Decisions:
             with os.fdopen(fd, "w") as f:
                 json.dump(d, f, indent=1)
             os.replace(tmp, self.path)  # atomic: a reader never sees half a file
+            _C.runtime.DiskCache().evict(self.path)  # keep the cache within its bound
         except OSError as e:
             warnings.warn(f"tilefuse autotune: cannot store the decision in {self.dir}: {e}", stacklevel=2)
 

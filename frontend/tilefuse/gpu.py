@@ -157,7 +157,7 @@ def build(kernel, arch: str, num_warps: int, num_stages: int):
     if entry is not None and stored is not None:
         try:
             hints = json.loads(stored)
-            if isinstance(hints, list) and all(isinstance(h, list) for h in hints):
+            if isinstance(hints, list) and all(_is_hint(h) for h in hints):
                 return entry, hints
         except ValueError:
             pass  # unreadable hints: compile again, which rewrites both
@@ -172,6 +172,17 @@ def build(kernel, arch: str, num_warps: int, num_stages: int):
     except (RuntimeError, OSError) as e:  # a cache dir that is a file, read-only, full, ...
         _warn_cache_once(cache.dir, e)
     return entry, hints
+
+
+def _is_hint(h) -> bool:
+    """A cached perf hint as lower() reports it: [file or None, line, col, message]."""
+    return (
+        isinstance(h, list)
+        and len(h) == 4
+        and (h[0] is None or isinstance(h[0], str))
+        and all(type(x) is int for x in h[1:3])
+        and isinstance(h[3], str)
+    )
 
 
 _cache_warned = set()

@@ -4,8 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -13,6 +15,7 @@
 #include <fstream>
 #include <random>
 #include <stdexcept>
+#include <vector>
 
 namespace tilefuse::runtime {
 namespace {
@@ -42,6 +45,25 @@ std::string defaultCacheDir() {
   if (const char* d = std::getenv("TILEFUSE_CACHE_DIR"); d && *d) return d;
   const char* home = std::getenv("HOME");
   return std::string(home ? home : "/tmp") + "/.cache/tilefuse";
+}
+
+uint64_t defaultCacheMaxBytes() {
+  const char* v = std::getenv("TILEFUSE_CACHE_MAX_BYTES");
+  if (!v || !*v) return uint64_t(1) << 30;
+  std::string s(v);
+  size_t digits = 0;
+  while (digits < s.size() && std::isdigit(static_cast<unsigned char>(s[digits]))) ++digits;
+  int shift = -1;
+  if (digits == s.size())
+    shift = 0;
+  else if (digits + 1 == s.size())
+    shift = s[digits] == 'K' ? 10 : s[digits] == 'M' ? 20 : s[digits] == 'G' ? 30 : -1;
+  // At most 18 digits: the count itself fits in 64 bits; the suffix must not carry it out.
+  uint64_t n = digits == 0 || digits > 18 || shift < 0 ? 0 : std::stoull(s.substr(0, digits));
+  if (digits == 0 || digits > 18 || shift < 0 || n > (UINT64_MAX >> shift))
+    throw std::invalid_argument("TILEFUSE_CACHE_MAX_BYTES='" + s +
+                                "' is not a byte count (an integer, optionally followed by K, M or G)");
+  return n << shift;
 }
 
 std::string DiskCache::path(const std::string& key) const {
@@ -75,8 +97,10 @@ std::optional<std::string> readRegular(const std::string& p) {
 }  // namespace
 
 std::optional<std::string> DiskCache::get(const std::string& key) const {
-  std::optional<std::string> file = readRegular(path(key));
+  std::string p = path(key);
+  std::optional<std::string> file = readRegular(p);
   if (!file) return std::nullopt;
+  ::utimensat(AT_FDCWD, p.c_str(), nullptr, 0);  // recently used (a read-only cache stays as is)
   std::string& all = *file;
   const size_t header = 4 + 8 + 8;
   if (all.size() < header || all.compare(0, 4, kMagic) != 0) return std::nullopt;
@@ -107,6 +131,48 @@ void DiskCache::put(const std::string& key, const std::string& data) const {
     if (!out.flush()) throw std::runtime_error("cannot write the kernel cache at " + tmp);
   }
   std::filesystem::rename(tmp, final);  // atomic on POSIX within one filesystem
+  evict(final);
+}
+
+void DiskCache::evict(const std::string& keep) const {
+  if (maxBytes_ == 0) return;  // unbounded
+  namespace fs = std::filesystem;
+  struct File {
+    fs::path path;
+    uint64_t bytes;
+    fs::file_time_type used;
+  };
+  std::vector<File> files;
+  uint64_t total = 0;
+  const auto staleTemp = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  std::error_code ec;
+  fs::recursive_directory_iterator it(dir_, fs::directory_options::skip_permission_denied, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    std::error_code fe;
+    if (!it->is_regular_file(fe) || fe) continue;  // directories, FIFOs, links: not entries
+    uint64_t bytes = it->file_size(fe);
+    fs::file_time_type used = it->last_write_time(fe);
+    if (fe) continue;  // removed meanwhile
+    std::string name = it->path().filename().string();
+    if (name.find(".tmp") != std::string::npos) {
+      // Another writer's file in flight is left alone; a killed writer's is removed.
+      if (used < staleTemp)
+        fs::remove(it->path(), fe);
+      else
+        total += bytes;
+      continue;
+    }
+    total += bytes;
+    if (it->path() != fs::path(keep)) files.push_back({it->path(), bytes, used});
+  }
+  if (total <= maxBytes_) return;
+  const uint64_t target = maxBytes_ / 10 * 9;
+  std::sort(files.begin(), files.end(), [](const File& a, const File& b) { return a.used < b.used; });
+  for (const File& f : files) {
+    if (total <= target) break;
+    std::error_code fe;
+    if (fs::remove(f.path, fe) || !fs::exists(f.path, fe)) total -= f.bytes;  // gone either way
+  }
 }
 
 std::optional<CachedKernel> DiskCache::getKernel(const std::string& key) const {

@@ -348,7 +348,10 @@ void Machine::execArith(const Op& op) {
       roundInPlace(r);
     } else {
       bool keep = op.kind() == OpKind::Abs && isUnsigned(t.elem);
-      r.i = op.kind() == OpKind::Neg ? ArrI(-a.i) : keep ? a.i : ArrI(a.i.abs());
+      // In uint64: -INT64_MIN wraps to itself instead of overflowing.
+      auto neg = [](int64_t v) { return static_cast<int64_t>(0 - static_cast<uint64_t>(v)); };
+      auto abs = [&](int64_t v) { return v < 0 ? neg(v) : v; };
+      r.i = op.kind() == OpKind::Neg ? ArrI(a.i.unaryExpr(neg)) : keep ? a.i : ArrI(a.i.unaryExpr(abs));
       wrapInPlace(r);
     }
     set(op.result(), std::move(r));
@@ -384,8 +387,9 @@ void Machine::execArith(const Op& op) {
     int width = bitWidth(t.elem);
     bool u = isUnsigned(t.elem);
     switch (op.kind()) {
-      case OpKind::Add: r.i = x + y; break;
-      case OpKind::Sub: r.i = x - y; break;
+      // In uint64: wrapping (then to the element's width) without signed overflow.
+      case OpKind::Add: r.i = (x.cast<uint64_t>() + y.cast<uint64_t>()).cast<int64_t>(); break;
+      case OpKind::Sub: r.i = (x.cast<uint64_t>() - y.cast<uint64_t>()).cast<int64_t>(); break;
       case OpKind::Mul:
         for (Eigen::Index k = 0; k < x.size(); ++k)
           r.i[k] = static_cast<int64_t>(static_cast<uint64_t>(x[k]) * static_cast<uint64_t>(y[k]));
@@ -611,7 +615,8 @@ void Machine::execShape(const Op& op) {
 // The values atomics leave in memory (integers before wrapping to the element type).
 int64_t atomicInt(const Op& op, int64_t old, int64_t v, int64_t cmp, bool u) {
   switch (op.kind()) {
-    case OpKind::AtomicAdd: return old + v;
+    case OpKind::AtomicAdd:  // wrapping, without signed overflow
+      return static_cast<int64_t>(static_cast<uint64_t>(old) + static_cast<uint64_t>(v));
     case OpKind::AtomicMax: return lessInt(old, v, u) ? v : old;
     case OpKind::AtomicMin: return lessInt(v, old, u) ? v : old;
     case OpKind::AtomicXchg: return v;
