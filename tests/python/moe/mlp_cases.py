@@ -31,8 +31,10 @@ OPTIONS = {
 }
 # The bound on the accumulator mode's FC2-wgrad deviation, as a multiple of SReLU's under
 # the same recipe and inputs (SPEC §6.4: relative to the shipped baseline activation;
-# measured within 1.2 times on the interpreter).
+# measured within 1.2 times on the interpreter). A GLU's output reads two accumulators (gate
+# and up), each of which may flip a bin: up to 2.4 times SReLU's seen on fresh data.
 ACC_BASELINE_FACTOR = 2.0
+ACC_BASELINE_FACTOR_GLU = 4.0
 # A loose ceiling on its max (relative to dW2's RMS): bf16 rounds C at 2^-9 relative;
 # E4M3's 2^-4 steps make a few elements flip a quantization bin.
 ACC_MAX = {"bf16": 2.0**-3, "mxfp8": 4.0, "fp8_block": 4.0}
@@ -152,7 +154,7 @@ def srelu_inputs(inp, name):
 def accumulator_check(inp, name, recipe, run_fn, to_numpy):
     """SPEC §6.4: (runs without and with recompute in accumulator mode, dW2's deviation,
     SReLU's on the same inputs); asserts the deviation is not 0 (the forward did read the
-    fp32 accumulator) and within ACC_BASELINE_FACTOR of SReLU's and ACC_MAX."""
+    fp32 accumulator) and within ACC_BASELINE_FACTOR(_GLU) of SReLU's and ACC_MAX."""
 
     def deviation(act, x):
         runs = [run_fn(x, config(act, recipe, recompute_mode="accumulator", recompute=r)) for r in (False, True)]
@@ -162,6 +164,7 @@ def accumulator_check(inp, name, recipe, run_fn, to_numpy):
     base = dev if name == "srelu" else deviation("srelu", srelu_inputs(inp, name))[1]
     print(f"{name} {recipe}: accumulator-mode dW2 deviation {dev} (SReLU on the same inputs: {base})")
     assert dev.rms > 0, "accumulator mode changed nothing: the forward did not read the fp32 accumulator"
-    assert dev.rms <= ACC_BASELINE_FACTOR * base.rms, (dev, base)
+    factor = ACC_BASELINE_FACTOR_GLU if moe.ACTIVATIONS[name].glu else ACC_BASELINE_FACTOR
+    assert dev.rms <= factor * base.rms, (dev, base)
     assert dev.max <= ACC_MAX[recipe], dev
     return runs
