@@ -8,8 +8,8 @@ OUT=${OUT:-/tmp/tilefuse-out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 python3 -c "import tilefuse, torch; print('tilefuse', tilefuse.__version__, 'torch', torch.__version__, torch.cuda.get_device_name())"
-python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu "$@" 2>&1 | tee "$OUT/gpu-tests.log"
-rc=${PIPESTATUS[0]}
+OUT="$OUT" bash scripts/gpu/test.sh "$@"
+rc=$?
 python3 bench/gpu_bench.py --out "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
 python3 bench/autotune_bench.py --out "$OUT/autotune.json" 2>&1 | tee "$OUT/autotune.log"
 exit $rc
