@@ -20,7 +20,7 @@ import tilefuse as tf  # noqa: F401
 import torch
 import triton
 import triton.language as ttl
-from launch_overhead import cpp_launch, per_call_us
+from launch_overhead import build_cpp_launch, per_call_us, run_cpp_launch
 from tilefuse import gpu
 
 from kernels_dsl.tutorials import matmul, softmax, vector_add
@@ -156,7 +156,7 @@ def main():
     theirs = per_call_us(lambda: _triton_add[(4,)](x, y, out, n, BLOCK=1024))
     res["launch_us"] = {"tilefuse": ours, "triton": theirs}
     try:
-        res["launch_us"]["cpp"] = cpp_launch(x, y, out, n)
+        res["launch_us"]["cpp"] = run_cpp_launch(build_cpp_launch(x, y, out, n))
     except (subprocess.CalledProcessError, OSError) as e:
         res["launch_us"]["cpp"] = f"not measured: {e}"
 
