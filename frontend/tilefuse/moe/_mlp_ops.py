@@ -1,7 +1,8 @@
 """The steps of the grouped MLP (mlp.py), each a launch of DSL kernels: the FC1 and
-FC2-dgrad epilogues (composed from the grouped GEMMs, scaled activations and quantizers
-until moe.fused lands: `fc1_forward` and `fc2_dgrad` take its arguments and return its
-outputs, in its layouts), operand quantization, the wgrad and the bias gradients.
+FC2-dgrad epilogues composed from the grouped GEMMs, scaled activations and quantizers
+for the recipes moe.fused has no kernels for (`fc1_forward` and `fc2_dgrad` take its
+arguments and return its outputs, in its layouts), operand quantization, the wgrad and
+the bias gradients.
 
 Quantized recipes (MXFP8, FP8-block): the forward and dgrad GEMMs take rowwise copies of
 the activations and gradients, and of the weights rowwise (forward) or columnwise (dgrad,

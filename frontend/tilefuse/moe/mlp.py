@@ -7,7 +7,8 @@ arithmetic on the data.
 Recipes: "bf16"; "mxfp8" (E4M3 blocks of 32; d, n and n1 multiples of 32) and
 "fp8_block" (1 x 128 activations and gradients, 128 x 128 weights; multiples of 128),
 whose GEMMs take block-scaled fp8 operands (the wgrads: see _mlp_ops.py). "nvfp4" is
-refused: the grouped GEMM does not take NVFP4 operands yet.
+refused: the grouped GEMM does not take NVFP4 operands yet. The FC1 and FC2-dgrad
+epilogues are moe.fused's kernels for every recipe here (ctx.record: "fused").
 
 Split sizes stay on the device. mlp_forward launches check_splits, which flags negative
 sizes or sizes summing past the rows in ctx.splits_status (int32 [1], on the device):
@@ -26,7 +27,7 @@ import numpy as np
 from kernels_dsl.moe import mlp as K
 
 from ..arrays import is_torch_tensor
-from . import _arrays
+from . import _arrays, fused
 from . import _mlp_ops as ops
 from .activations import _activation, _layout, _params
 from .grouped_gemm import _check, _check_splits, _weights, grouped_gemm, grouped_gemm_dgrad
@@ -37,10 +38,10 @@ MODES = ("exact", "accumulator")
 GRADS = ("x", "probs", "w1", "w2", "b1", "b2")
 _MULTIPLE = {"bf16": 1, "mxfp8": 32, "fp8_block": 128}
 _FN = "mlp_forward"
-# The FC1 and FC2-dgrad epilogues: composed from the kernels until moe.fused lands (then
-# fused.fc1_forward, fused.fc2_dgrad, "fused": the same arguments, outputs and layouts;
-# moe.fused has no FP8-block outputs yet: that recipe would keep these).
-_fc1_forward, _fc2_dgrad, _EPILOGUES = ops.fc1_forward, ops.fc2_dgrad, "composed"
+# The FC1 and FC2-dgrad epilogues per recipe: moe.fused's kernels where it has them, else
+# composed from the grouped GEMM, scaled activation and quantizer kernels (_mlp_ops.py:
+# the same arguments, outputs and layouts; the fused kernels equal it bit for bit).
+_EPILOGUES = {r: (fused.fc1_forward, fused.fc2_dgrad, "fused") for r in fused.RECIPES}
 
 
 @dataclass
@@ -209,8 +210,9 @@ def mlp_forward(x, probs, splits, params, cfg, requires_grad=None, *, check_spli
     r, mode = cfg.recipe, cfg.recompute_mode
     act_args = dict(interleave=cfg.interleave, act_params=cfg.act_params)
     xa, w1a = ops.gemm_operands(x, w1, r, dgrad=False)
-    c, y = _fc1_forward(xa, w1a, splits, probs, cfg.activation, r, bias=b1, mode=mode, **act_args)
-    ctx.record.append(f"fc1_forward:{_EPILOGUES}-{mode}-{r}")
+    fc1_forward, _, variant = _EPILOGUES[r]
+    c, y = fc1_forward(xa, w1a, splits, probs, cfg.activation, r, bias=b1, mode=mode, **act_args)
+    ctx.record.append(f"fc1_forward:{variant}-{mode}-{r}")
     y_row, y_col = (y, y) if r == "bf16" else y
     w2a = w2 if r == "bf16" else ops.quantize_weight(w2, r, -1)
     out = ops.zeros(x, (rows, d), "bfloat16")
@@ -289,7 +291,8 @@ def mlp_backward(ctx, dy):
     regen = cfg.recompute and needs["w2"]
     if _upstream(needs) or regen:
         dya, w2a = ops.gemm_operands(dy, kept["w2"], r, dgrad=True)
-        dh, dprobs, y_col = _fc2_dgrad(
+        _, fc2_dgrad, variant = _EPILOGUES[r]
+        dh, dprobs, y_col = fc2_dgrad(
             dya,
             w2a,
             splits,
@@ -301,7 +304,7 @@ def mlp_backward(ctx, dy):
             act_params=cfg.act_params,
             recompute=regen,
         )
-        rec.append(f"fc2_dgrad:{_EPILOGUES}{'-recompute' if regen else ''}-{r}")
+        rec.append(f"fc2_dgrad:{variant}{'-recompute' if regen else ''}-{r}")
         dh_row, dh_col = (dh, dh) if r == "bf16" else dh
         if needs["probs"]:
             if cfg.scaled_bias:

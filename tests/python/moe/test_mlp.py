@@ -68,6 +68,16 @@ def test_against_float64(rng, name, recipe):
     cases.check_reference(res, inp, cases.config(name, recipe))
 
 
+@pytest.mark.parametrize("name,recipe", grid())
+def test_record_names_the_epilogues(rng, name, recipe):
+    """ctx.record says which FC1 and FC2-dgrad epilogues ran: moe.fused's kernels, or the
+    composition where moe.fused has none (mlp_cases.EPILOGUE)."""
+    _, res = baseline(rng, name, recipe)
+    variant = cases.EPILOGUE.get(recipe, "fused")
+    assert f"fc1_forward:{variant}-exact-{recipe}" in res.record, res.record
+    assert f"fc2_dgrad:{variant}-{recipe}" in res.record, res.record
+
+
 @pytest.mark.parametrize("case,recipe", [("one_owns_all", "bf16"), ("g1", "bf16"), ("no_rows", "mxfp8")])
 @pytest.mark.parametrize("name", NAMES)
 def test_expert_layouts(rng, name, case, recipe):
