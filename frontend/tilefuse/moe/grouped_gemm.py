@@ -5,7 +5,8 @@ docstring describes the device-side tile schedule.
 x, dy: [R, K] / [R, N] bf16, contiguous. w: [G, N, K] bf16 or a list of G arrays [N, K]
 (passed copy-free: the kernel addresses expert g at an element offset from w[0]'s
 address; the table of offsets goes to the device once per distinct list). The forward
-also takes block-scaled fp8 operands (moe.Quantized, MXFP8 or FP8-block).
+also takes block-scaled fp8 operands (moe.Quantized, MXFP8 or FP8-block), and all three
+take NVFP4 operands (_gemm_nvfp4.py says which copies).
 splits: int32 [G] on x's device, never read on the host: a negative size or sizes
 summing past R cannot be refused without a device-to-host sync, so the kernels clamp
 them (a negative size is 0; the groups end at row R). Rows past the sum are not written
@@ -201,6 +202,8 @@ def grouped_gemm(x, w, splits, bias=None, bias_scale=None, *, out=None, out_dtyp
     of w.reshape(G·N, K); each 32-wide K block's products promoted to fp32 times their
     two scales (an FP8-block 128-block is four 32-blocks of one scale)."""
     fn = "grouped_gemm"
+    if _gemm_nvfp4.is_nvfp4(x, w):
+        return _gemm_nvfp4.gemm(fn, x, w, splits, bias, bias_scale, out, out_dtype, config, dgrad=False)
     if isinstance(x, Quantized) or isinstance(w, Quantized):
         return _fp8_gemm(fn, x, w, splits, bias, bias_scale, out, out_dtype, config, dgrad=False)
     _check(fn, "x", x, x, ("bfloat16",), 2)
@@ -304,6 +307,8 @@ def grouped_gemm_dgrad(dy, w, splits, *, out=None, out_dtype="bfloat16", config=
     Block-scaled fp8: dy = moe.quantize(dy, ...) rowwise and w = moe.quantize(w.reshape(G·N,
     K), ..., axis=0) (the columnwise copy, stored transposed: K-major for the fp8 wgmma)."""
     fn = "grouped_gemm_dgrad"
+    if _gemm_nvfp4.is_nvfp4(dy, w):
+        return _gemm_nvfp4.gemm(fn, dy, w, splits, None, None, out, out_dtype, config, dgrad=True)
     if isinstance(dy, Quantized) or isinstance(w, Quantized):
         return _fp8_gemm(fn, dy, w, splits, None, None, out, out_dtype, config, dgrad=True)
     _check(fn, "dy", dy, dy, ("bfloat16",), 2)
@@ -321,8 +326,10 @@ def grouped_gemm_wgrad(dy, x, splits, *, out_dtype="bfloat16", config=None):
     """dw [G, N, K]: dw_g = dy_gᵀ x_g for dy [R, N], x [R, K] bf16 (an empty group's dw_g
     is zero). dy is first copied transposed, each group from a 16-byte aligned column, so
     that the K loop over the group's rows reads aligned runs; that copy is N·(R + 7G)
-    bf16 elements of scratch."""
+    bf16 elements of scratch. NVFP4: dy and x columnwise copies (_gemm_nvfp4.py)."""
     fn = "grouped_gemm_wgrad"
+    if _gemm_nvfp4.is_nvfp4(dy, x):
+        return _gemm_nvfp4.wgrad(fn, dy, x, splits, out_dtype, config)
     _check(fn, "dy", dy, dy, ("bfloat16",), 2)
     _check(fn, "x", x, dy, ("bfloat16",), 2)
     rows, n = (int(d) for d in dy.shape)
@@ -357,3 +364,6 @@ def grouped_gemm_wgrad(dy, x, splits, *, out_dtype="bfloat16", config=None):
         num_stages=cfg.num_stages,
     )
     return dw
+
+
+from . import _gemm_nvfp4  # noqa: E402  (it imports the helpers above)
