@@ -9,10 +9,9 @@ the activations and gradients, and of the weights rowwise (forward) or columnwis
 stored transposed). The wgrads take columnwise copies of both operands in moe.fused's
 layout: shape (RP, N), stored [N, RP], group g's rows from row padded[g], each group
 zero-padded to whole blocks of the recipe's columnwise block (32 rows; FP8-block 128),
-so that no block straddles two experts and pad rows never enter a scale. There is no
-fp8 wgrad kernel yet: the copies are dequantized and cast to bf16 (exact: an E4M3 code
-times a power of two is a bf16 value, unless the block's amax is below about 2^-120)
-and go through the bf16 wgrad (fp32 accumulation) over the padded groups.
+so that no block straddles two experts and pad rows never enter a scale: the fp8 wgrad
+promotes each 32-row block (an FP8-block 128-block: four of one scale) of one group to
+fp32, exactly at the groups' edges, over the padded groups.
 
 NVFP4 (moe.fused has no NVFP4 kernels: fc1_forward and fc2_dgrad here are its epilogues):
 activations quantized with round-to-nearest, gradients (dy, dh) with stochastic rounding
@@ -35,7 +34,7 @@ from .. import cdiv
 from . import _arrays
 from .activations import scaled_act, scaled_act_backward
 from .grouped_gemm import _schedule, grouped_gemm, grouped_gemm_dgrad, grouped_gemm_wgrad
-from .quant import Quantized, dequantize, quantize
+from .quant import Quantized, quantize
 
 # Rows per columnwise block, per recipe (the token dimension of the wgrad copies; NVFP4:
 # the random Hadamard transform's chunks of 16 rows, which must not mix groups).
@@ -207,23 +206,13 @@ def fc2_dgrad(
     return dh, dprobs, y_col
 
 
-def wgrad_operand(a):
-    """A bf16 wgrad operand: a itself, or a columnwise copy dequantized and cast."""
-    if not isinstance(a, Quantized):
-        return a
-    return cast_rows(dequantize(a), "bfloat16")
-
-
 def wgrad(dy, x, splits, rows):
     """dw [G, N, K] = dy_gᵀ x_g from bf16 arrays [rows, ·] or columnwise copies of them
-    (over the padded groups: their pad rows are zeros; NVFP4's on its own kernel, where
-    the Hadamard transforms of the two copies cancel)."""
-    if not isinstance(dy, Quantized):
-        return grouped_gemm_wgrad(dy, x, splits)
-    splits = padded_splits(dy.data, splits, rows, dy.recipe)
-    if dy.recipe == "nvfp4":
-        return grouped_gemm_wgrad(dy, x, splits)
-    return grouped_gemm_wgrad(wgrad_operand(dy), wgrad_operand(x), splits)
+    (over the padded groups, which start on whole blocks and whose pad rows are zeros;
+    NVFP4's Hadamard transforms of the two copies cancel)."""
+    if isinstance(dy, Quantized):
+        splits = padded_splits(dy.data, splits, rows, dy.recipe)
+    return grouped_gemm_wgrad(dy, x, splits)
 
 
 def bias_grad(dy, splits, out_kind, scale=None):

@@ -48,8 +48,6 @@ _FN = "mlp_forward"
 _EPILOGUES = {r: (fused.fc1_forward, fused.fc2_dgrad, "fused") for r in fused.RECIPES}
 _EPILOGUES["nvfp4"] = (ops.fc1_forward, ops.fc2_dgrad, "composed")
 # mlp_backward's NVFP4 gradient copies, each its own Philox key derived from the call's seed.
-# The wgrads' kernels: bf16 operands, NVFP4's own, or dequantized copies on the bf16 kernel.
-_WGRAD_VARIANT = {"bf16": "bf16", "nvfp4": "nvfp4"}
 _SEED_STREAMS = ("dy_rows", "dy_cols", "dh_rows", "dh_cols")
 
 
@@ -372,7 +370,7 @@ def _run_wgrads(ctx):
     splits = ctx.kept["splits"]
     for name, step, a, b, as_list in ctx.queued:
         dw = ops.wgrad(a, b, splits, ctx.shapes["rows"])
-        ctx.record.append(f"{step}:grouped_gemm_wgrad-{_WGRAD_VARIANT.get(r, 'dequantized-' + r)}")
+        ctx.record.append(f"{step}:grouped_gemm_wgrad-{r}")
         out[name] = _like_weights(dw, as_list)
     ctx.queued, ctx.saved, ctx.stage = [], {}, "done"
     return out
