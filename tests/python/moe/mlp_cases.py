@@ -35,9 +35,10 @@ OPTIONS = {
 # and up), each of which may flip a bin: up to 2.4 times SReLU's seen on fresh data.
 ACC_BASELINE_FACTOR = 2.0
 ACC_BASELINE_FACTOR_GLU = 4.0
-# A loose ceiling on its max (relative to dW2's RMS): bf16 rounds C at 2^-9 relative;
-# E4M3's 2^-4 steps make a few elements flip a quantization bin.
-ACC_MAX = {"bf16": 2.0**-3, "mxfp8": 4.0, "fp8_block": 4.0, "nvfp4": 8.0}
+# A loose ceiling on its max (relative to dW2's RMS): bf16 rounds C at 2^-9 relative
+# (typically 0.03 to 0.07, once 0.15 seen on fresh data); E4M3's 2^-4 steps make a few
+# elements flip a quantization bin.
+ACC_MAX = {"bf16": 2.0**-2, "mxfp8": 4.0, "fp8_block": 4.0, "nvfp4": 8.0}
 
 
 # The epilogue variant mlp.py runs per recipe (moe.fused's kernels unless named here).
