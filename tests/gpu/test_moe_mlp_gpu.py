@@ -112,7 +112,10 @@ def test_recompute_is_bitwise_and_frees_memory(rng, name, recipe):
         f"{name} {recipe}: held between forward and backward {held_off} -> {held_on} bytes with recompute "
         f"(the FC2 input: {drop}); peak over forward + backward {peak_off} -> {peak_on}"
     )
-    assert held_off - held_on == drop, (held_off, held_on, drop)
+    # torch's caching allocator rounds each allocation up to 512 bytes: NVFP4's 4-byte
+    # tensor scale holds 512 (its codes and scales are multiples of 512 here).
+    rounding = 512 - 4 if recipe == "nvfp4" else 0
+    assert held_off - held_on == drop + rounding, (held_off, held_on, drop)
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
