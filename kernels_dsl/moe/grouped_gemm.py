@@ -409,3 +409,52 @@ def grouped_wgrad_kernel(
         acc = tl.dot(a, b, acc)
     out = dw_ptr + g.to(tl.int64) * N * K + rn[:, None] * K + rk[None, :]
     tl.store(out, acc.to(dw_ptr.dtype.element_ty), mask=(rn[:, None] < N) & (rk[None, :] < K))
+
+
+@tf.jit
+def grouped_wgrad_fp8_kernel(
+    dy_ptr,
+    sdy_ptr,
+    x_ptr,
+    sx_ptr,
+    dw_ptr,
+    offsets_ptr,
+    N,
+    K,
+    RP,
+    S_STRIDE,
+    FD: tl.constexpr,
+    FX: tl.constexpr,
+    S_ROWS: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    BR: tl.constexpr,
+):
+    # dw[g] [N, K] = dy_gᵀ x_g for group g = program_id(1), from block-scaled fp8
+    # columnwise copies stored transposed (K-major for the fp8 wgmma: the wgrad's K is the
+    # rows): codes dy [N, RP], x [K, RP] with their scales (_scale_codes: MXFP8 e8m0 [*, RP/32],
+    # S_ROWS 0; FP8-block float32 [*, RP/128], S_ROWS 1; row stride S_STRIDE). Group g is
+    # the rows offsets[g] .. offsets[g + 1] of the copies, whole scale blocks (the padded
+    # layout: a block never holds two groups' rows; the pad rows of a group's last block
+    # are zeros). BR divides the block (MXFP8: 32; FP8-block: 128), so every step lies in
+    # blocks of the group. Each 32 rows' products are promoted to fp32 times their two
+    # scales (an FP8-block 128-block: four 32-blocks of one scale).
+    g = tl.program_id(1)
+    tiles_k = tl.cdiv(K, BK)
+    rn = ((tl.program_id(0) // tiles_k) * BN + tl.arange(0, BN)).to(tl.int64)
+    rk = ((tl.program_id(0) % tiles_k) * BK + tl.arange(0, BK)).to(tl.int64)
+    r0 = tl.multiple_of(tl.load(offsets_ptr + g), 32)
+    rows = tl.load(offsets_ptr + g + 1) - r0
+    rr = tl.arange(0, BR)
+    a_ptrs = dy_ptr + rn[:, None] * RP + r0 + rr[None, :]
+    b_ptrs = x_ptr + rk[None, :] * RP + r0 + rr[:, None]
+    acc = tl.zeros((BN, BK), dtype=tl.float32)
+    for r in range(0, rows, BR):
+        live = (r + rr) < rows
+        a = tl.load(a_ptrs + r, mask=(rn[:, None] < N) & live[None, :], other=0)
+        b = tl.load(b_ptrs + r, mask=(rk[None, :] < K) & live[:, None], other=0)
+        sa = _scale_codes(sdy_ptr, rn, r0 // 32, r, S_STRIDE, rn < N, S_ROWS, BR)
+        sb = _scale_codes(sx_ptr, rk, r0 // 32, r, S_STRIDE, rk < K, S_ROWS, BR)
+        acc = tl.dot_scaled(a, sa, FD, b, sb, FX, acc)
+    out = dw_ptr + g.to(tl.int64) * N * K + rn[:, None] * K + rk[None, :]
+    tl.store(out, acc.to(dw_ptr.dtype.element_ty), mask=(rn[:, None] < N) & (rk[None, :] < K))

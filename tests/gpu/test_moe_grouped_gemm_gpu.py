@@ -226,3 +226,25 @@ def test_bad_devices(gen):
     for call, err, text in bad:
         with pytest.raises(err, match=text):
             call()
+
+
+@pytest.mark.parametrize("config", CONFIGS[:2], ids=["default", "64x128x64"])
+@pytest.mark.parametrize("recipe", ["mxfp8", "fp8_block"])
+@pytest.mark.parametrize("name", ["skewed", "one_owns_all", "g1"])
+def test_wgrad_fp8(gen, name, recipe, config):
+    """The fp8 wgrad on the MLP's columnwise copies (each group whole blocks of rows)
+    against float64 of the dequantized copies (fp8 tensor cores: 2^-9 of a block's
+    Σ|products|, as the forward's)."""
+    from tilefuse.moe import _mlp_ops as ops
+
+    rows, k, n, s, splits, x, _ = setup(gen, name)
+    dy = bf16(gen, rows, n)
+    qd, qx = ops.quantize_cols(dy, recipe, splits), ops.quantize_cols(x, recipe, splits)
+    psplits = ops.padded_splits(dy, splits, rows, recipe)
+    dw = moe.grouped_gemm_wgrad(qd, qx, psplits, out_dtype="float32", config=config)
+    dyd, xd = moe.dequantize(qd), moe.dequantize(qx)
+    torch.cuda.synchronize()
+    p = host(psplits)
+    e, m = ref.wgrad(host(dyd), host(xd), p)
+    ref.check(host(dw), e, m, int(p.max()), "float32", "dw", recipe="mxfp8", block_error=2.0**-9)
+    assert not host(dw)[p == 0].any(), "an empty expert's dw is not 0"

@@ -19,7 +19,10 @@ torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
 
 NAMES = list(moe.ACTIVATIONS)
-RECIPES = ("bf16", "mxfp8", "fp8_block")
+RECIPES = ("bf16", "mxfp8", "fp8_block", "nvfp4")
+# The options under NVFP4 for one activation (the GPU test budget; the interpreter runs
+# them all with TILEFUSE_MOE_FULL=1).
+NVFP4_OPTIONS_FOR = "gelu_tanh"
 # Several 128-row tiles, partial ones, empty experts (the last too), pad rows; one expert
 # owning every row; G = 1.
 CASES = {
@@ -27,7 +30,7 @@ CASES = {
     "one_owns_all": (768, [0, 768, 0, 0]),
     "g1": (500, [500]),
 }
-DIMS = {"bf16": (256, 192), "mxfp8": (256, 192), "fp8_block": (256, 256)}
+DIMS = {"bf16": (256, 192), "mxfp8": (256, 192), "fp8_block": (256, 256), "nvfp4": (256, 192)}
 
 
 def to_device(a):
@@ -109,7 +112,10 @@ def test_recompute_is_bitwise_and_frees_memory(rng, name, recipe):
         f"{name} {recipe}: held between forward and backward {held_off} -> {held_on} bytes with recompute "
         f"(the FC2 input: {drop}); peak over forward + backward {peak_off} -> {peak_on}"
     )
-    assert held_off - held_on == drop, (held_off, held_on, drop)
+    # torch's caching allocator rounds each allocation up to 512 bytes: NVFP4's 4-byte
+    # tensor scale holds 512 (its codes and scales are multiples of 512 here).
+    rounding = 512 - 4 if recipe == "nvfp4" else 0
+    assert held_off - held_on == drop + rounding, (held_off, held_on, drop)
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
@@ -122,8 +128,9 @@ def test_accumulator_mode(rng, name, recipe):
 
 
 @pytest.mark.parametrize("option", list(cases.OPTIONS))
-@pytest.mark.parametrize("recipe", RECIPES)
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize(
+    "name,recipe", [(n, r) for r in RECIPES for n in NAMES if r != "nvfp4" or n == NVFP4_OPTIONS_FOR]
+)
 def test_option(rng, name, recipe, option):
     changes, needs, as_list, bitwise = cases.OPTIONS[option]
     inp, base = baseline(rng, name, recipe)

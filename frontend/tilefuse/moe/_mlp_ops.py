@@ -1,17 +1,25 @@
 """The steps of the grouped MLP (mlp.py), each a launch of DSL kernels: the FC1 and
-FC2-dgrad epilogues (composed from the grouped GEMMs, scaled activations and quantizers
-until moe.fused lands: `fc1_forward` and `fc2_dgrad` take its arguments and return its
-outputs, in its layouts), operand quantization, the wgrad and the bias gradients.
+FC2-dgrad epilogues composed from the grouped GEMMs, scaled activations and quantizers
+for the recipes moe.fused has no kernels for (`fc1_forward` and `fc2_dgrad` take its
+arguments and return its outputs, in its layouts), operand quantization, the wgrad and
+the bias gradients.
 
 Quantized recipes (MXFP8, FP8-block): the forward and dgrad GEMMs take rowwise copies of
 the activations and gradients, and of the weights rowwise (forward) or columnwise (dgrad,
 stored transposed). The wgrads take columnwise copies of both operands in moe.fused's
 layout: shape (RP, N), stored [N, RP], group g's rows from row padded[g], each group
 zero-padded to whole blocks of the recipe's columnwise block (32 rows; FP8-block 128),
-so that no block straddles two experts and pad rows never enter a scale. There is no
-fp8 wgrad kernel yet: the copies are dequantized and cast to bf16 (exact: an E4M3 code
-times a power of two is a bf16 value, unless the block's amax is below about 2^-120)
-and go through the bf16 wgrad (fp32 accumulation) over the padded groups.
+so that no block straddles two experts and pad rows never enter a scale: the fp8 wgrad
+promotes each 32-row block (an FP8-block 128-block: four of one scale) of one group to
+fp32, exactly at the groups' edges, over the padded groups.
+
+NVFP4 (moe.fused has no NVFP4 kernels: fc1_forward and fc2_dgrad here are its epilogues):
+activations quantized with round-to-nearest, gradients (dy, dh) with stochastic rounding
+keyed by the seeds mlp_backward derives from its call's seed; the weights as 16 x 16
+tiles, one rowwise copy for the forward and the dgrad; the wgrads' columnwise copies
+with the random Hadamard transform, each group padded to whole chunks of 16 rows (so a
+chunk never mixes two experts, and the transforms of dy's and x's copies cancel in
+dyᵀx), on the NVFP4 wgrad kernel.
 """
 
 from __future__ import annotations
@@ -26,11 +34,12 @@ from .. import cdiv
 from . import _arrays
 from .activations import scaled_act, scaled_act_backward
 from .grouped_gemm import _schedule, grouped_gemm, grouped_gemm_dgrad, grouped_gemm_wgrad
-from .quant import Quantized, dequantize, quantize
+from .quant import Quantized, quantize
 
-# Rows per columnwise block, per recipe (the token dimension of the wgrad copies).
-COL_BLOCK = {"mxfp8": 32, "fp8_block": 128}
-_WEIGHT_BLOCK = {"mxfp8": None, "fp8_block": (128, 128)}
+# Rows per columnwise block, per recipe (the token dimension of the wgrad copies; NVFP4:
+# the random Hadamard transform's chunks of 16 rows, which must not mix groups).
+COL_BLOCK = {"mxfp8": 32, "fp8_block": 128, "nvfp4": 16}
+_WEIGHT_OPTIONS = {"mxfp8": {}, "fp8_block": dict(block=(128, 128)), "nvfp4": dict(tile2d=True)}
 _TILE = (32, 64)  # rows, columns of the cast and bias-gradient programs
 
 
@@ -68,12 +77,22 @@ def padded_splits(like, splits, rows, recipe):
     return sizes
 
 
-def quantize_rows(a, recipe):
-    return quantize(a, recipe)
+def _nvfp4_options(recipe, seed, rht=False):
+    """NVFP4's quantizer options: stochastic rounding keyed by `seed` where one is given
+    (gradients), the random Hadamard transform on the columnwise copies."""
+    if recipe != "nvfp4":
+        return {}
+    return dict(rht=rht) | ({} if seed is None else dict(stochastic=True, seed=seed))
 
 
-def quantize_cols(a, recipe, splits):
-    """The columnwise (wgrad) copy of a [R, N] in the per-group padded layout."""
+def quantize_rows(a, recipe, seed=None):
+    """The rowwise copy of a [R, N] (seed: NVFP4's stochastic rounding, for gradients)."""
+    return quantize(a, recipe, **_nvfp4_options(recipe, seed))
+
+
+def quantize_cols(a, recipe, splits, seed=None):
+    """The columnwise (wgrad) copy of a [R, N] in the per-group padded layout (NVFP4: with
+    the random Hadamard transform; seed: stochastic rounding)."""
     rows, n = (int(d) for d in a.shape)
     g = int(splits.shape[0])
     rp = padded_rows(rows, g, recipe)
@@ -84,7 +103,7 @@ def quantize_cols(a, recipe, splits):
         grid = (src.slots, cdiv(n, _TILE[1]))
         args = (a, dst, src.offsets, dst_offsets, src.tile_start, src.tiles, g, n)
         K.scatter_groups[grid](*args, BM=_TILE[0], BN=_TILE[1])
-    return quantize(dst, recipe, axis=0)
+    return quantize(dst, recipe, axis=0, **_nvfp4_options(recipe, seed, rht=True))
 
 
 def expert_shape(w) -> tuple[int, int]:
@@ -107,17 +126,19 @@ def stacked(w):
 
 def quantize_weight(w, recipe, axis):
     """The rowwise (axis -1: forward) or columnwise (axis 0: dgrad) copy of w [G, N, K]
-    as the grouped GEMMs take them: w.reshape(G·N, K) quantized (FP8-block: 128 x 128)."""
+    as the grouped GEMMs take them: w.reshape(G·N, K) quantized (FP8-block: 128 x 128;
+    NVFP4: 16 x 16 tiles, the rowwise copy for both, which the dgrad reads transposed)."""
     w3 = stacked(w)
     g, n, k = (int(d) for d in w3.shape)
-    return quantize(w3.reshape(g * n, k), recipe, axis, block=_WEIGHT_BLOCK[recipe])
+    return quantize(w3.reshape(g * n, k), recipe, -1 if recipe == "nvfp4" else axis, **_WEIGHT_OPTIONS[recipe])
 
 
-def gemm_operands(a, w, recipe, dgrad):
-    """(a, w) as the grouped GEMM (and moe.fused) take them under `recipe`."""
+def gemm_operands(a, w, recipe, dgrad, seed=None):
+    """(a, w) as the grouped GEMM (and moe.fused) take them under `recipe` (seed: a's
+    stochastic rounding under NVFP4)."""
     if recipe == "bf16":
         return a, w
-    return quantize_rows(a, recipe), quantize_weight(w, recipe, 0 if dgrad else -1)
+    return quantize_rows(a, recipe, seed), quantize_weight(w, recipe, 0 if dgrad else -1)
 
 
 def _width(w, splits, dgrad):
@@ -162,18 +183,22 @@ def fc1_forward(
     return c, (quantize_rows(y, recipe), quantize_cols(y, recipe, splits))
 
 
-def fc2_dgrad(dy, w2, splits, c, probs, activation, recipe="bf16", *, interleave=0, act_params=None, recompute=False):
+def fc2_dgrad(
+    dy, w2, splits, c, probs, activation, recipe="bf16", *, interleave=0, act_params=None, recompute=False, seeds=None
+):
     """(dh, dprobs, y_col): g = bf16(dy w2) (dy, w2 as gemm_operands gives them), dh =
-    g·probs·act'(C) in bf16 (for a quantized recipe its (rowwise, columnwise) copies),
-    dprobs = Σ_j g·act(C) in a fixed order (0 past the splits' sum); with recompute, the
-    FC2 input act(C)·probs regenerated (bf16, or its columnwise copy), bitwise what
-    fc1_forward made in exact mode."""
+    g·probs·act'(C) in bf16 (for a quantized recipe its (rowwise, columnwise) copies;
+    NVFP4: stochastic rounding keyed by seeds (rowwise, columnwise)), dprobs = Σ_j
+    g·act(C) in a fixed order (0 past the splits' sum); with recompute, the FC2 input
+    act(C)·probs regenerated (bf16, or its columnwise copy), bitwise what fc1_forward
+    made in exact mode."""
     params = act_params or {}
     rows = int(c.shape[0])
     g = grouped_gemm_dgrad(dy, w2, splits, out=zeros(c, (rows, _width(w2, splits, True)), "bfloat16"))
     dh, dprobs = scaled_act_backward(activation, c, probs, g, interleave, **params)
     if recipe != "bf16":
-        dh = (quantize_rows(dh, recipe), quantize_cols(dh, recipe, splits))
+        rows_seed, cols_seed = seeds or (None, None)
+        dh = (quantize_rows(dh, recipe, rows_seed), quantize_cols(dh, recipe, splits, cols_seed))
     y_col = None
     if recompute:
         y_col = scaled_act(activation, c, probs, interleave, **params)
@@ -181,19 +206,13 @@ def fc2_dgrad(dy, w2, splits, c, probs, activation, recipe="bf16", *, interleave
     return dh, dprobs, y_col
 
 
-def wgrad_operand(a):
-    """A bf16 wgrad operand: a itself, or a columnwise copy dequantized and cast."""
-    if not isinstance(a, Quantized):
-        return a
-    return cast_rows(dequantize(a), "bfloat16")
-
-
 def wgrad(dy, x, splits, rows):
     """dw [G, N, K] = dy_gᵀ x_g from bf16 arrays [rows, ·] or columnwise copies of them
-    (over the padded groups: their pad rows are zeros)."""
+    (over the padded groups, which start on whole blocks and whose pad rows are zeros;
+    NVFP4's Hadamard transforms of the two copies cancel)."""
     if isinstance(dy, Quantized):
         splits = padded_splits(dy.data, splits, rows, dy.recipe)
-    return grouped_gemm_wgrad(wgrad_operand(dy), wgrad_operand(x), splits)
+    return grouped_gemm_wgrad(dy, x, splits)
 
 
 def bias_grad(dy, splits, out_kind, scale=None):

@@ -5,7 +5,8 @@ docstring describes the device-side tile schedule.
 x, dy: [R, K] / [R, N] bf16, contiguous. w: [G, N, K] bf16 or a list of G arrays [N, K]
 (passed copy-free: the kernel addresses expert g at an element offset from w[0]'s
 address; the table of offsets goes to the device once per distinct list). The forward
-also takes block-scaled fp8 operands (moe.Quantized, MXFP8 or FP8-block).
+also takes block-scaled fp8 operands (moe.Quantized, MXFP8 or FP8-block), and all three
+take NVFP4 operands (_gemm_nvfp4.py says which copies).
 splits: int32 [G] on x's device, never read on the host: a negative size or sizes
 summing past R cannot be refused without a device-to-host sync, so the kernels clamp
 them (a negative size is 0; the groups end at row R). Rows past the sum are not written
@@ -201,6 +202,8 @@ def grouped_gemm(x, w, splits, bias=None, bias_scale=None, *, out=None, out_dtyp
     of w.reshape(G·N, K); each 32-wide K block's products promoted to fp32 times their
     two scales (an FP8-block 128-block is four 32-blocks of one scale)."""
     fn = "grouped_gemm"
+    if _gemm_nvfp4.is_nvfp4(x, w):
+        return _gemm_nvfp4.gemm(fn, x, w, splits, bias, bias_scale, out, out_dtype, config, dgrad=False)
     if isinstance(x, Quantized) or isinstance(w, Quantized):
         return _fp8_gemm(fn, x, w, splits, bias, bias_scale, out, out_dtype, config, dgrad=False)
     _check(fn, "x", x, x, ("bfloat16",), 2)
@@ -304,6 +307,8 @@ def grouped_gemm_dgrad(dy, w, splits, *, out=None, out_dtype="bfloat16", config=
     Block-scaled fp8: dy = moe.quantize(dy, ...) rowwise and w = moe.quantize(w.reshape(G·N,
     K), ..., axis=0) (the columnwise copy, stored transposed: K-major for the fp8 wgmma)."""
     fn = "grouped_gemm_dgrad"
+    if _gemm_nvfp4.is_nvfp4(dy, w):
+        return _gemm_nvfp4.gemm(fn, dy, w, splits, None, None, out, out_dtype, config, dgrad=True)
     if isinstance(dy, Quantized) or isinstance(w, Quantized):
         return _fp8_gemm(fn, dy, w, splits, None, None, out, out_dtype, config, dgrad=True)
     _check(fn, "dy", dy, dy, ("bfloat16",), 2)
@@ -321,8 +326,16 @@ def grouped_gemm_wgrad(dy, x, splits, *, out_dtype="bfloat16", config=None):
     """dw [G, N, K]: dw_g = dy_gᵀ x_g for dy [R, N], x [R, K] bf16 (an empty group's dw_g
     is zero). dy is first copied transposed, each group from a 16-byte aligned column, so
     that the K loop over the group's rows reads aligned runs; that copy is N·(R + 7G)
-    bf16 elements of scratch."""
+    bf16 elements of scratch. Block-scaled fp8 (MXFP8, FP8-block 1 x 128): dy and x their
+    columnwise copies (moe.quantize(·, axis=0), stored transposed: K-major), in which each
+    group is whole scale blocks (32 rows; 128), as moe.fused and the MLP lay them out;
+    each 32 rows' products promoted to fp32 times their scales. NVFP4: dy and x
+    columnwise copies (_gemm_nvfp4.py)."""
     fn = "grouped_gemm_wgrad"
+    if _gemm_nvfp4.is_nvfp4(dy, x):
+        return _gemm_nvfp4.wgrad(fn, dy, x, splits, out_dtype, config)
+    if isinstance(dy, Quantized) or isinstance(x, Quantized):
+        return _fp8_wgrad(fn, dy, x, splits, out_dtype, config)
     _check(fn, "dy", dy, dy, ("bfloat16",), 2)
     _check(fn, "x", x, dy, ("bfloat16",), 2)
     rows, n = (int(d) for d in dy.shape)
@@ -357,3 +370,51 @@ def grouped_gemm_wgrad(dy, x, splits, *, out_dtype="bfloat16", config=None):
         num_stages=cfg.num_stages,
     )
     return dw
+
+
+def _fp8_wgrad(fn, dy, x, splits, out_dtype, config):
+    """dw_g = dy_gᵀ x_g [G, N, K] from block-scaled fp8 columnwise copies (the docstring
+    of grouped_gemm_wgrad): the groups of splits are rows of the copies, whole scale
+    blocks, which the kernel does not check (the sizes are on the device). The K step is
+    one block of 32 rows (MXFP8) or divides 128 (FP8-block): within one group's blocks."""
+    s_rows = [_check_fp8(fn, name, q, 0, f"{name}, axis=0") for name, q in (("dy", dy), ("x", x))]
+    if dy.recipe != x.recipe or s_rows[0] != s_rows[1]:
+        raise ValueError(
+            f"{fn}: dy and x must share a recipe and block, got {dy.recipe} {dy.block}, {x.recipe} {x.block}"
+        )
+    if s_rows[0] > 1:
+        raise ValueError(f"{fn}: FP8-block wgrad copies take 1 x 128 blocks along the rows, got {dy.block}")
+    (rows, n), (rows_x, k) = dy.shape, x.shape
+    if rows_x != rows:
+        raise ValueError(f"{fn}: x has {rows_x} rows but dy has {rows}")
+    like = dy.data
+    _check_splits(fn, splits, like, None)
+    groups = int(splits.shape[0])
+    cfg = _config(fn, config, like)
+    dw = _out(fn, None, like, (groups, n, k), out_dtype)
+    offsets = _schedule(like, splits, rows, cfg.block_k).offsets
+    codes = _arrays.as_int8 if dy.recipe == "mxfp8" else (lambda a: a)
+    K.grouped_wgrad_fp8_kernel[(cdiv(n, cfg.block_m) * cdiv(k, cfg.block_n), groups)](
+        _arrays.as_int8(dy.data),
+        codes(dy.scale),
+        _arrays.as_int8(x.data),
+        codes(x.scale),
+        dw,
+        offsets,
+        n,
+        k,
+        rows,
+        int(dy.scale.shape[1]),
+        FD=dy.fmt,
+        FX=x.fmt,
+        S_ROWS=s_rows[0],
+        BN=cfg.block_m,
+        BK=cfg.block_n,
+        BR=32 if dy.recipe == "mxfp8" else min(max(cfg.block_k, 32), 128),
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+    return dw
+
+
+from . import _gemm_nvfp4  # noqa: E402  (it imports the helpers above)

@@ -6,8 +6,13 @@ arithmetic on the data.
 
 Recipes: "bf16"; "mxfp8" (E4M3 blocks of 32; d, n and n1 multiples of 32) and
 "fp8_block" (1 x 128 activations and gradients, 128 x 128 weights; multiples of 128),
-whose GEMMs take block-scaled fp8 operands (the wgrads: see _mlp_ops.py). "nvfp4" is
-refused: the grouped GEMM does not take NVFP4 operands yet.
+whose GEMMs take block-scaled fp8 operands (the wgrads: see _mlp_ops.py); "nvfp4" (E2M1
+in blocks of 16; d, n and n1 multiples of 16), whose GEMMs dequantize their operands in
+registers, with gradients quantized by stochastic rounding keyed by mlp_backward's seed
+(bitwise reproducible given it). The FC1 and FC2-dgrad epilogues are moe.fused's kernels
+for bf16, mxfp8 and fp8_block, and composed from the grouped GEMM, scaled activation and
+quantizer kernels for nvfp4, for which moe.fused has none (ctx.record: "fused" or
+"composed").
 
 Split sizes stay on the device. mlp_forward launches check_splits, which flags negative
 sizes or sizes summing past the rows in ctx.splits_status (int32 [1], on the device):
@@ -26,21 +31,24 @@ import numpy as np
 from kernels_dsl.moe import mlp as K
 
 from ..arrays import is_torch_tensor
-from . import _arrays
+from . import _arrays, fused
 from . import _mlp_ops as ops
 from .activations import _activation, _layout, _params
 from .grouped_gemm import _check, _check_splits, _weights, grouped_gemm, grouped_gemm_dgrad
 from .quant import Quantized, dequantize
 
-RECIPES = ("bf16", "mxfp8", "fp8_block")
+RECIPES = ("bf16", "mxfp8", "fp8_block", "nvfp4")
 MODES = ("exact", "accumulator")
 GRADS = ("x", "probs", "w1", "w2", "b1", "b2")
-_MULTIPLE = {"bf16": 1, "mxfp8": 32, "fp8_block": 128}
+_MULTIPLE = {"bf16": 1, "mxfp8": 32, "fp8_block": 128, "nvfp4": 16}
 _FN = "mlp_forward"
-# The FC1 and FC2-dgrad epilogues: composed from the kernels until moe.fused lands (then
-# fused.fc1_forward, fused.fc2_dgrad, "fused": the same arguments, outputs and layouts;
-# moe.fused has no FP8-block outputs yet: that recipe would keep these).
-_fc1_forward, _fc2_dgrad, _EPILOGUES = ops.fc1_forward, ops.fc2_dgrad, "composed"
+# The FC1 and FC2-dgrad epilogues per recipe: moe.fused's kernels where it has them, else
+# composed from the grouped GEMM, scaled activation and quantizer kernels (_mlp_ops.py:
+# the same arguments, outputs and layouts; the fused kernels equal it bit for bit).
+_EPILOGUES = {r: (fused.fc1_forward, fused.fc2_dgrad, "fused") for r in fused.RECIPES}
+_EPILOGUES["nvfp4"] = (ops.fc1_forward, ops.fc2_dgrad, "composed")
+# mlp_backward's NVFP4 gradient copies, each its own Philox key derived from the call's seed.
+_SEED_STREAMS = ("dy_rows", "dy_cols", "dh_rows", "dh_cols")
 
 
 @dataclass
@@ -103,13 +111,8 @@ def _check_cfg(cfg):
     if not isinstance(cfg, MLPConfig):
         raise TypeError(f"{_FN}: cfg must be a moe.MLPConfig, got {type(cfg).__name__}")
     act = _activation(f"{_FN}: cfg.activation", cfg.activation)
-    if cfg.recipe == "nvfp4":
-        raise ValueError(
-            f"{_FN}: cfg.recipe 'nvfp4': NVFP4 MLP operands are not available yet (the grouped GEMM takes "
-            "bf16, MXFP8 and FP8-block operands)"
-        )
     if cfg.recipe not in RECIPES:
-        raise ValueError(f"{_FN}: cfg.recipe must be one of {RECIPES} (or 'nvfp4', not yet), got {cfg.recipe!r}")
+        raise ValueError(f"{_FN}: cfg.recipe must be one of {RECIPES}, got {cfg.recipe!r}")
     if cfg.recompute_mode not in MODES:
         raise ValueError(f"{_FN}: cfg.recompute_mode must be one of {MODES}, got {cfg.recompute_mode!r}")
     if cfg.scaled_bias and not cfg.bias:
@@ -209,8 +212,9 @@ def mlp_forward(x, probs, splits, params, cfg, requires_grad=None, *, check_spli
     r, mode = cfg.recipe, cfg.recompute_mode
     act_args = dict(interleave=cfg.interleave, act_params=cfg.act_params)
     xa, w1a = ops.gemm_operands(x, w1, r, dgrad=False)
-    c, y = _fc1_forward(xa, w1a, splits, probs, cfg.activation, r, bias=b1, mode=mode, **act_args)
-    ctx.record.append(f"fc1_forward:{_EPILOGUES}-{mode}-{r}")
+    fc1_forward, _, variant = _EPILOGUES[r]
+    c, y = fc1_forward(xa, w1a, splits, probs, cfg.activation, r, bias=b1, mode=mode, **act_args)
+    ctx.record.append(f"fc1_forward:{variant}-{mode}-{r}")
     y_row, y_col = (y, y) if r == "bf16" else y
     w2a = w2 if r == "bf16" else ops.quantize_weight(w2, r, -1)
     out = ops.zeros(x, (rows, d), "bfloat16")
@@ -228,6 +232,8 @@ def _upstream(needs) -> bool:
 def _put(saved, name, a):
     if isinstance(a, Quantized):
         saved[f"{name}.data"], saved[f"{name}.scale"] = a.data, a.scale
+        if a.tensor_scale is not None:
+            saved[f"{name}.tensor_scale"] = a.tensor_scale
     elif isinstance(a, (list, tuple)):
         saved.update({f"{name}[{i}]": e for i, e in enumerate(a)})
     else:
@@ -273,23 +279,39 @@ def _like_weights(dw, as_list):
     return [dw[g] for g in range(dw.shape[0])] if as_list else dw
 
 
-def mlp_backward(ctx, dy):
+def _seeds(seed):
+    """{stream: Philox key} for NVFP4's stochastic rounding: the call's seed (an int in
+    [0, 2^64); None draws one from the OS) spread by the golden-ratio constant."""
+    if seed is None:
+        seed = int(np.random.SeedSequence().entropy) % 2**64
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**64:
+        raise ValueError(f"mlp_backward: seed must be an int in [0, 2^64) or None, got {seed!r}")
+    return {k: (seed + i * 0x9E3779B97F4A7C15) % 2**64 for i, k in enumerate(_SEED_STREAMS)}
+
+
+def mlp_backward(ctx, dy, *, seed=None):
     """{dx, dprobs, dw1, dw2, db1, db2} for the output gradient dy [T, d] bf16 (dx, dw bf16,
     dw in its weight's form; dprobs fp32; db in its bias's dtype); None where not required,
-    and dw1, dw2 None when cfg.delay_wgrad (backward_dw returns them)."""
+    and dw1, dw2 None when cfg.delay_wgrad (backward_dw returns them). seed: the key of
+    NVFP4's stochastic rounding of the gradients (the same seed, the same bits; None: a
+    fresh one); the other recipes round to nearest and do not read it."""
     if not isinstance(ctx, MLPContext):
         raise TypeError(f"mlp_backward: ctx must be what mlp_forward returned, got {type(ctx).__name__}")
     if ctx.stage != "forward":
         raise ValueError("mlp_backward: ctx: the backward already ran on this context")
     _check_dy(ctx, dy)
+    seeds = _seeds(seed)
     cfg, needs, kept, rec = ctx.cfg, ctx.needs, ctx.kept, ctx.record
     r, splits = cfg.recipe, kept["splits"]
     grads = dict.fromkeys(("dx", "dprobs", "dw1", "dw2", "db1", "db2"))
     wgrads = []
     regen = cfg.recompute and needs["w2"]
     if _upstream(needs) or regen:
-        dya, w2a = ops.gemm_operands(dy, kept["w2"], r, dgrad=True)
-        dh, dprobs, y_col = _fc2_dgrad(
+        nv = r == "nvfp4"
+        dya, w2a = ops.gemm_operands(dy, kept["w2"], r, dgrad=True, seed=seeds["dy_rows"] if nv else None)
+        _, fc2_dgrad, variant = _EPILOGUES[r]
+        extra = dict(seeds=(seeds["dh_rows"], seeds["dh_cols"])) if nv else {}
+        dh, dprobs, y_col = fc2_dgrad(
             dya,
             w2a,
             splits,
@@ -300,8 +322,9 @@ def mlp_backward(ctx, dy):
             interleave=cfg.interleave,
             act_params=cfg.act_params,
             recompute=regen,
+            **extra,
         )
-        rec.append(f"fc2_dgrad:{_EPILOGUES}{'-recompute' if regen else ''}-{r}")
+        rec.append(f"fc2_dgrad:{variant}{'-recompute' if regen else ''}-{r}")
         dh_row, dh_col = (dh, dh) if r == "bf16" else dh
         if needs["probs"]:
             if cfg.scaled_bias:
@@ -326,7 +349,7 @@ def mlp_backward(ctx, dy):
         grads["db2"] = ops.bias_grad(dy, splits, ctx.shapes["b2_kind"], scale)
         rec.append("db2:grouped_bias_grad" + "-scaled" * cfg.scaled_bias)
     if needs["w2"]:
-        dy_col = dy if r == "bf16" else ops.quantize_cols(dy, r, splits)
+        dy_col = dy if r == "bf16" else ops.quantize_cols(dy, r, splits, seeds["dy_cols"] if r == "nvfp4" else None)
         wgrads.append(("dw2", "fc2_wgrad", dy_col, kept["fc2_input"], ctx.shapes["w2_list"]))
     ctx.saved.clear()
     ctx.kept = {"splits": splits}
@@ -347,7 +370,7 @@ def _run_wgrads(ctx):
     splits = ctx.kept["splits"]
     for name, step, a, b, as_list in ctx.queued:
         dw = ops.wgrad(a, b, splits, ctx.shapes["rows"])
-        ctx.record.append(f"{step}:grouped_gemm_wgrad-{'bf16' if r == 'bf16' else 'dequantized-' + r}")
+        ctx.record.append(f"{step}:grouped_gemm_wgrad-{r}")
         out[name] = _like_weights(dw, as_list)
     ctx.queued, ctx.saved, ctx.stage = [], {}, "done"
     return out

@@ -1,6 +1,6 @@
 """The grouped GEMM kernels as the host API launches them with its GPU config (the
-forward with each bias kind, both weight forms, MXFP8 and FP8-block operands; the dgrad,
-also on MXFP8 and FP8-block; the wgrad; the schedule and transpose kernels) lower for
+forward with each bias kind, both weight forms, MXFP8 and FP8-block operands; the dgrad
+and the wgrad, also on MXFP8 and FP8-block; the schedule and transpose kernels) lower for
 sm_90a to PTX that ptxas accepts, with every K loop on pipelined wgmma (cp.async into a
 ring of stages) and no missed fast path (TILEFUSE_PERF_HINTS)."""
 
@@ -15,7 +15,7 @@ from tests.ptxas import PTXAS, assert_assembles
 from tests.python.moe.gemm_reference import BF16
 
 CHECKED = set()  # (compiled kernel, warps, stages) of schedule kernels that passed
-GEMMS = ("grouped_gemm_kernel", "grouped_wgrad_kernel", "grouped_gemm_fp8_kernel")
+GEMMS = ("grouped_gemm_kernel", "grouped_wgrad_kernel", "grouped_gemm_fp8_kernel", "grouped_wgrad_fp8_kernel")
 
 
 class Recorder:
@@ -58,6 +58,8 @@ bx, bw, bd, bw_t = (
     moe.quantize(dy, "fp8_block"),
     moe.quantize(w2, "fp8_block", block=(128, 128), axis=0),
 )
+# The wgrads' columnwise copies (each group from a block boundary in the MLP's layout).
+cols = {r: (moe.quantize(dy, r, axis=0), moe.quantize(x, r, axis=0)) for r in ("mxfp8", "fp8_block")}
 CALLS = {
     "forward": lambda c: moe.grouped_gemm(x, w, splits, config=c),
     "forward_list": lambda c: moe.grouped_gemm(x, list(w), splits, config=c),
@@ -72,6 +74,8 @@ CALLS = {
     "dgrad_mxfp8": lambda c: moe.grouped_gemm_dgrad(qd, qw_t, splits, config=c),
     "dgrad_fp8_block": lambda c: moe.grouped_gemm_dgrad(bd, bw_t, splits, config=c),
     "wgrad_fp32": lambda c: moe.grouped_gemm_wgrad(dy, x, splits, out_dtype="float32", config=c),
+    "wgrad_mxfp8": lambda c: moe.grouped_gemm_wgrad(*cols["mxfp8"], splits, config=c),
+    "wgrad_fp8_block": lambda c: moe.grouped_gemm_wgrad(*cols["fp8_block"], splits, config=c),
 }
 
 
@@ -95,6 +99,7 @@ def test_kernels_are_on_the_fast_path(monkeypatch, tmp_path, call, cfg):
             types = {
                 "forward_mxfp8": "k32.f32.e4m3.e5m2",
                 "dgrad_mxfp8": "k32.f32.e4m3.e4m3",
+                "wgrad_mxfp8": "k32.f32.e4m3.e4m3",
                 "fp8_block": "k32.f32.e4m3.e4m3",
             }
             mma = next((v for key, v in types.items() if key in call), "k16.f32.bf16.bf16")

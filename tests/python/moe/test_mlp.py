@@ -25,9 +25,10 @@ from tests.python.moe.gemm_reference import offsets
 
 FULL = os.environ.get("TILEFUSE_MOE_FULL") == "1"
 NAMES = list(moe.ACTIVATIONS)
-RECIPES = ("bf16", "mxfp8", "fp8_block")
+RECIPES = ("bf16", "mxfp8", "fp8_block", "nvfp4")
 CI_FP8_BLOCK = ("swiglu", "srelu")
-CI_OPTIONS = (("swiglu", "mxfp8"), ("srelu", "fp8_block"))  # every option under a quantized recipe
+# every option under a quantized recipe
+CI_OPTIONS = (("swiglu", "mxfp8"), ("srelu", "fp8_block"), ("gelu_tanh", "nvfp4"))
 
 
 def heavy(*values, when):
@@ -66,6 +67,19 @@ def baseline(rng, name, recipe):
 def test_against_float64(rng, name, recipe):
     inp, res = baseline(rng, name, recipe)
     cases.check_reference(res, inp, cases.config(name, recipe))
+
+
+@pytest.mark.parametrize("name,recipe", grid())
+def test_record_names_the_epilogues(rng, name, recipe):
+    """ctx.record says which FC1 and FC2-dgrad epilogues ran (moe.fused's kernels, or the
+    composition where moe.fused has none: mlp_cases.EPILOGUE) and which wgrads."""
+    _, res = baseline(rng, name, recipe)
+    variant = cases.EPILOGUE.get(recipe, "fused")
+    assert f"fc1_forward:{variant}-exact-{recipe}" in res.record, res.record
+    assert f"fc2_dgrad:{variant}-{recipe}" in res.record, res.record
+    # The wgrads run on the recipe's own operands (block-scaled fp8, NVFP4), never dequantized.
+    for step in ("fc1_wgrad", "fc2_wgrad"):
+        assert f"{step}:grouped_gemm_wgrad-{recipe}" in res.record, res.record
 
 
 @pytest.mark.parametrize("case,recipe", [("one_owns_all", "bf16"), ("g1", "bf16"), ("no_rows", "mxfp8")])
@@ -151,6 +165,24 @@ def test_pad_rows_are_ignored(rng, recipe):
     cases.assert_bitwise(base, res, ("out",) + ref.GRADS, np.asarray)
 
 
+def test_nvfp4_columnwise_copy_is_the_padded_layout_transformed(rng):
+    """NVFP4's wgrad copies: the groups' rows from multiples of 16 (zeros between and past
+    them), quantized as one tensor (one S_enc) with the random Hadamard transform, whose
+    chunks of 16 then never mix two groups."""
+    rows, sizes = ref.CASES["ragged"]
+    a = rng.standard_normal((rows, 64)).astype(ml_dtypes.bfloat16)
+    q = ops.quantize_cols(a, "nvfp4", np.array(sizes, np.int32))
+    padded = np.zeros((q.shape[0], 64), a.dtype)
+    off, col = offsets(sizes, rows), 0
+    for g in range(len(sizes)):
+        padded[col : col + off[g + 1] - off[g]] = a[off[g] : off[g + 1]]
+        col += -(-(off[g + 1] - off[g]) // 16) * 16
+    want = moe.quantize(padded, "nvfp4", axis=0, rht=True)
+    assert q.rht and not q.stochastic
+    for f in ("data", "scale", "tensor_scale"):
+        assert np.array_equal(getattr(q, f).view(np.uint8), getattr(want, f).view(np.uint8)), f
+
+
 @pytest.mark.parametrize("recipe", ["mxfp8", "fp8_block"])
 def test_columnwise_copies_pad_each_group(rng, recipe):
     """The wgrads' columnwise copies (moe.fused's layout): group g's codes and scales are
@@ -171,6 +203,22 @@ def test_columnwise_copies_pad_each_group(rng, recipe):
             assert (got_scale.view(np.uint8) == want.scale.view(np.uint8)).all(), f"group {g}: scales"
         col += p
     assert not np.asarray(moe.dequantize(q), np.float64)[col:].any(), "rows past the padded groups are not 0"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_nvfp4_stochastic_rounding_is_seeded_per_call(rng, name):
+    """NVFP4's gradients are rounded stochastically from mlp_backward's seed: the same seed
+    gives the same bits, another seed other bits (dx, dw1, dw2: downstream of dy's and
+    dh's copies), and the other results (which read no stochastic copy) stay bitwise."""
+    inp, base = baseline(rng, name, "nvfp4")
+    cfg = cases.config(name, "nvfp4")
+    cases.assert_bitwise(base, cases.run(inp, cfg), ("out",) + ref.GRADS, np.asarray)
+    other = cases.run(inp, cfg, seed=cases.SEED + 1)
+    cases.assert_bitwise(base, other, ("out", "db2"), np.asarray)
+    for k in ("dx", "dw1", "dw2"):
+        assert not np.array_equal(
+            np.asarray(base.grads[k]), np.asarray(other.grads[k])
+        ), f"{k}: the seed changed nothing"
 
 
 @pytest.mark.parametrize("interleave", [32, 1])
@@ -209,13 +257,14 @@ BAD = {
     "bias_without_cfg": (lambda i, c: i, dict(bias=False, scaled_bias=False), "cfg.bias is False"),
     "activation": (lambda i, c: i, dict(activation="relu6"), "unknown activation 'relu6'"),
     "recipe": (lambda i, c: i, dict(recipe="int4"), "cfg.recipe must be one of"),
-    "nvfp4": (lambda i, c: i, dict(recipe="nvfp4"), "NVFP4 MLP operands are not available yet"),
     "recompute_mode": (lambda i, c: i, dict(recompute_mode="fast"), "cfg.recompute_mode"),
     "scaled_bias_alone": (lambda i, c: i, dict(bias=False), "scaled_bias"),
     "act_param": (lambda i, c: i, dict(act_params={"beta": 1.0}), "no parameter 'beta'"),
     "interleave": (lambda i, c: i, dict(interleave=24), "interleave"),
     "mxfp8_dims": (lambda i, c: i | {"w2": i["w2"][:, :, :16].copy(), "w1": i["w1"][:, :32].copy(),
                                      "b1": i["b1"][:, :32].copy()}, dict(recipe="mxfp8"), "n to be a multiple of 32"),
+    "nvfp4_dims": (lambda i, c: i | {"w2": i["w2"][:, :, :8].copy(), "w1": i["w1"][:, :16].copy(),
+                                     "b1": i["b1"][:, :16].copy()}, dict(recipe="nvfp4"), "n to be a multiple of 16"),
 }  # fmt: skip
 
 
@@ -243,6 +292,8 @@ def test_bad_requires_grad_cfg_and_backward(rng):
         moe.mlp_backward(ctx, inp["dy"][:-1])
     with pytest.raises(TypeError, match="dy must be bfloat16"):
         moe.mlp_backward(ctx, inp["dy"].astype(np.float32))
+    with pytest.raises(ValueError, match="seed must be an int"):
+        moe.mlp_backward(ctx, inp["dy"], seed=-1)
     moe.mlp_backward(ctx, inp["dy"])
     with pytest.raises(ValueError, match="the backward already ran"):
         moe.mlp_backward(ctx, inp["dy"])
