@@ -14,6 +14,8 @@ from tests.python.moe import mlp_cases as cases
 from tests.python.moe import mlp_reference as ref
 
 NAMES = ("cast_rows", "grouped_bias_grad", "scaled_bias_dprobs", "check_splits")
+# bf16's FC1 epilogue is moe.fused's kernel, which stores C in bf16 itself: no cast_rows.
+LAUNCHED = {"bf16": set(NAMES) - {"cast_rows"}, "mxfp8": set(NAMES)}
 
 
 class Recorder:
@@ -44,7 +46,7 @@ def launches(monkeypatch, recipe):
 @pytest.mark.parametrize("recipe", ["bf16", "mxfp8"])
 def test_mlp_kernels_lower_for_sm90(monkeypatch, tmp_path, recipe):
     seen = launches(monkeypatch, recipe)
-    assert {k.__name__ for k, _, _ in seen} == set(NAMES)
+    assert {k.__name__ for k, _, _ in seen} == LAUNCHED[recipe]
     done = set()
     for kernel, args, meta in seen:
         warps = meta.pop("num_warps", 4)
