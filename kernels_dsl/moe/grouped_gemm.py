@@ -458,3 +458,88 @@ def grouped_wgrad_fp8_kernel(
         acc = tl.dot_scaled(a, sa, FD, b, sb, FX, acc)
     out = dw_ptr + g.to(tl.int64) * N * K + rn[:, None] * K + rk[None, :]
     tl.store(out, acc.to(dw_ptr.dtype.element_ty), mask=(rn[:, None] < N) & (rk[None, :] < K))
+
+
+@tf.jit
+def _persistent_tile(t, offsets_ptr, tile_start_ptr, tiles_ptr, tiles_o, GROUP_M: tl.constexpr, BM: tl.constexpr):
+    """(group, first row, row end, first output column index) of tile t of the persistent
+    order: the schedule's slots x tiles_o column tiles, group after group, and within a
+    group GROUP_M row tiles side by side over each column tile (Triton's grouped order:
+    the weight's column tile and the GROUP_M row tiles stay in L2). Group g's tiles are
+    t in [tile_start[g]·tiles_o, tile_start[g + 1]·tiles_o), so slot t // tiles_o names it."""
+    g = tl.load(tiles_ptr + 2 * (t // tiles_o))
+    first = tl.load(tile_start_ptr + g)
+    tiles_m = tl.load(tile_start_ptr + g + 1) - first
+    local = t - first * tiles_o
+    per_band = GROUP_M * tiles_o
+    band_m = (local // per_band) * GROUP_M
+    band = tl.minimum(tiles_m - band_m, GROUP_M)
+    pid_m = band_m + (local % per_band) % band
+    pid_o = (local % per_band) // band
+    row0 = tl.load(offsets_ptr + g)
+    return g, row0 + pid_m * BM, tl.load(offsets_ptr + g + 1), pid_o
+
+
+@tf.jit
+def grouped_gemm_persistent_kernel(
+    a_ptr,
+    w_ptr,
+    bias_ptr,
+    scale_ptr,
+    out_ptr,
+    offsets_ptr,
+    tile_start_ptr,
+    tiles_ptr,
+    G,
+    R,
+    C,
+    O,
+    DGRAD: tl.constexpr,
+    BIAS: tl.constexpr,
+    BM: tl.constexpr,
+    BO: tl.constexpr,
+    BC: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    # grouped_gemm_kernel's product, persistent: each of the num_programs(0) programs (the
+    # GPU's SMs) loops over the tiles t = program_id, + num_programs, ... of the schedule
+    # (_persistent_tile's order; the count tile_start[G]·tiles_o read on the device). The
+    # operands through descriptors (TMA copies on sm_90): a [R, C], w [G, N, K] as one
+    # [G·N, K] matrix; the forward (C = K, O = N) reads w_g's rows [BO, BC] K-major and
+    # takes B = trans, the dgrad (C = N, O = K) reads [BC, BO] at row g·N + c. Rows of a
+    # tile past its group read the next group's rows (and columns past O the next
+    # expert's): those out rows and columns are not stored. The dgrad's K steps must not
+    # cross experts: C % BC == 0 (the host checks). Each tile's K loop is
+    # grouped_gemm_kernel's, step for step: the stored values are the same bits.
+    a_desc = tl.make_tensor_descriptor(a_ptr, [R, C], [C, 1], [BM, BC])
+    if DGRAD:
+        w_desc = tl.make_tensor_descriptor(w_ptr, [G * C, O], [O, 1], [BC, BO])
+    else:
+        w_desc = tl.make_tensor_descriptor(w_ptr, [G * O, C], [C, 1], [BO, BC])
+    tiles_o = tl.cdiv(O, BO)
+    total = tl.load(tile_start_ptr + G) * tiles_o
+    for t in range(tl.program_id(0), total, tl.num_programs(0)):
+        g, m0, end, pid_o = _persistent_tile(t, offsets_ptr, tile_start_ptr, tiles_ptr, tiles_o, GROUP_M, BM)
+        o0 = pid_o * BO
+        acc = tl.zeros((BM, BO), dtype=tl.float32)
+        for c in range(0, C, BC):
+            a = a_desc.load([m0, c])
+            if DGRAD:
+                b = w_desc.load([g * C + c, o0])
+            else:
+                b = tl.trans(w_desc.load([g * O + o0, c]))
+            acc = tl.dot(a, b, acc)
+        _store_tile(acc, g, m0, end, o0, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
+
+
+@tf.jit
+def _store_tile(
+    acc, g, m0, end, o0, bias_ptr, scale_ptr, out_ptr, O, BIAS: tl.constexpr, BM: tl.constexpr, BO: tl.constexpr
+):
+    # _store_rows for the output columns o0 .. o0 + BO: clipped to the group's rows.
+    rm = tl.arange(0, BM)
+    ro = o0 + tl.arange(0, BO)
+    if BIAS > 0:
+        acc = acc + bias_tile(bias_ptr, scale_ptr, g, m0, end, O, ro, BIAS, BM)
+    out = out_ptr + m0.to(tl.int64) * O + rm[:, None] * O + ro[None, :]
+    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=((m0 + rm)[:, None] < end) & (ro[None, :] < O))

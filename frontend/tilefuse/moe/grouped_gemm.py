@@ -34,13 +34,17 @@ FP8_RECIPES = ("mxfp8", "fp8_block")
 
 class GemmConfig(NamedTuple):
     """Tiles (powers of two) and launch options. block_m: rows per tile (the schedule's
-    tile); block_n: output columns; block_k: the K loop's step (for the wgrad: rows)."""
+    tile); block_n: output columns; block_k: the K loop's step (for the wgrad: rows).
+    persistent (the bf16 forward and dgrad): True runs one program per SM looping over
+    the tiles (grouped_gemm_persistent_kernel), False one program per tile, None lets
+    use_persistent decide."""
 
     block_m: int = 128
     block_n: int = 128
     block_k: int = 64
     num_warps: int = 8
     num_stages: int = 3
+    persistent: bool | None = None
 
 
 def default_config(x) -> GemmConfig:
@@ -59,6 +63,8 @@ def _config(fn, config, x) -> GemmConfig:
             raise ValueError(f"{fn}: config.{f} must be a power of two, got {v!r}")
     if min(cfg.block_m, cfg.block_n, cfg.block_k) < 16:
         raise ValueError(f"{fn}: config tiles must be at least 16 (a dot's minimum), got {cfg}")
+    if cfg.persistent not in (None, True, False):
+        raise ValueError(f"{fn}: config.persistent must be None, True or False, got {cfg.persistent!r}")
     return cfg
 
 
@@ -164,8 +170,82 @@ def _schedule(like, splits, rows, block_m, pad=K.PAD) -> _Schedule:
     return s
 
 
-def _gemm(a, wt: _Weights, splits, out, bias, scale, c, o, strides, cfg):
-    sched = _schedule(a, splits, int(a.shape[0]), cfg.block_m)
+# Programs of the persistent kernel on the interpreter: a few, so that tests see programs
+# looping over several tiles and programs with none.
+INTERP_PROGRAMS = 3
+PERSISTENT_WAVES = 2  # the rule: persistent from this many waves of tiles per SM up
+
+
+@functools.lru_cache(maxsize=8)
+def _sm_count(device) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def num_programs(like) -> int:
+    """The persistent kernel's grid: one program per SM (INTERP_PROGRAMS on numpy)."""
+    return INTERP_PROGRAMS if isinstance(like, np.ndarray) else _sm_count(like.device)
+
+
+def persistent_fits(wt: _Weights, rows, c, cfg, dgrad) -> bool:
+    """Whether the persistent kernel computes this product: stacked weights (one
+    descriptor over [G·N, K]), rows to read, and for the dgrad K steps within an expert."""
+    return wt.offsets is None and rows > 0 and (not dgrad or c % cfg.block_k == 0)
+
+
+def use_persistent(like, rows, groups, o, cfg) -> bool:
+    """The rule when config.persistent is None: on the GPU, persistent once the tile
+    schedule's upper bound is PERSISTENT_WAVES waves of tiles per SM (below that a grid
+    of one program per tile runs in about one wave and a persistent loop saves nothing).
+    bench/moe_bench.py measures both sides of it (its 'persistent' rows)."""
+    if cfg.persistent is not None:
+        return cfg.persistent
+    if isinstance(like, np.ndarray):
+        return False
+    slots = cdiv(rows, cfg.block_m) + min(groups, rows)
+    return slots * cdiv(o, cfg.block_n) >= PERSISTENT_WAVES * num_programs(like)
+
+
+def _persistent_gemm(a, wt: _Weights, splits, out, bias, scale, c, o, dgrad, cfg):
+    rows = int(a.shape[0])
+    sched = _schedule(a, splits, rows, cfg.block_m)
+    K.grouped_gemm_persistent_kernel[(num_programs(a),)](
+        a,
+        wt.ptr,
+        splits if bias is None else bias,
+        splits if scale is None else scale,
+        out,
+        sched.offsets,
+        sched.tile_start,
+        sched.tiles,
+        wt.groups,
+        rows,
+        c,
+        o,
+        DGRAD=dgrad,
+        BIAS=0 if bias is None else 1 if scale is None else 2,
+        BM=cfg.block_m,
+        BO=cfg.block_n,
+        BC=cfg.block_k,
+        GROUP_M=8,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+    return out
+
+
+def _gemm(fn, a, wt: _Weights, splits, out, bias, scale, c, o, strides, cfg, dgrad=False):
+    rows = int(a.shape[0])
+    fits = persistent_fits(wt, rows, c, cfg, dgrad)
+    if cfg.persistent and not fits and rows > 0:
+        raise ValueError(
+            f"{fn}: config.persistent=True needs w as one [G, N, K] array"
+            + (f" and N ({c}) a multiple of config.block_k ({cfg.block_k})" if dgrad else "")
+        )
+    if fits and use_persistent(a, rows, wt.groups, o, cfg):
+        return _persistent_gemm(a, wt, splits, out, bias, scale, c, o, dgrad, cfg)
+    sched = _schedule(a, splits, rows, cfg.block_m)
     bias_kind = 0 if bias is None else 1 if scale is None else 2
     grid = (sched.slots, cdiv(o, cfg.block_n))
     with interp_buffers(*(x for x in wt.arrays if isinstance(x, np.ndarray))):
@@ -215,7 +295,7 @@ def grouped_gemm(x, w, splits, bias=None, bias_scale=None, *, out=None, out_dtyp
     _check_bias(fn, bias, bias_scale, x, wt.groups, n, rows)
     y = _out(fn, out, x, (rows, n), out_dtype)
     cfg = _config(fn, config, x)
-    return _gemm(x, wt, splits, y, bias, bias_scale, k, n, (1, k), cfg)
+    return _gemm(fn, x, wt, splits, y, bias, bias_scale, k, n, (1, k), cfg)
 
 
 def _check_bias(fn, bias, bias_scale, x, groups, n, rows):
@@ -319,7 +399,7 @@ def grouped_gemm_dgrad(dy, w, splits, *, out=None, out_dtype="bfloat16", config=
     _check_splits(fn, splits, dy, wt.groups)
     dx = _out(fn, out, dy, (rows, k), out_dtype)
     cfg = _config(fn, config, dy)
-    return _gemm(dy, wt, splits, dx, None, None, n, k, (k, 1), cfg)
+    return _gemm(fn, dy, wt, splits, dx, None, None, n, k, (k, 1), cfg, dgrad=True)
 
 
 def grouped_gemm_wgrad(dy, x, splits, *, out_dtype="bfloat16", config=None):
