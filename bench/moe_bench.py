@@ -1,0 +1,258 @@
+"""The MoE benchmark of issue [8], in one GPU call: tilefuse beside every peer on the shapes
+of ../shared/PEERS.md, each result checked against a float64 reference before it is timed.
+
+Grouped GEMMs (bf16 in and out, fp32 accumulation; T rows sorted by expert, per-expert rows
+drawn 0.7-1.3x the mean, and PEERS.md's skewed routing (exponential weights) at two shapes):
+  fwd   y_g = x_g w_gᵀ    ours: persistent and per-tile kernels, each --config; MXFP8 and
+                          FP8-block operands (quantized beforehand, not timed)
+        peers: cuBLAS per-expert loop (torch.matmul), torch._grouped_mm, a Triton persistent
+        grouped GEMM (bench/triton_grouped.py, best of its configs); fp8: torch's rowwise
+        torch._scaled_grouped_mm (the fp8 rows compare with it)
+  dgrad dx_g = dy_g w_g   ours persistent and per-tile; peers cuBLAS loop, torch._grouped_mm
+  wgrad dw_g = dy_gᵀ x_g  ours; peers cuBLAS loop, torch._grouped_mm (2-D x 2-D with offs)
+Memory-bound stages (T x 2F bf16 + fp32 probs): scaled SwiGLU, MXFP8 quantize, both in a
+row; ours beside torch eager and torch.compile of the same composition (GB/s: bytes read
+and written once).
+The MoE MLP forward and forward+backward (bf16): moe.mlp_forward / mlp_backward beside
+PEERS.md's composition (torch._grouped_mm, the activation eager or torch.compile'd,
+autograd; GPT-OSS: clamped interleaved SwiGLU with biases), TFLOP/s-equivalent
+6·R·d·n (fwd), 18·R·d·n (fwd+bwd).
+
+Checks: error RMS / reference RMS against float64, per dtype (BOUNDS), on up to four
+experts per case (all of them on the interpreter), plus every output finite. A failed check
+is printed and the case is not timed (exit status 1). Timing: CUDA events around each call,
+WARMUP calls then the median of REPS, L2 flushed before each call (a 256 MiB write, outside
+the events). The first call's wall time (compile + load + run) is reported apart: `first_ms`.
+Ratios: ours over the best peer of the same op (and dtype). Output: a table, JSON (--out)
+and a PNG of the ratios beside it.
+
+    python3 bench/moe_bench.py --out $OUT/moe_bench.json          # everything, ~5-8 min on an H200
+    python3 bench/moe_bench.py --quick --out $OUT/moe_bench.json  # one shape per section, fewer reps
+    python3 bench/moe_bench.py --check-only                      # no timing; without a GPU: the
+                                                                  # interpreter at tiny shapes, numpy peers
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+from moe_bench_arrays import Backend
+from moe_bench_cases import BOUNDS, gemm_cases
+from moe_bench_mlp import memory_cases, mlp_cases
+
+GEMM_SHAPES = {  # name: (experts, rows T, K, N)
+    "deepseekv3_fc1": (32, 32768, 7168, 4096),
+    "deepseekv3_fc2": (32, 32768, 2048, 7168),
+    "mixtral_fc1": (8, 16384, 4096, 28672),
+    "mixtral_fc2": (8, 16384, 14336, 4096),
+    "qwen3_30b_fc1": (128, 65536, 2048, 1536),
+    "qwen3_30b_fc2": (128, 65536, 768, 2048),
+}
+SKEWED = ("deepseekv3_fc1", "qwen3_30b_fc1")  # also run with PEERS.md's skewed routing
+MLP_SHAPES = {  # name: (experts, routed rows R, d, n, activation, interleave, bias)
+    "deepseekv3_ep8": (32, 32768, 7168, 2048, "swiglu", 0, False),
+    "qwen3_30b": (128, 262144, 2048, 768, "swiglu", 0, False),
+    "qwen3_235b": (128, 262144, 4096, 1536, "swiglu", 0, False),
+    "gpt_oss_120b": (128, 131072, 2880, 2880, "clamped_swiglu", 1, True),
+    "mixtral": (8, 65536, 4096, 14336, "swiglu", 0, False),
+}
+MEMORY_SHAPE = (32768, 2048)  # T, F: PEERS.md's memory-bound stages
+QUICK = {"gemm": ("deepseekv3_fc1", "qwen3_30b_fc1"), "mlp": ("qwen3_30b",), "skewed": ("qwen3_30b_fc1",)}
+CONFIGS = ("128x128x64w8s3", "128x256x64w8s3")
+
+
+def tiny(shape):
+    """The CPU interpreter's stand-in for a shape (experts, rows, dim, dim, ...): at most 4
+    experts of ~24 rows, each dim 64, or 96 where the real one is not a multiple of 128
+    (both multiples of 32, as MXFP8 needs)."""
+    e = min(shape[0], 4)
+    return (e, 24 * e, *(64 if d % 128 == 0 else 96 for d in shape[2:4]), *shape[4:])
+
+
+def parse_config(text):
+    from tilefuse import moe
+
+    bm, rest = text.split("x", 1)
+    bn, rest = rest.split("x", 1)
+    bk, rest = rest.split("w", 1)
+    warps, stages = rest.split("s", 1)
+    return moe.GemmConfig(int(bm), int(bn), int(bk), int(warps), int(stages))
+
+
+def splits_for(rows, experts, skewed, rng):
+    if skewed:  # PEERS.md: exponential weights
+        wts = rng.exponential(size=experts) + 0.25
+    else:
+        wts = 0.7 + 0.6 * rng.random(experts)
+    s = np.floor(wts / wts.sum() * rows).astype(np.int64)
+    s[0] += rows - int(s.sum())
+    return [int(v) for v in s]
+
+
+def run_case(case, backend, check_only, reps, warmup):
+    """One row: its check, then (unless check_only or the check failed) its timing."""
+    row = {k: case[k] for k in ("section", "shape", "routing", "op", "variant", "who")}
+    if case.get("unavailable"):
+        row["status"] = "unavailable: " + case["unavailable"]
+        return row
+    try:
+        t0 = time.perf_counter()
+        got = case["fn"]()
+        backend.sync()
+        row["first_ms"] = (time.perf_counter() - t0) * 1e3
+        err = case["check"](got)
+        del got
+    except Exception as e:  # noqa: BLE001 - a peer this torch lacks, or a refusal: reported, not fatal
+        row["status"] = f"unavailable: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+        return row
+    row["err_rms"] = err
+    row["bound"] = BOUNDS[case["dtype"]]
+    if not err <= row["bound"]:
+        row["status"] = "FAILED check"
+        return row
+    row["status"] = "ok"
+    if not check_only:
+        ms = backend.time_ms(case["fn"], reps, warmup)
+        row["ms"] = ms
+        if "flops" in case:
+            row["tflops"] = case["flops"] / ms / 1e9
+        else:
+            row["gbps"] = case["bytes"] / ms / 1e6
+    return row
+
+
+def add_ratios(rows):
+    """ratio: ours over the best peer of the same (section, shape, routing, op)."""
+    best = {}
+
+    def rate(r):
+        return r.get("tflops", r.get("gbps"))
+
+    for r in rows:
+        key = (r["section"], r["shape"], r["routing"], r["op"])
+        if r["who"] == "peer" and rate(r) is not None and rate(r) > best.get(key, (0, ""))[0]:
+            best[key] = (rate(r), r["variant"])
+    for r in rows:
+        key = (r["section"], r["shape"], r["routing"], r["op"])
+        if r["who"] == "ours" and rate(r) is not None and key in best:
+            r["ratio"], r["best_peer"] = rate(r) / best[key][0], best[key][1]
+
+
+def print_row(r):
+    rate = f"{r['tflops']:8.1f} TF" if "tflops" in r else f"{r['gbps']:8.0f} GB/s" if "gbps" in r else " " * 11
+    ratio = f"{r['ratio']:5.2f}x {r['best_peer'][:22]}" if "ratio" in r else ""
+    err = f"err {r['err_rms']:.1e}" if "err_rms" in r else ""
+    first = f"first {r['first_ms']:7.0f} ms" if "first_ms" in r else ""
+    status = "" if r["status"] == "ok" else r["status"]
+    print(
+        f"{r['section']:6s} {r['shape']:16s} {r['routing']:7s} {r['op']:12s} {r['who']:4s} "
+        f"{r['variant']:34s} {rate} {ratio:29s} {err:12s} {first:16s} {status}",
+        flush=True,
+    )
+
+
+def plot(rows, path):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"no matplotlib: {path} not drawn")
+        return
+    ours = [r for r in rows if "ratio" in r]
+    if not ours:
+        return
+    labels = [f"{r['shape']} {r['routing']} {r['op']} {r['variant']}" for r in ours]
+    fig, ax = plt.subplots(figsize=(10, max(4, 0.22 * len(ours))))
+    colors = ["tab:green" if r["ratio"] >= 1.0 else "tab:red" for r in ours]
+    ax.barh(range(len(ours)), [r["ratio"] for r in ours], color=colors)
+    ax.set_yticks(range(len(ours)), labels, fontsize=6)
+    ax.invert_yaxis()
+    for x, style in ((1.0, "-"), (1.05, ":"), (1.1, "--")):
+        ax.axvline(x, color="black", linestyle=style, linewidth=0.8)
+    ax.set_xlabel("tilefuse / best peer (same op, shape, routing); lines at 1.0, 1.05, 1.1")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"plot: {path}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="one or two shapes per section, fewer reps")
+    ap.add_argument("--check-only", action="store_true", help="check every case, time none")
+    ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "moe_bench.json"))
+    ap.add_argument("--config", action="append", help="our bf16 tiles, e.g. 128x256x64w8s3 (repeatable)")
+    ap.add_argument("--sections", default="gemm,memory,mlp")
+    ap.add_argument("--reps", type=int, default=None)
+    args = ap.parse_args(argv)
+    backend = Backend.pick()
+    if not backend.gpu and not args.check_only:
+        ap.error("timing needs a CUDA GPU and torch; without them run --check-only (the interpreter)")
+    reps = args.reps or (5 if args.quick else 15)
+    warmup = 2 if args.quick else 3
+    configs = [parse_config(c) for c in (args.config or CONFIGS)]
+    sections = args.sections.split(",")
+    rng = np.random.default_rng(int(os.environ.get("MOE_BENCH_SEED", "0")))
+    start = time.perf_counter()
+    rows, failed = [], 0
+    print(f"backend: {backend.describe()}; reps {reps}, warmup {warmup}, L2 flushed before each call", flush=True)
+
+    def pick(table, key):
+        names = [n for n in table if not args.quick or n in QUICK[key]]
+        return {n: table[n] if backend.gpu else tiny(table[n]) for n in names}
+
+    jobs = []
+    if "gemm" in sections:
+        skewed = [n for n in SKEWED if not args.quick or n in QUICK["skewed"]]
+        for name, shape in pick(GEMM_SHAPES, "gemm").items():
+            for sk in (False, True) if name in skewed else (False,):
+                jobs.append(lambda n=name, s=shape, k=sk: gemm_cases(backend, n, s, splits_for, k, configs, rng))
+    if "memory" in sections:
+        t, f = MEMORY_SHAPE if backend.gpu else (96, 64)
+        jobs.append(lambda: memory_cases(backend, t, f, rng))
+    if "mlp" in sections:
+        for name, shape in pick(MLP_SHAPES, "mlp").items():
+            jobs.append(lambda n=name, s=shape: mlp_cases(backend, n, s, splits_for, rng))
+    for job in jobs:
+        section_start = time.perf_counter()
+        for case in job():
+            r = run_case(case, backend, args.check_only, reps, warmup)
+            failed += r["status"] == "FAILED check"
+            rows.append(r)
+            print_row(r)
+        backend.free()
+        print(f"# {time.perf_counter() - section_start:.1f} s", flush=True)
+    add_ratios(rows)
+    total = time.perf_counter() - start
+    print(f"\n=== ratios (ours / best peer), {total:.0f} s in all")
+    for r in rows:
+        if "ratio" in r:
+            print_row(r)
+    result = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "command": " ".join([os.path.basename(sys.argv[0])] + (argv if argv is not None else sys.argv[1:])),
+        "backend": backend.describe(),
+        "reps": reps,
+        "warmup": warmup,
+        "seconds": total,
+        "rows": rows,
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as fh:
+        json.dump(result, fh, indent=1, default=lambda v: None if isinstance(v, float) and math.isnan(v) else str(v))
+    print(f"json: {args.out}")
+    if not args.check_only:
+        plot(rows, os.path.splitext(args.out)[0] + ".png")
+    if failed:
+        print(f"{failed} case(s) FAILED their check")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""The cases of bench/moe_bench.py: per shape, a list of dicts {section, shape, routing, op,
+variant, who ("ours" / "peer"), dtype (its BOUNDS key), flops or bytes, fn (the timed
+call, returning its result), check (result -> error RMS against float64)} or, for a peer
+this machine lacks, {..., unavailable: why}. Data is made when a shape's cases are asked
+for and dropped with them."""
+
+import importlib
+
+from moe_bench_arrays import check_groups, error_rms, offsets, torch
+from tilefuse import moe
+
+# Error RMS / reference RMS, against float64. bf16 out: one rounding (2^-9 relative, RMS
+# ~2^-10) and fp32 sums, with room; fp8 (E4M3 operands: half a 2^-3 step each, RMS
+# ~2^-5.5 per product): the quantization of both operands; MLP: a few bf16 roundings in a
+# chain (h, y, dh), as bench's demo bound.
+BOUNDS = {"bf16": 2.0**-7, "fp8": 2.0**-3, "mlp": 2.0**-6}
+host = importlib.import_module("tilefuse.moe.grouped_gemm")
+
+
+def _case(section, shape, routing, op, variant, who, dtype, fn, check, **extra):
+    return dict(section=section, shape=shape, routing=routing, op=op, variant=variant, who=who, dtype=dtype) | dict(
+        fn=fn, check=check, **extra
+    )
+
+
+def _missing(section, shape, routing, op, variant, why):
+    return dict(section=section, shape=shape, routing=routing, op=op, variant=variant, who="peer", unavailable=why)
+
+
+def _cfg_name(c):
+    return f"{c.block_m}x{c.block_n}x{c.block_k}w{c.num_warps}s{c.num_stages}"
+
+
+def gemm_cases(B, name, shape, splits_for, skewed, configs, rng):
+    e, rows, k, n = shape
+    s = splits_for(rows, e, skewed, rng)
+    routing = "skewed" if skewed else "0.7-1.3"
+    x, w, dy = B.randn((rows, k)), B.randn((e, n, k), 0.02), B.randn((rows, n))
+    splits, offs = B.int32(s), offsets(s)
+    groups = check_groups(B, s)
+    x64, dy64 = B.f64(x), B.f64(dy)
+    w64 = {g: B.f64(w[g]) for g in groups}
+
+    def rows_check(fn_ref):
+        def check(y):
+            pairs = [(B.f64(y[offs[g] : offs[g + 1]]), fn_ref(g)) for g in groups]
+            return error_rms(B, pairs) if B.all_finite(y[: offs[-1]]) else float("inf")
+
+        return check
+
+    fwd_check = rows_check(lambda g: x64[offs[g] : offs[g + 1]] @ w64[g].T)
+    dgrad_check = rows_check(lambda g: dy64[offs[g] : offs[g + 1]] @ w64[g])
+
+    def wgrad_check(dw):
+        return error_rms(
+            B, [(B.f64(dw[g]), dy64[offs[g] : offs[g + 1]].T @ x64[offs[g] : offs[g + 1]]) for g in groups]
+        )
+
+    flops = 2.0 * rows * n * k
+
+    def c(op, variant, who, dtype, fn, check):
+        return _case("gemm", name, routing, op, variant, who, dtype, fn, check, flops=flops)
+
+    out = []
+    for cfg in configs:
+        for persistent in (True, False):
+            p = cfg._replace(persistent=persistent)
+            tag = f"{'persistent' if persistent else 'per-tile'} {_cfg_name(cfg)}"
+            fits_fwd = host.persistent_fits(host._weights("", w, x), rows, k, cfg, False)
+            fits_dg = host.persistent_fits(host._weights("", w, x), rows, n, cfg, True)
+            for op, fits, o, fn, check in (
+                ("fwd bf16", fits_fwd, n, lambda p=p: moe.grouped_gemm(x, w, splits, config=p), fwd_check),
+                ("dgrad bf16", fits_dg, k, lambda p=p: moe.grouped_gemm_dgrad(dy, w, splits, config=p), dgrad_check),
+            ):
+                if persistent and not fits:
+                    continue
+                rule = host.use_persistent(x, rows, e, o, cfg) == persistent or (persistent is False and not fits)
+                out.append(c(op, tag + (" [rule]" if rule else ""), "ours", "bf16", fn, check))
+    out.append(c("wgrad bf16", "default", "ours", "bf16", lambda: moe.grouped_gemm_wgrad(dy, x, splits), wgrad_check))
+    out += _fp8_ours(B, x, w, splits, c, fwd_check)
+    out += _gemm_peers(B, name, routing, x, w, dy, s, offs, c, fwd_check, dgrad_check, wgrad_check)
+    return out
+
+
+def _fp8_ours(B, x, w, splits, c, fwd_check):
+    w2 = w.reshape(-1, w.shape[2])
+    mx = moe.quantize(x, "mxfp8"), moe.quantize(w2, "mxfp8")
+    out = [c("fwd fp8", "mxfp8 (1x32 e8m0)", "ours", "fp8", lambda: moe.grouped_gemm(*mx, splits), fwd_check)]
+    if w2.shape[0] % 128 == 0 and x.shape[1] % 128 == 0:
+        fb = moe.quantize(x, "fp8_block"), moe.quantize(w2, "fp8_block", block=(128, 128))
+        out.append(
+            c("fwd fp8", "fp8_block (1x128, 128x128)", "ours", "fp8", lambda: moe.grouped_gemm(*fb, splits), fwd_check)
+        )
+    return out
+
+
+def _gemm_peers(B, name, routing, x, w, dy, s, offs, c, fwd_check, dgrad_check, wgrad_check):
+    e, n, k = w.shape
+    rows = x.shape[0]
+    if not B.gpu:
+        return _numpy_peers(B, x, w, dy, offs, c, fwd_check, dgrad_check, wgrad_check) + [
+            _missing("gemm", name, routing, op, v, "no torch / GPU on the interpreter")
+            for op, v in (
+                ("fwd bf16", "torch._grouped_mm"),
+                ("fwd bf16", "triton persistent"),
+                ("fwd fp8", "torch._scaled_grouped_mm"),
+            )
+        ]
+    import triton_grouped
+
+    xs, dys = list(torch.split(x, s)), list(torch.split(dy, s))
+    y, dx, dw = (torch.empty(sh, device="cuda", dtype=torch.bfloat16) for sh in ((rows, n), (rows, k), (e, n, k)))
+    ys, dxs = list(torch.split(y, s)), list(torch.split(dx, s))
+
+    def fwd_loop():
+        return [torch.mm(xs[i], w[i].t(), out=ys[i]) for i in range(e)] and y
+
+    def dgrad_loop():
+        return [torch.mm(dys[i], w[i], out=dxs[i]) for i in range(e)] and dx
+
+    def wgrad_loop():
+        return [torch.mm(dys[i].t(), xs[i], out=dw[i]) for i in range(e)] and dw
+
+    ends = torch.tensor(offs[1:], dtype=torch.int32, device="cuda")
+    offs_dev = torch.tensor(offs, dtype=torch.int32, device="cuda")
+    out = [
+        c("fwd bf16", "cuBLAS per-expert loop", "peer", "bf16", fwd_loop, fwd_check),
+        c("dgrad bf16", "cuBLAS per-expert loop", "peer", "bf16", dgrad_loop, dgrad_check),
+        c("wgrad bf16", "cuBLAS per-expert loop", "peer", "bf16", wgrad_loop, wgrad_check),
+    ]
+    if hasattr(torch, "_grouped_mm"):
+        wt = w.transpose(-2, -1)
+        out += [
+            c("fwd bf16", "torch._grouped_mm", "peer", "bf16", lambda: torch._grouped_mm(x, wt, offs=ends), fwd_check),
+            c(
+                "dgrad bf16",
+                "torch._grouped_mm",
+                "peer",
+                "bf16",
+                lambda: torch._grouped_mm(dy, w, offs=ends),
+                dgrad_check,
+            ),
+            c(
+                "wgrad bf16",
+                "torch._grouped_mm",
+                "peer",
+                "bf16",
+                lambda: torch._grouped_mm(dy.t(), x, offs=ends),
+                wgrad_check,
+            ),
+        ]
+    else:
+        out.append(
+            _missing("gemm", name, routing, "fwd bf16", "torch._grouped_mm", f"not in torch {torch.__version__}")
+        )
+    for cfg in triton_grouped.CONFIGS:
+        tag = "triton persistent " + "x".join(map(str, cfg[:3])) + f"w{cfg[4]}s{cfg[5]}"
+        out.append(
+            c(
+                "fwd bf16",
+                tag,
+                "peer",
+                "bf16",
+                lambda cfg=cfg: triton_grouped.grouped_gemm(x, w, offs_dev, cfg, y),
+                fwd_check,
+            )
+        )
+    out.append(_scaled_grouped(name, routing, x, w, ends, c, fwd_check))
+    return out
+
+
+def _scaled_grouped(name, routing, x, w, ends, c, fwd_check):
+    """torch's fp8 rowwise grouped GEMM: e4m3 x with a scale per row, w with one per (expert,
+    output column), as torch 2.11's torch._scaled_grouped_mm(mat_a, mat_b, scale_a, scale_b,
+    offs=, out_dtype=) takes them."""
+    fn = getattr(torch, "_scaled_grouped_mm", None)
+    if fn is None:
+        return _missing(
+            "gemm", name, routing, "fwd fp8", "torch._scaled_grouped_mm", f"not in torch {torch.__version__}"
+        )
+    fmax = torch.finfo(torch.float8_e4m3fn).max
+    sa = x.float().abs().amax(dim=1).clamp_min(1e-12) / fmax
+    sb = w.float().abs().amax(dim=2).clamp_min(1e-12) / fmax  # [E, N]
+    x8 = (x.float() / sa[:, None]).to(torch.float8_e4m3fn)
+    w8 = (w.float() / sb[:, :, None]).to(torch.float8_e4m3fn).transpose(-2, -1)
+
+    def call():
+        return fn(x8, w8, sa, sb, offs=ends, out_dtype=torch.bfloat16)
+
+    return c("fwd fp8", "torch._scaled_grouped_mm rowwise", "peer", "fp8", call, fwd_check)
+
+
+def _numpy_peers(B, x, w, dy, offs, c, fwd_check, dgrad_check, wgrad_check):
+    """The interpreter's stand-in for the cuBLAS loop: numpy float32 matmuls per expert."""
+    e = w.shape[0]
+    xf, dyf, wf = B.f32(x), B.f32(dy), B.f32(w)
+    r = [(offs[i], offs[i + 1]) for i in range(e)]
+
+    def fwd():
+        return B.bf16(B.cat([xf[a:b] @ wf[i].T for i, (a, b) in enumerate(r)]))
+
+    def dgrad():
+        return B.bf16(B.cat([dyf[a:b] @ wf[i] for i, (a, b) in enumerate(r)]))
+
+    def wgrad():
+        return B.bf16(B.stack([dyf[a:b].T @ xf[a:b] for a, b in r], 0))
+
+    v = "numpy per-expert loop"
+    return [
+        c("fwd bf16", v, "peer", "bf16", fwd, fwd_check),
+        c("dgrad bf16", v, "peer", "bf16", dgrad, dgrad_check),
+        c("wgrad bf16", v, "peer", "bf16", wgrad, wgrad_check),
+    ]
