@@ -106,8 +106,9 @@ def run_case(case, backend, check_only, reps, warmup):
         row["first_ms"] = (time.perf_counter() - t0) * 1e3
         err = case["check"](got)
         del got
-    except Exception as e:  # noqa: BLE001 - a peer this torch lacks, or a refusal: reported, not fatal
-        row["status"] = f"unavailable: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+    except Exception as e:  # noqa: BLE001 - a peer this torch lacks: reported, not fatal
+        why = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+        row["status"] = ("ERROR " if case["who"] == "ours" else "unavailable: ") + why
         return row
     row["err_rms"] = err
     row["bound"] = BOUNDS[case["dtype"]]
@@ -222,7 +223,7 @@ def main(argv=None):
         section_start = time.perf_counter()
         for case in job():
             r = run_case(case, backend, args.check_only, reps, warmup)
-            failed += r["status"] == "FAILED check"
+            failed += r["status"] == "FAILED check" or r["status"].startswith("ERROR")
             rows.append(r)
             print_row(r)
         backend.free()
@@ -249,7 +250,7 @@ def main(argv=None):
     if not args.check_only:
         plot(rows, os.path.splitext(args.out)[0] + ".png")
     if failed:
-        print(f"{failed} case(s) FAILED their check")
+        print(f"{failed} case(s) of ours failed or FAILED their check")
         return 1
     return 0
 

@@ -51,8 +51,8 @@ def mlp_reference(B, t, offs, groups, act, run):
         y = sg * f
         gy = dyg @ w2
         dh = join_glu(B, gy * sg * fa, gy * sg * fb, run)
-        vals = dict(out=y @ w2.T + (0.0 if t["b2"] is None else t["b2"][g]), dx=dh @ w1, dprobs=(gy * f).sum(axis=1))
-        vals |= dict(dw1=dh.T @ xg, dw2=dyg.T @ y, db1=dh.sum(axis=0), db2=dyg.sum(axis=0))
+        vals = dict(out=y @ w2.T + (0.0 if t["b2"] is None else t["b2"][g]), dx=dh @ w1, dprobs=(gy * f).sum(1))
+        vals |= dict(dw1=dh.T @ xg, dw2=dyg.T @ y, db1=dh.sum(0), db2=dyg.sum(0))
         for k, v in vals.items():
             parts[k].append(v)
     rows = {k: B.cat(parts[k]) for k in ("out", "dx", "dprobs")}
