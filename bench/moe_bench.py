@@ -33,6 +33,7 @@ and a PNG of the ratios beside it.
 """
 
 import argparse
+import importlib
 import json
 import math
 import os
@@ -190,7 +191,12 @@ def main(argv=None):
     ap.add_argument("--config", action="append", help="our bf16 tiles, e.g. 128x256x64w8s3 (repeatable)")
     ap.add_argument("--sections", default="gemm,memory,mlp")
     ap.add_argument("--reps", type=int, default=None)
+    ap.add_argument("--group-m", type=int, help="PERSISTENT_GROUP_M of the persistent order (default 8)")
+    ap.add_argument("--programs-per-sm", type=int, help="PERSISTENT_PROGRAMS_PER_SM (default 1)")
     args = ap.parse_args(argv)
+    host = importlib.import_module("tilefuse.moe.grouped_gemm")
+    host.PERSISTENT_GROUP_M = args.group_m or host.PERSISTENT_GROUP_M
+    host.PERSISTENT_PROGRAMS_PER_SM = args.programs_per_sm or host.PERSISTENT_PROGRAMS_PER_SM
     backend = Backend.pick()
     if not backend.gpu and not args.check_only:
         ap.error("timing needs a CUDA GPU and torch; without them run --check-only (the interpreter)")
@@ -201,7 +207,8 @@ def main(argv=None):
     rng = np.random.default_rng(int(os.environ.get("MOE_BENCH_SEED", "0")))
     start = time.perf_counter()
     rows, failed = [], 0
-    print(f"backend: {backend.describe()}; reps {reps}, warmup {warmup}, L2 flushed before each call", flush=True)
+    knobs = f"persistent GROUP_M {host.PERSISTENT_GROUP_M}, {host.PERSISTENT_PROGRAMS_PER_SM} program(s) per SM"
+    print(f"backend: {backend.describe()}; reps {reps}, warmup {warmup}, L2 flushed before each call; {knobs}")
 
     def pick(table, key):
         names = [n for n in table if not args.quick or n in QUICK[key]]
@@ -240,6 +247,7 @@ def main(argv=None):
         "backend": backend.describe(),
         "reps": reps,
         "warmup": warmup,
+        "knobs": knobs,
         "seconds": total,
         "rows": rows,
     }

@@ -174,6 +174,8 @@ def _schedule(like, splits, rows, block_m, pad=K.PAD) -> _Schedule:
 # looping over several tiles and programs with none.
 INTERP_PROGRAMS = 3
 PERSISTENT_WAVES = 2  # the rule: persistent from this many waves of tiles per SM up
+PERSISTENT_GROUP_M = 8  # row tiles side by side in the persistent order (Triton's GROUP_SIZE_M)
+PERSISTENT_PROGRAMS_PER_SM = 1
 
 
 @functools.lru_cache(maxsize=8)
@@ -184,8 +186,12 @@ def _sm_count(device) -> int:
 
 
 def num_programs(like) -> int:
-    """The persistent kernel's grid: one program per SM (INTERP_PROGRAMS on numpy)."""
-    return INTERP_PROGRAMS if isinstance(like, np.ndarray) else _sm_count(like.device)
+    """The persistent kernel's grid: PERSISTENT_PROGRAMS_PER_SM programs per SM
+    (INTERP_PROGRAMS on numpy). More than fit on an SM at once would leave the tiles of
+    the programs that wait to the end."""
+    if isinstance(like, np.ndarray):
+        return INTERP_PROGRAMS
+    return _sm_count(like.device) * PERSISTENT_PROGRAMS_PER_SM
 
 
 def persistent_fits(wt: _Weights, rows, c, cfg, dgrad) -> bool:
@@ -228,7 +234,7 @@ def _persistent_gemm(a, wt: _Weights, splits, out, bias, scale, c, o, dgrad, cfg
         BM=cfg.block_m,
         BO=cfg.block_n,
         BC=cfg.block_k,
-        GROUP_M=8,
+        GROUP_M=PERSISTENT_GROUP_M,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
