@@ -23,19 +23,20 @@ experts per case (all of them on the interpreter), plus every output finite. A f
 is printed and the case is not timed (exit status 1). Timing: CUDA events around each call,
 WARMUP calls then the median of REPS, L2 flushed before each call (a 256 MiB write, outside
 the events). The first call's wall time (compile + load + run) is reported apart: `first_ms`.
-Ratios: ours over the best peer of the same op (and dtype). Output: a table, JSON (--out)
-and a PNG of the ratios beside it.
+Ratios: ours over the best peer of the same op (and dtype). Output: a table, JSON (--out,
+rewritten after each shape: a run cut short keeps what it measured) and a PNG of the
+ratios beside it.
 
-    python3 bench/moe_bench.py --out $OUT/moe_bench.json          # everything, ~5-8 min on an H200
+    python3 bench/moe_bench.py --out $OUT/moe_bench.json          # everything (estimated 4-7 min, H200)
     python3 bench/moe_bench.py --quick --out $OUT/moe_bench.json  # one shape per section, fewer reps
     python3 bench/moe_bench.py --check-only                      # no timing; without a GPU: the
                                                                   # interpreter at tiny shapes, numpy peers
 """
 
 import argparse
+import functools
 import importlib
 import json
-import math
 import os
 import sys
 import time
@@ -183,6 +184,24 @@ def plot(rows, path):
     print(f"plot: {path}")
 
 
+def write_json(path, argv, backend, reps, warmup, knobs, start, rows, done):
+    add_ratios(rows)
+    result = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "command": " ".join([os.path.basename(sys.argv[0])] + (argv if argv is not None else sys.argv[1:])),
+        "backend": backend.describe(),
+        "reps": reps,
+        "warmup": warmup,
+        "knobs": knobs,
+        "seconds": time.perf_counter() - start,
+        "complete": done,
+        "rows": rows,
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as fh:
+        json.dump(result, fh, indent=1, default=str)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one or two shapes per section, fewer reps")
@@ -219,41 +238,38 @@ def main(argv=None):
         skewed = [n for n in SKEWED if not args.quick or n in QUICK["skewed"]]
         for name, shape in pick(GEMM_SHAPES, "gemm").items():
             for sk in (False, True) if name in skewed else (False,):
-                jobs.append(lambda n=name, s=shape, k=sk: gemm_cases(backend, n, s, splits_for, k, configs, rng))
+                job = functools.partial(gemm_cases, backend, name, shape, splits_for, sk, configs, rng)
+                jobs.append((f"gemm {name}{' skewed' if sk else ''}", job))
     if "memory" in sections:
         t, f = MEMORY_SHAPE if backend.gpu else (96, 64)
-        jobs.append(lambda: memory_cases(backend, t, f, rng))
+        jobs.append(("memory", functools.partial(memory_cases, backend, t, f, rng)))
     if "mlp" in sections:
         for name, shape in pick(MLP_SHAPES, "mlp").items():
-            jobs.append(lambda n=name, s=shape: mlp_cases(backend, n, s, splits_for, rng))
-    for job in jobs:
+            jobs.append((f"mlp {name}", functools.partial(mlp_cases, backend, name, shape, splits_for, rng)))
+    for label, job in jobs:
         section_start = time.perf_counter()
-        for case in job():
+        try:
+            cases = job()
+        except Exception as e:  # noqa: BLE001 - the data or reference of one shape: the others still run
+            print(f"ERROR setting up {label}: {type(e).__name__}: {e}", flush=True)
+            rows.append(dict(section=label, shape="", routing="", op="", variant="", who="ours", status=f"ERROR {e}"))
+            failed += 1
+            backend.free()
+            continue
+        for case in cases:
             r = run_case(case, backend, args.check_only, reps, warmup)
             failed += r["status"] == "FAILED check" or r["status"].startswith("ERROR")
             rows.append(r)
             print_row(r)
+        cases = case = None  # their closures hold the shape's data
         backend.free()
         print(f"# {time.perf_counter() - section_start:.1f} s", flush=True)
-    add_ratios(rows)
-    total = time.perf_counter() - start
-    print(f"\n=== ratios (ours / best peer), {total:.0f} s in all")
+        write_json(args.out, argv, backend, reps, warmup, knobs, start, rows, done=False)  # kept if cut short
+    print(f"\n=== ratios (ours / best peer), {time.perf_counter() - start:.0f} s in all")
     for r in rows:
         if "ratio" in r:
             print_row(r)
-    result = {
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "command": " ".join([os.path.basename(sys.argv[0])] + (argv if argv is not None else sys.argv[1:])),
-        "backend": backend.describe(),
-        "reps": reps,
-        "warmup": warmup,
-        "knobs": knobs,
-        "seconds": total,
-        "rows": rows,
-    }
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as fh:
-        json.dump(result, fh, indent=1, default=lambda v: None if isinstance(v, float) and math.isnan(v) else str(v))
+    write_json(args.out, argv, backend, reps, warmup, knobs, start, rows, done=True)
     print(f"json: {args.out}")
     if not args.check_only:
         plot(rows, os.path.splitext(args.out)[0] + ".png")
