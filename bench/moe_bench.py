@@ -97,7 +97,11 @@ def splits_for(rows, experts, skewed, rng):
 
 def run_case(case, backend, check_only, reps, warmup):
     """One row: its check, then (unless check_only or the check failed) its timing."""
-    row = {k: case[k] for k in ("section", "shape", "routing", "op", "variant", "who")}
+    row = {
+        k: case[k]
+        for k in ("section", "shape", "routing", "op", "variant", "who", "config", "persistent", "waves")
+        if k in case
+    }
     if case.get("unavailable"):
         row["status"] = "unavailable: " + case["unavailable"]
         return row
@@ -143,6 +147,31 @@ def add_ratios(rows):
         key = (r["section"], r["shape"], r["routing"], r["op"])
         if r["who"] == "ours" and rate(r) is not None and key in best:
             r["ratio"], r["best_peer"] = rate(r) / best[key][0], best[key][1]
+
+
+def rule_report(rows):
+    """Persistent over per-tile, same shape, op and tiles, beside the tile waves per SM (the
+    rule's measure: persistent from PERSISTENT_WAVES up): the least threshold that every
+    measured pair agrees with, where one exists."""
+    pairs = {}
+    for r in rows:
+        if "waves" in r and "tflops" in r:
+            pairs.setdefault((r["shape"], r["routing"], r["op"], r["config"]), {})[r["persistent"]] = r
+    lines, wins, losses = [], [], []
+    for key, p in sorted(pairs.items()):
+        if True in p and False in p:
+            speedup = p[True]["tflops"] / p[False]["tflops"]
+            (wins if speedup > 1 else losses).append(p[True]["waves"])
+            lines.append(f"  {' '.join(key):60s} waves {p[True]['waves']:7.1f}  persistent/per-tile {speedup:5.2f}")
+    if not lines:
+        return
+    print("\n=== persistent vs per-tile (the rule: persistent from PERSISTENT_WAVES waves up)")
+    print("\n".join(lines))
+    lo, hi = max(losses, default=0.0), min(wins, default=float("inf"))
+    verdict = (
+        f"any PERSISTENT_WAVES in ({lo:.1f}, {hi:.1f}]" if lo < hi else "no single threshold: the waves do not decide"
+    )
+    print(f"  measured: {verdict}")
 
 
 def print_row(r):
@@ -269,6 +298,7 @@ def main(argv=None):
     for r in rows:
         if "ratio" in r:
             print_row(r)
+    rule_report(rows)
     write_json(args.out, argv, backend, reps, warmup, knobs, start, rows, done=True)
     print(f"json: {args.out}")
     if not args.check_only:

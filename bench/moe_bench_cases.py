@@ -7,7 +7,7 @@ for and dropped with them."""
 import importlib
 
 from moe_bench_arrays import check_groups, error_rms, offsets, torch
-from tilefuse import moe
+from tilefuse import cdiv, moe
 
 # Error RMS / reference RMS, against float64. bf16 out: one rounding (2^-9 relative, RMS
 # ~2^-10) and fp32 sums, with room; fp8 (E4M3 operands: half a 2^-3 step each, RMS
@@ -75,7 +75,9 @@ def gemm_cases(B, name, shape, splits_for, skewed, configs, rng):
                 if persistent and not fits:
                     continue
                 rule = host.use_persistent(x, rows, e, o, cfg) == persistent or (persistent is False and not fits)
-                out.append(c(op, tag + (" [rule]" if rule else ""), "ours", "bf16", fn, check))
+                case = c(op, tag + (" [rule]" if rule else ""), "ours", "bf16", fn, check)
+                waves = (cdiv(rows, cfg.block_m) + min(e, rows)) * cdiv(o, cfg.block_n) / host.num_programs(x)
+                out.append(case | dict(config=_cfg_name(cfg), persistent=persistent, waves=waves))
     out.append(c("wgrad bf16", "default", "ours", "bf16", lambda: moe.grouped_gemm_wgrad(dy, x, splits), wgrad_check))
     out += _fp8_ours(B, x, w, splits, c, fwd_check)
     out += _gemm_peers(B, name, routing, x, w, dy, s, offs, c, fwd_check, dgrad_check, wgrad_check)

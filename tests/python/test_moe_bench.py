@@ -85,3 +85,15 @@ def test_timing_needs_a_gpu(capsys):
     with pytest.raises(SystemExit):
         moe_bench.main(["--quick"])
     assert "timing needs a CUDA GPU" in capsys.readouterr().err
+
+
+def _pair(shape, waves, persistent_tf, per_tile_tf):
+    key = dict(shape=shape, routing="r", op="fwd bf16", config="c", waves=waves)
+    return [dict(key, persistent=True, tflops=persistent_tf), dict(key, persistent=False, tflops=per_tile_tf)]
+
+
+def test_rule_report_names_the_thresholds_the_measurements_allow(capsys):
+    moe_bench.rule_report(_pair("a", 1.0, 90.0, 100.0) + _pair("b", 5.0, 110.0, 100.0) + _pair("c", 9.0, 120.0, 100.0))
+    assert "any PERSISTENT_WAVES in (1.0, 5.0]" in capsys.readouterr().out
+    moe_bench.rule_report(_pair("a", 1.0, 110.0, 100.0) + _pair("b", 5.0, 90.0, 100.0))
+    assert "no single threshold" in capsys.readouterr().out
