@@ -162,7 +162,7 @@ def test_tile_order_covers_each_tile_once(group_m):
 @pytest.mark.parametrize("dgrad", [False, True])
 def test_lowers_to_tma_and_wgmma(monkeypatch, tmp_path, rng, cfg, dgrad):
     """As the host launches it for sm_90a: TMA copies of both operands, bf16 wgmma of the
-    config's width, no local memory, no missed fast path; ptxas accepts it."""
+    config's width, no local memory, no missed fast path; ptxas accepts it, spilling nothing."""
     seen = []
     monkeypatch.setattr(K, "grouped_gemm_persistent_kernel", Recorder(K.grouped_gemm_persistent_kernel, seen))
     x, dy = rng.standard_normal((256, 512)).astype(BF16), rng.standard_normal((256, 512)).astype(BF16)
@@ -174,7 +174,8 @@ def test_lowers_to_tma_and_wgmma(monkeypatch, tmp_path, rng, cfg, dgrad):
     assert low["hints"] == []
     assert "cp.async.bulk.tensor" in low["ptx"] and ".local" not in low["ptx"]
     assert f"wgmma.mma_async.sync.aligned.m64n{cfg.block_n}k16.f32.bf16.bf16" in low["ptx"]
-    assert_assembles(low["ptx"], "sm_90a", tmp_path)
+    report = assert_assembles(low["ptx"], "sm_90a", tmp_path, verbose=True)
+    assert "0 bytes spill stores, 0 bytes spill loads" in report, report
 
 
 class Recorder:
