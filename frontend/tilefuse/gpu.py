@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -144,7 +145,9 @@ def ptxas_path() -> str | None:
     return exe if os.path.exists(exe) else None
 
 
-def _ptxas(ptx: str, arch: str) -> bytes | None:
+def _ptxas(ptx: str, arch: str) -> tuple[bytes, dict] | None:
+    """The cubin and what ptxas -v reports of it: "registers" per thread, "smem" (static
+    shared bytes), "spill_stores" and "spill_loads" (bytes)."""
     exe = ptxas_path()
     if exe is None:
         return None  # the driver JIT-compiles the PTX instead
@@ -152,11 +155,56 @@ def _ptxas(ptx: str, arch: str) -> bytes | None:
         src, out = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
         with open(src, "w") as f:
             f.write(ptx)
-        r = subprocess.run([exe, f"-arch={arch}", src, "-o", out], capture_output=True, text=True)
+        r = subprocess.run([exe, "-v", f"-arch={arch}", src, "-o", out], capture_output=True, text=True)
         if r.returncode != 0:
             raise CompilationError(f"ptxas rejected the generated PTX for {arch}:\n{r.stderr}")
         with open(out, "rb") as f:
-            return f.read()
+            return f.read(), ptxas_usage(r.stderr + r.stdout)
+
+
+def ptxas_usage(report: str) -> dict:
+    """The resource lines of `ptxas -v` (one kernel per module)."""
+    def num(pattern):
+        m = re.search(pattern, report)
+        return int(m.group(1)) if m else 0
+
+    return {
+        "registers": num(r"Used (\d+) registers"),
+        "smem": num(r"(\d+) bytes smem"),
+        "spill_stores": num(r"(\d+) bytes spill stores"),
+        "spill_loads": num(r"(\d+) bytes spill loads"),
+    }
+
+
+# The most shared memory per block of any GPU each target runs on (opt-in): H100/H200,
+# A100 (sm_80 code also runs on sm_86/87, which have less: load() checks the device).
+ARCH_SHARED_LIMIT = {"sm_90a": 232448, "sm_90": 232448, "sm_89": 101376, "sm_80": 166912}
+
+
+def check_resources(kernel, spec, usage: dict | None, arch: str, num_warps: int, num_stages: int) -> list:
+    """LaunchError for a build no GPU of `arch` can launch (its shared memory); the perf
+    hints of ptxas's report (register spills), as lower's "hints" lists."""
+    shared = spec.shared_bytes + (usage or {}).get("smem", 0)
+    limit = ARCH_SHARED_LIMIT.get(arch)
+    if limit is not None and shared > limit:
+        raise LaunchError(
+            f"{kernel.name}: needs {shared} bytes of shared memory with num_warps={num_warps}, "
+            f"num_stages={num_stages}; {arch} allows {limit} per block (use fewer stages or smaller tiles)"
+        )
+    if not usage or not (usage["spill_stores"] or usage["spill_loads"]):
+        return []
+    f = kernel.module.lookup_func(kernel.name)
+    loc = f.loc if f is not None else None
+    return [
+        [
+            loc.file if loc else None,
+            loc.line if loc else 0,
+            loc.col if loc else 0,
+            f"register spills: {usage['spill_stores']} bytes of spill stores and {usage['spill_loads']} of spill "
+            f"loads per thread at {usage['registers']} registers, the most {num_warps * 32} threads "
+            f"(num_warps={num_warps}) may use (fewer warps or smaller tiles keep values in registers)",
+        ]
+    ]
 
 
 def binary(kernel, arch: str, num_warps: int, num_stages: int):
@@ -186,9 +234,14 @@ def build(kernel, arch: str, num_warps: int, num_stages: int):
             pass  # unreadable hints: compile again, which rewrites both
     low = lower(kernel, arch, num_warps, num_stages, keep_ir=False, debug=debug)  # a launch needs no LLVM IR text
     # A forced target's cubin may not run on this GPU; its PTX does, through the driver JIT.
-    image = (None if _TARGET else _ptxas(low["ptx"], arch)) or (low["ptx"].encode() + b"\0")
+    cubin, usage = (None if _TARGET else _ptxas(low["ptx"], arch)) or (None, None)
+    image = cubin or (low["ptx"].encode() + b"\0")
     entry = _R.CachedKernel(low["spec"], low["ptx"], image)
-    hints = [list(h) for h in low["hints"]]
+    spills = check_resources(kernel, low["spec"], usage, arch, num_warps, num_stages)
+    if perf_hints():
+        for file, line, col, message in spills:
+            print(render(f"{message} [{kernel.name}, {arch}]", file, line, col, kind="perf"), file=sys.stderr)
+    hints = [list(h) for h in low["hints"]] + spills
     if debug:
         kernel.debug_checks[(arch, num_warps, num_stages)] = low["checks"]
     try:
@@ -343,7 +396,15 @@ def load(kernel, device: int, num_warps: int, num_stages: int):
                 f"num_stages={num_stages}; {info.name} allows {info.max_shared_per_block_optin} per block "
                 "(use fewer stages or smaller tiles)"
             )
-        loaded = kernel.loaded[(device, num_warps, num_stages, debug)] = _R.LoadedKernel(device, entry.image, entry.spec)
+        loaded = _R.LoadedKernel(device, entry.image, entry.spec)
+        res, threads = loaded.resources(), entry.spec.num_threads
+        if res.max_threads_per_block < threads:  # a PTX image the driver compiled: its registers
+            raise LaunchError(
+                f"{kernel.name}: needs {res.num_regs} registers per thread, which allows {res.max_threads_per_block} "
+                f"threads per block on {info.name} ({info.max_registers_per_block} registers per block); it has "
+                f"{threads} (num_warps={num_warps}: use fewer warps or smaller tiles)"
+            )
+        kernel.loaded[(device, num_warps, num_stages, debug)] = loaded
     return loaded
 
 
