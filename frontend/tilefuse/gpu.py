@@ -134,7 +134,7 @@ def perf_hints() -> bool:
     return os.environ.get("TILEFUSE_PERF_HINTS") == "1"
 
 
-def _cache_key(kernel, arch: str, num_warps: int, num_stages: int, debug: bool) -> str:
+def _cache_key(kernel, arch: str, num_warps: int, num_stages: int, debug: bool = False) -> str:
     parts = [defaults.__version__, _compiler_fingerprint(), arch, str(num_warps), str(num_stages), str(debug)]
     parts.append(kernel.asm["tile"])
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()

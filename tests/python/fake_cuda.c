@@ -142,3 +142,25 @@ CUresult cuEventElapsedTime(float* ms, CUevent a, CUevent b) {
   return ok();
 }
 CUresult cuEventDestroy(CUevent e) { return ok(); }
+// Device memory is host memory; every address lies in an allocation of 1 GiB from 0.
+CUresult cuMemAlloc(CUdeviceptr* p, size_t bytes) {
+  *p = (CUdeviceptr)(uintptr_t)calloc(1, bytes);
+  return *p ? ok() : CUDA_ERROR_OUT_OF_MEMORY;
+}
+CUresult cuMemFree(CUdeviceptr p) {
+  free((void*)(uintptr_t)p);
+  return ok();
+}
+CUresult cuMemsetD8(CUdeviceptr p, unsigned char v, size_t n) {
+  memset((void*)(uintptr_t)p, v, n);
+  return ok();
+}
+CUresult cuMemcpyDtoH(void* dst, CUdeviceptr src, size_t n) {
+  memcpy(dst, (const void*)(uintptr_t)src, n);
+  return ok();
+}
+CUresult cuMemGetAddressRange(CUdeviceptr* base, size_t* size, CUdeviceptr p) {
+  *base = 0;
+  *size = (size_t)1 << 30;
+  return ok();
+}
