@@ -164,6 +164,7 @@ def _ptxas(ptx: str, arch: str) -> tuple[bytes, dict] | None:
 
 def ptxas_usage(report: str) -> dict:
     """The resource lines of `ptxas -v` (one kernel per module)."""
+
     def num(pattern):
         m = re.search(pattern, report)
         return int(m.group(1)) if m else 0

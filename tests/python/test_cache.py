@@ -133,8 +133,18 @@ def test_malformed_kernel_entries_with_a_valid_checksum_are_misses(tmp_path, mon
         assert cache.get_kernel(key).ptx == good.ptx
 
 
-BAD_HINTS = [b'[["f", 1, 2]]', b'[[null, "1", 2, "m"]]', b"[[null, 1, 2, 3]]", b'[[1, 1, 2, "m"]]', b'[[null, true, 2, "m"]]']
-BAD_CHECKS = [b'[["f", 1, 2, "load", 0, 4]]', b'[[null, 1, 2, "load", "0", 4, []]]', b'[[null, 1, 2, "load", 0, 4, [1.5]]]']
+BAD_HINTS = [
+    b'[["f", 1, 2]]',
+    b'[[null, "1", 2, "m"]]',
+    b"[[null, 1, 2, 3]]",
+    b'[[1, 1, 2, "m"]]',
+    b'[[null, true, 2, "m"]]',
+]
+BAD_CHECKS = [
+    b'[["f", 1, 2, "load", 0, 4]]',
+    b'[[null, 1, 2, "load", "0", 4, []]]',
+    b'[[null, 1, 2, "load", 0, 4, [1.5]]]',
+]
 
 
 @pytest.mark.parametrize(

@@ -157,4 +157,3 @@ def test_two_dimensional_elements_and_programs_in_the_report():
     check = [None, 0, 0, "store", 1, 2, [16, 32]]
     msg = gpu.debug_message(check, [1, 0, 3, 5, 0, 16 * 32 - 1, -4, 200], ["a", "b"])
     assert msg == "out-of-bounds store at element [15, 31]: index -4 of 'b', which holds 100 elements (program 3, 5, 0)"
-
