@@ -267,13 +267,13 @@ def compile_kernel(
     if clash:
         raise AotError(f"parameter '{clash[0]}' of {kernel.__name__} is reserved in the generated C++; rename it")
     compiled = kernel._compile([i.param for i in items])
-    low = gpu.lower(compiled, target, num_warps, num_stages, keep_ir=False)
+    low = gpu.lower(compiled, target, num_warps, num_stages, keep_ir=False, debug=False)  # no hidden parameters
     spec, ptx = low["spec"], low["ptx"]
     cubin = None
     if image != "ptx":
         if image == "cubin" and gpu.ptxas_path() is None:
             raise AotError("--image cubin needs ptxas (on PATH or in $CUDA_HOME/bin)")
-        cubin = gpu._ptxas(ptx, target)
+        cubin = (gpu._ptxas(ptx, target) or (None, None))[0]
     params = [(p.name, p.kind.name) for p in spec.params]
     ints = {n for n, k in params if k not in ("ptr", "f32", "f64")}
     constants = {i.param.name: i.param.value for i in items if i.param.spec is None}
