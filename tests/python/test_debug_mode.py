@@ -5,7 +5,11 @@ interpreter's bounds check. The planted out-of-bounds launches are in
 tests/gpu/test_debug_mode_gpu.py."""
 
 import inspect
+import json
+import os
 import re
+import subprocess
+import sys
 
 import ml_dtypes
 import numpy as np
@@ -16,6 +20,9 @@ from tilefuse import gpu
 
 from kernels_dsl.tutorials.matmul_desc import matmul_desc_kernel
 from tests.ptxas import assert_assembles
+from tests.python import test_launch_path
+
+fake_driver = test_launch_path.fake_driver  # the stand-in libcuda.so.1, built once
 
 rng = np.random.default_rng()
 
@@ -157,3 +164,74 @@ def test_two_dimensional_elements_and_programs_in_the_report():
     check = [None, 0, 0, "store", 1, 2, [16, 32]]
     msg = gpu.debug_message(check, [1, 0, 3, 5, 0, 16 * 32 - 1, -4, 200], ["a", "b"])
     assert msg == "out-of-bounds store at element [15, 31]: index -4 of 'b', which holds 100 elements (program 3, 5, 0)"
+
+
+LAUNCH = r"""
+import json, sys
+import tilefuse as tf
+from tests.python.test_debug_mode import shifted_copy
+
+exec(open("tests/python/test_launch_path.py").read().split("SCRIPT = r\"\"\"")[1].split("@tf.jit")[0])
+
+
+class Storage:
+    def __init__(self, ptr, nbytes):
+        self.ptr, self.bytes = ptr, nbytes
+
+    def data_ptr(self):
+        return self.ptr
+
+    def nbytes(self):
+        return self.bytes
+
+
+class Viewed(Tensor):  # a view 256 bytes into a storage of 4096
+    def untyped_storage(self):
+        return Storage(self.ptr - 256, 4096)
+
+
+Viewed.__module__ = "torch.stand_in"
+
+x, y = Tensor(0x10000), Viewed(0x20100)
+try:
+    shifted_copy[(4,)](x, y, 1000, int(sys.argv[1]), BLOCK=256)
+    print(json.dumps("ok"))
+except tf.KernelRuntimeError as e:
+    print(json.dumps([e.message, e.line]))
+"""
+
+
+def test_debug_launches_pass_extents_and_read_the_record(fake_driver, tmp_path):
+    """Through the stand-in driver (device memory is host memory; its allocation spans
+    [0, 1 GiB)): the hidden parameters of each launch, and a record the 'kernel' filled."""
+    script, log = tmp_path / "launch.py", tmp_path / "launches.log"
+    script.write_text(LAUNCH)
+    env = dict(
+        os.environ,
+        LD_LIBRARY_PATH=str(fake_driver),
+        FAKE_CUDA_LOG=str(log),
+        TILEFUSE_TARGET="sm_90a",  # PTX, which the stand-in reads the parameters from
+        TILEFUSE_DEBUG="1",
+        TILEFUSE_CACHE_DIR=str(tmp_path / "cache"),
+        PYTHONPATH=os.pathsep.join([str(test_launch_path.ROOT / "frontend"), str(test_launch_path.ROOT)]),
+    )
+    run = lambda shift, **extra: subprocess.run(  # noqa: E731
+        [sys.executable, str(script), str(shift)], capture_output=True, text=True, env=dict(env, **extra),
+        cwd=test_launch_path.ROOT,
+    )  # fmt: skip
+    r = run(5)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.splitlines()[-1]) == "ok"
+    (line,) = log.read_text().splitlines()
+    words = line.split()
+    # x, y, n, shift, then the extents: the driver's allocation for x, the storage for y.
+    assert words[3:9] == ["8:65536", "8:131328", "4:1000", "4:5", f"8:{2**30 - 0x10000}", f"8:{4096 - 256}"]
+    assert words[9].startswith("8:") and int(words[9][2:]) != 0  # the record
+    r = run(-3, FAKE_CUDA_VIOLATION="1,1,3,0,0,17,-1")
+    assert r.returncode == 0, r.stderr
+    message, at = json.loads(r.stdout.splitlines()[-1])
+    assert (
+        message
+        == "out-of-bounds store at element [17]: index -1 of 'y_ptr', which holds 960 elements (program 3, 0, 0)"
+    )
+    assert at == _line(shifted_copy, "tl.store")
