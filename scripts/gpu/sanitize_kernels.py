@@ -8,6 +8,7 @@ import sys
 import tilefuse as tf
 import torch
 from tilefuse import moe
+from tilefuse.moe.mlp import RECIPES
 
 from kernels_dsl.moe.activations import REQUIRED
 from kernels_dsl.tutorials import layernorm, matmul, softmax, vector_add
@@ -62,7 +63,7 @@ def mlps():
 
     g = len(demo.SPLITS)
     splits = torch.tensor(demo.SPLITS, dtype=torch.int32, device="cuda")
-    for recipe in demo.BOUNDS:
+    for recipe in RECIPES:
         params = dict(w1=randn(g, 2 * demo.N, demo.D), w2=randn(g, demo.D, demo.N))
         params |= dict(b1=randn(g, 2 * demo.N, dtype=torch.float32), b2=randn(g, demo.D, dtype=torch.float32))
         cfg = moe.MLPConfig(activation="swiglu", recipe=recipe, bias=True, scaled_bias=True, recompute=True)
