@@ -85,7 +85,7 @@ CLANG_APT_PKGS := clang-14 libclang-rt-14-dev
 ASAN_RT = $(shell clang++-14 -print-file-name=libclang_rt.asan-x86_64.so)
 SAN_ENV = ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # The Python suite under ASan (CPython itself is not instrumented: LD_PRELOAD of the runtime,
-# no leak checking): 9m50s here. test_golden_ptx is left out: clang's build emits PTX that
+# no leak checking): over 20 min here (README: Robustness). test_golden_ptx is left out: clang's build emits PTX that
 # differs from the golden (gcc-built) files in 10 matmul cases (not a sanitizer report).
 ASAN_PYTESTS ?= tests/python --ignore=tests/python/test_golden_ptx.py
 FUZZ_SECONDS ?= 60
