@@ -165,3 +165,26 @@ def test_clean_launches_match_the_plain_build(monkeypatch):
     monkeypatch.setenv("TILEFUSE_DEBUG", "0")
     copy_upto[(tf.cdiv(n, 512),)](x, y_plain, n, 0, BLOCK=512)
     assert torch.equal(y_debug, y_plain) and torch.equal(y_plain, x * 3.0)
+
+
+@tf.jit
+def desc_rows(x_ptr, y_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    xd = tl.make_tensor_descriptor(x_ptr, [M, N], [N, 1], [BM, BN])
+    yd = tl.make_tensor_descriptor(y_ptr, [M, N], [N, 1], [BM, BN])
+    pm = tl.program_id(0) * BM
+    yd.store([pm, 0], xd.load([pm, 0]) * 2.0)  # planted: descriptor
+
+
+@pytest.mark.parametrize("blocks,BM,BN", [(3, 64, 64), (5, 16, 128)])
+def test_a_descriptor_larger_than_its_buffer(blocks, BM, BN):
+    # Off TMA in debug builds: the descriptor's elements past its sizes read as zero (no
+    # violation), but sizes that overrun the buffer itself are one.
+    M, N = blocks * BM, BN
+    x, y = torch.randn(M * N - 1, device="cuda"), torch.zeros(M * N, device="cuda")
+    with pytest.raises(tf.KernelRuntimeError) as e:
+        desc_rows[(blocks,)](x, y, M, N, BM=BM, BN=BN)
+    n = M * N - 1
+    expect(e, desc_rows, "planted: descriptor", f"out-of-bounds descriptor load at element [{BM - 1}, {BN - 1}]: "
+           f"index {n} of 'x_ptr', which holds {n} elements (program {blocks - 1}, 0, 0)")  # fmt: skip
+    assert torch.equal(y[:n], x * 2.0) and y[n].item() == 0.0
+    desc_rows[(blocks + 2,)](x, y, M - 1, N, BM=BM, BN=BN)  # within the buffer: rows past M are masked
