@@ -106,8 +106,8 @@ void init_lower(py::module_& m) {
         py::gil_scoped_release release;
         lower::LowerOptions o{arch, numWarps, numStages, keepIR, libdevice, debug};
         lower::LoweredKernel k = lower::compileKernel(m, kernel, o);
-        return Lowered{std::move(k.gpuIR), std::move(k.llir), std::move(k.ptx), std::move(k.hints),
-                       std::move(k.checks), launchSpec(m, o, k)};
+        return Lowered{std::move(k.gpuIR), std::move(k.llir),   std::move(k.ptx),
+                       std::move(k.hints), std::move(k.checks), launchSpec(m, o, k)};
       },
       py::arg("module"), py::arg("kernel"), py::arg("arch"), py::arg("num_warps"), py::arg("num_stages"),
       py::arg("keep_ir") = true, py::arg("libdevice") = "", py::arg("debug") = false);

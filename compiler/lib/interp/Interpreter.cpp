@@ -275,7 +275,8 @@ class Machine {
       uint64_t dist = addr >= b.base ? addr - (b.base + b.size) : b.base - addr;
       if (dist < best) best = dist, near = &b;
     }
-    std::string msg = "out-of-bounds " + std::string(what) + (shape.empty() ? "" : " at element " + idxStr(shape, flat));
+    std::string msg =
+        "out-of-bounds " + std::string(what) + (shape.empty() ? "" : " at element " + idxStr(shape, flat));
     if (!near) fail(op, msg + ": there are no argument buffers");
     int64_t index = addr >= near->base ? static_cast<int64_t>((addr - near->base) / bytes)
                                        : -static_cast<int64_t>((near->base - addr + bytes - 1) / bytes);

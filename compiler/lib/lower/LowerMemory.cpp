@@ -234,8 +234,7 @@ int Lowering::rootParam(const Value* v, std::set<const Value*>& seen) const {
     if (parent->kind() == OpKind::Func) return parent == kernelOp_ ? static_cast<int>(v->index()) : -1;
     if (parent->kind() != OpKind::For || v->index() == 0) return -1;  // while loops: not traced
     unsigned k = v->index() - 1;  // carried value k: its init and what the body yields
-    return meet(rootParam(parent->operand(3 + k), seen),
-                rootParam(v->ownerBlock()->terminator()->operand(k), seen));
+    return meet(rootParam(parent->operand(3 + k), seen), rootParam(v->ownerBlock()->terminator()->operand(k), seen));
   }
   switch (def->kind()) {
     case OpKind::PtrAdd:
@@ -256,7 +255,8 @@ int Lowering::rootParam(const Value* v, std::set<const Value*>& seen) const {
     }
     case OpKind::If: {
       int r = -2;
-      for (unsigned i = 0; i < def->numRegions(); ++i) r = meet(r, rootParam(def->region(i).terminator()->operand(v->index()), seen));
+      for (unsigned i = 0; i < def->numRegions(); ++i)
+        r = meet(r, rootParam(def->region(i).terminator()->operand(v->index()), seen));
       return r;
     }
     default:
@@ -321,7 +321,9 @@ llvm::Function* Lowering::reportFn() {
       b.CreateAtomicCmpXchg(rec, b.getInt64(0), b.getInt64(1), llvm::MaybeAlign(8), O::Monotonic, O::Monotonic), 0);
   b.CreateCondBr(b.CreateICmpEQ(old, b.getInt64(0)), first, done);
   b.SetInsertPoint(first);
-  auto word = [&](int i, LVal* v) { b.CreateStore(b.CreateZExt(v, b.getInt64Ty()), b.CreateConstGEP1_32(b.getInt64Ty(), rec, i)); };
+  auto word = [&](int i, LVal* v) {
+    b.CreateStore(b.CreateZExt(v, b.getInt64Ty()), b.CreateConstGEP1_32(b.getInt64Ty(), rec, i));
+  };
   word(1, f->getArg(1));
   word(2, b.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x, {}, {}));
   word(3, b.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_y, {}, {}));
