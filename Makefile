@@ -12,6 +12,7 @@ NPROC := $(shell nproc)
 LAUNCHER := $(if $(shell command -v ccache),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 
 .PHONY: all setup deps venv build editable run test test-cpp test-lit test-python test-wheel lint format clean golden-ptx
+.PHONY: deps-clang build-asan build-asan-cpp test-asan test-asan-cpp fuzz fuzz-lib ci-sanitize
 
 all: build
 
@@ -84,7 +85,7 @@ CLANG_APT_PKGS := clang-14 libclang-rt-14-dev
 ASAN_RT = $(shell clang++-14 -print-file-name=libclang_rt.asan-x86_64.so)
 SAN_ENV = ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # The Python suite under ASan (CPython itself is not instrumented: LD_PRELOAD of the runtime,
-# no leak checking): 9m50s here. test_golden_ptx is left out: clang's build emits PTX that
+# no leak checking): over 20 min here (README: Robustness). test_golden_ptx is left out: clang's build emits PTX that
 # differs from the golden (gcc-built) files in 10 matmul cases (not a sanitizer report).
 ASAN_PYTESTS ?= tests/python --ignore=tests/python/test_golden_ptx.py
 FUZZ_SECONDS ?= 60
@@ -108,15 +109,29 @@ build-asan: setup $(ASAN_BUILD)/build.ninja
 	cp -r frontend/tilefuse $(ASAN_BUILD)/pkg/
 	cp -f $(ASAN_BUILD)/frontend/csrc/_C*.so $(ASAN_BUILD)/compiler/libtilefuse_compiler.so $(ASAN_BUILD)/pkg/tilefuse/
 
-test-asan: build-asan
+# The C++ side alone (no Python extension, about half the build): the GoogleTest binary,
+# tilefuse-opt for lit, the libFuzzer targets.
+build-asan-cpp: setup $(ASAN_BUILD)/build.ninja
+	ninja -C $(ASAN_BUILD) -j$(NPROC) tilefuse_tests tilefuse-opt fuzz_ir fuzz_lower
+
+test-asan-cpp: build-asan-cpp
 	cd $(ASAN_BUILD) && $(SAN_ENV) ctest --output-on-failure -j$(NPROC)
 	$(SAN_ENV) TILEFUSE_BUILD_DIR=$(abspath $(ASAN_BUILD)) $(VENV)/bin/lit -sv tests/lit
+
+test-asan: build-asan test-asan-cpp
 	$(SAN_ENV) LD_PRELOAD=$(ASAN_RT) PYTHONPATH=$(ASAN_BUILD)/pkg:. $(PY) -m pytest -q -p no:cacheprovider $(ASAN_PYTESTS)
 
 # Each libFuzzer target: first its kept regressions (each must pass), then FUZZ_SECONDS of
 # fuzzing from the seed corpus (new inputs and a crash's input go to $(ASAN_BUILD)/fuzz);
-# then the frontend grammar fuzzer for FUZZ_SECONDS, on the instrumented extension.
-fuzz: build-asan
+# make fuzz then runs the frontend grammar fuzzer for FUZZ_SECONDS, on the instrumented extension.
+fuzz: build-asan fuzz-lib
+	$(SAN_ENV) LD_PRELOAD=$(ASAN_RT) PYTHONPATH=$(ASAN_BUILD)/pkg:. $(PY) -m scripts.fuzz.gen_kernels --seconds $(FUZZ_SECONDS)
+
+# What .ci/run adds to make test (README: Robustness): the C++ tests and lit under ASan +
+# UBSan and the libFuzzer targets, FUZZ_SECONDS each; any report or finding fails.
+ci-sanitize: test-asan-cpp fuzz-lib
+
+fuzz-lib: build-asan-cpp
 	@for t in ir lower; do \
 	  bin=$(ASAN_BUILD)/tests/fuzz/fuzz_$$t; out=$(ASAN_BUILD)/fuzz/$$t; mkdir -p $$out/corpus; \
 	  if [ -n "$$(ls tests/fuzz/regressions/$$t 2>/dev/null)" ]; then \
@@ -124,7 +139,6 @@ fuzz: build-asan
 	  $(SAN_ENV) $$bin -max_total_time=$(FUZZ_SECONDS) -max_len=16384 -timeout=20 -rss_limit_mb=4096 \
 	    -print_final_stats=1 -artifact_prefix=$$out/ $$out/corpus tests/fuzz/corpus/ir || exit 1; \
 	done
-	$(SAN_ENV) LD_PRELOAD=$(ASAN_RT) PYTHONPATH=$(ASAN_BUILD)/pkg:. $(PY) -m scripts.fuzz.gen_kernels --seconds $(FUZZ_SECONDS)
 
 # Rewrites tests/python/golden/ptx/ after an intended change of code generation.
 golden-ptx: build

@@ -17,6 +17,7 @@ struct Lowered {
   std::string llir;   // optimized LLVM IR text (empty without keep_ir)
   std::string ptx;
   std::vector<lower::PerfHint> hints;
+  std::vector<lower::DebugCheck> checks;
   LaunchSpec spec;
 };
 
@@ -54,7 +55,13 @@ runtime::ParamKind paramKind(const Type& t) {
 // the lowering and its options.
 LaunchSpec launchSpec(const Module& m, const lower::LowerOptions& o, const lower::LoweredKernel& k) {
   LaunchSpec s{k.name, o.arch, o.numWarps, o.numStages, k.numThreads, k.sharedBytes, {}, {}};
-  for (const Value* a : m.lookupFunc(k.name)->region(0).args()) s.params.push_back({a->name(), paramKind(a->type())});
+  const auto& args = m.lookupFunc(k.name)->region(0).args();
+  for (const Value* a : args) s.params.push_back({a->name(), paramKind(a->type())});
+  if (o.debug) {  // the hidden parameters of a debug build (LowerToLLVM.h: DebugCheck)
+    for (const Value* a : args)
+      if (a->type().isPtr()) s.params.push_back({"__extent_" + a->name(), runtime::ParamKind::I64});
+    s.params.push_back({"__debug_record", runtime::ParamKind::Ptr});
+  }
   auto dims = [](const std::vector<lower::TensorMapSpec::Dim>& ds) {
     std::vector<LaunchSpec::TensorMap::Dim> out;
     for (const auto& d : ds) out.push_back({d.param, d.value, d.factor});
@@ -82,17 +89,27 @@ void init_lower(py::module_& m) {
           out.append(py::make_tuple(file, h.loc.line, h.loc.col, h.message));
         }
         return out;
+      })
+      .def_property_readonly("checks", [](const Lowered& k) {
+        // (file or None, line, col, what, param, element bytes, shape) per checked access.
+        py::list out;
+        for (const auto& c : k.checks) {
+          py::object file = c.loc.known() ? py::cast(*c.loc.file) : py::none();
+          out.append(py::make_tuple(file, c.loc.line, c.loc.col, c.what, c.param, c.elemBytes, c.shape));
+        }
+        return out;
       });
   l.def(
       "compile",
       [](const Module& m, const std::string& kernel, const std::string& arch, int numWarps, int numStages, bool keepIR,
-         const std::string& libdevice) {
+         const std::string& libdevice, bool debug) {
         py::gil_scoped_release release;
-        lower::LowerOptions o{arch, numWarps, numStages, keepIR, libdevice};
+        lower::LowerOptions o{arch, numWarps, numStages, keepIR, libdevice, debug};
         lower::LoweredKernel k = lower::compileKernel(m, kernel, o);
-        return Lowered{std::move(k.gpuIR), std::move(k.llir), std::move(k.ptx), std::move(k.hints),
-                       launchSpec(m, o, k)};
+        return Lowered{std::move(k.gpuIR), std::move(k.llir),   std::move(k.ptx),
+                       std::move(k.hints), std::move(k.checks), launchSpec(m, o, k)};
       },
       py::arg("module"), py::arg("kernel"), py::arg("arch"), py::arg("num_warps"), py::arg("num_stages"),
-      py::arg("keep_ir") = true, py::arg("libdevice") = "");
+      py::arg("keep_ir") = true, py::arg("libdevice") = "", py::arg("debug") = false);
+  l.attr("DEBUG_RECORD_WORDS") = lower::kDebugRecordWords;
 }

@@ -37,6 +37,12 @@ void init_runtime(py::module_& m) {
   r.def("use_device", &useDevice);
   r.def("pointer_device", &pointerDevice);
   r.def("synchronize", &synchronize);
+  r.def("allocation_end", &allocationEnd, py::arg("ptr"));
+  py::class_<DeviceBuffer>(r, "DeviceBuffer")
+      .def(py::init<size_t>(), py::arg("bytes"))
+      .def_property_readonly("ptr", &DeviceBuffer::ptr)
+      .def("zero", &DeviceBuffer::zero)
+      .def("read", [](const DeviceBuffer& b) { return py::bytes(b.read()); });
 
   py::enum_<ParamKind>(r, "ParamKind")
       .value("ptr", ParamKind::Ptr)

@@ -44,7 +44,7 @@ import numpy as np
 from . import _C, gpu
 from .defaults import NUM_STAGES, NUM_WARPS
 from .errors import CompilationError
-from .jit import JITFunction, Param
+from .jit import GRID_LIMITS, JITFunction, Param
 from .language import core as tl
 
 _D = _C.ir.DType
@@ -267,13 +267,13 @@ def compile_kernel(
     if clash:
         raise AotError(f"parameter '{clash[0]}' of {kernel.__name__} is reserved in the generated C++; rename it")
     compiled = kernel._compile([i.param for i in items])
-    low = gpu.lower(compiled, target, num_warps, num_stages, keep_ir=False)
+    low = gpu.lower(compiled, target, num_warps, num_stages, keep_ir=False, debug=False)  # no hidden parameters
     spec, ptx = low["spec"], low["ptx"]
     cubin = None
     if image != "ptx":
         if image == "cubin" and gpu.ptxas_path() is None:
             raise AotError("--image cubin needs ptxas (on PATH or in $CUDA_HOME/bin)")
-        cubin = gpu._ptxas(ptx, target)
+        cubin = (gpu._ptxas(ptx, target) or (None, None))[0]
     params = [(p.name, p.kind.name) for p in spec.params]
     ints = {n for n, k in params if k not in ("ptr", "f32", "f64")}
     constants = {i.param.name: i.param.value for i in items if i.param.spec is None}
@@ -405,9 +405,12 @@ const rt::LoadedKernel& loaded(int device) {{
 extern "C" CUresult {name}(CUstream stream{_c_params(params)}) {{
 {checks}  try {{
     std::array<int64_t, 3> grid_ = {{{", ".join(dims)}}};
-    for (int64_t g_ : grid_)
-      if (g_ < 0 || g_ > UINT32_MAX)
-        return fail(CUDA_ERROR_INVALID_VALUE, "{name}: grid dimension " + std::to_string(g_) + " is out of range");
+    const std::array<int64_t, 3> limit_ = {{{", ".join(str(x) for x in GRID_LIMITS)}}};  // jit.GRID_LIMITS (CUDA's)
+    for (int a_ = 0; a_ < 3; ++a_)
+      if (grid_[a_] < 0 || grid_[a_] > limit_[a_])
+        return fail(CUDA_ERROR_INVALID_VALUE, "{name}: grid dimension " + std::to_string(a_) + " is " +
+                                                  std::to_string(grid_[a_]) + "; it must be in [0, " +
+                                                  std::to_string(limit_[a_]) + "] (CUDA's limit)");
     std::array<int64_t, {len(params)}> args_ = {{{slots}}};
     std::array<uint32_t, 3> g32_ = {{uint32_t(grid_[0]), uint32_t(grid_[1]), uint32_t(grid_[2])}};
     loaded(currentDevice()).launch(g32_, reinterpret_cast<uint64_t>(stream), args_.data());

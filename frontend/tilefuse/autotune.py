@@ -457,7 +457,7 @@ def _screen_gpu(kernels: dict, args, kwargs) -> dict:
     ptxas errors, shared memory or registers beyond the device, fallbacks."""
     device = gpu.device_of(list(args) + list(kwargs.values()))
     _C.runtime.use_device(device)
-    arch, info = gpu.arch_of_device(device), _C.runtime.device_info(device)
+    arch = gpu.arch_of_device(device)
     reasons, slow = {}, {}
     # One build per (kernel, num_warps, num_stages): configs differing only in their pre_hook share it.
     jobs = {(id(k), c.num_warps, c.num_stages): (k, c.num_warps, c.num_stages) for c, k in kernels.items()}
@@ -469,18 +469,15 @@ def _screen_gpu(kernels: dict, args, kwargs) -> dict:
         except CompilationError as e:
             reasons[c] = f"does not compile: {e}"
             continue
+        except LaunchError as e:  # no GPU of the target can launch it (gpu.check_resources)
+            reasons[c] = str(e).removeprefix(f"{kernels[c].name}: ")
+            continue
         try:
             loaded = gpu.load(kernels[c], device, c.num_warps, c.num_stages)  # checks shared memory
         except (LaunchError, _C.runtime.DriverError) as e:
             reasons[c] = str(e).removeprefix(f"{kernels[c].name}: ")
             continue
-        res, threads = loaded.resources(), entry.spec.num_threads
-        if res.max_threads_per_block < threads:
-            reasons[c] = (
-                f"needs {res.num_regs} registers per thread, which allows {res.max_threads_per_block} threads per "
-                f"block on {info.name} ({info.max_registers_per_block} registers per block); it has {threads}"
-            )
-            continue
+        res = loaded.resources()  # gpu.load checked its registers
         slow[c] = [h[3] for h in hints if _is_fallback(h[3])]
         if res.local_bytes:
             slow[c].append(f"{res.local_bytes} bytes of local memory per thread (register spills)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -13,9 +14,16 @@ import sys
 import tempfile
 import warnings
 
+import numpy as np
+
+try:  # numpy >= 2
+    from numpy.lib.array_utils import byte_bounds as _byte_bounds
+except ImportError:
+    _byte_bounds = np.byte_bounds
+
 from . import _C, defaults
 from .arrays import DLPackArg, is_dlpack
-from .errors import CompilationError, LaunchError, render
+from .errors import CompilationError, KernelRuntimeError, LaunchError, render
 
 _R = _C.runtime
 _compiler_id = None
@@ -93,20 +101,31 @@ def default_target() -> str:
     return arch_of_device(0) if _R.device_count() > 0 else "sm_90a"
 
 
-def lower(kernel, arch: str, num_warps: int, num_stages: int, keep_ir: bool = True) -> dict:
+def lower(kernel, arch: str, num_warps: int, num_stages: int, keep_ir: bool = True, debug: bool | None = None) -> dict:
     """For a compiled kernel (no GPU needed): "ptx", "gpu" and "llir" (the GPU-stage IR the
-    lowering read and the optimized LLVM IR, with keep_ir), "hints" (the fast paths missed)
-    and "spec" (its runtime.LaunchSpec). Under TILEFUSE_DUMP (gpu, plan_layouts or all) the
-    GPU stage the lowering reads prints first."""
+    lowering read and the optimized LLVM IR, with keep_ir), "hints" (the fast paths missed),
+    "spec" (its runtime.LaunchSpec) and "checks" (a debug build's bounds-checked accesses:
+    file, line, col, what, parameter, element bytes, shape). `debug` defaults to
+    TILEFUSE_DEBUG=1. Under TILEFUSE_DUMP (gpu, plan_layouts or all) the GPU stage the
+    lowering reads prints first."""
+    debug = debug_mode() if debug is None else debug
     try:
-        low = _C.lower.compile(kernel.module, kernel.name, arch, num_warps, num_stages, keep_ir)
+        low = _C.lower.compile(kernel.module, kernel.name, arch, num_warps, num_stages, keep_ir, debug=debug)
     except _C.UserError as e:
         raise CompilationError(e.message, e.file, e.line, e.col) from None
     hints = low.hints
     if perf_hints():
         for file, line, col, message in hints:
             print(render(f"{message} [{kernel.name}, {arch}]", file, line, col, kind="perf"), file=sys.stderr)
-    return {"gpu": low.gpu_ir, "llir": low.llir, "ptx": low.ptx, "hints": hints, "spec": low.spec}
+    out = {"gpu": low.gpu_ir, "llir": low.llir, "ptx": low.ptx, "hints": hints, "spec": low.spec}
+    out["checks"] = [list(c[:6]) + [list(c[6])] for c in low.checks]
+    return out
+
+
+def debug_mode() -> bool:
+    """TILEFUSE_DEBUG=1: GPU builds bounds-check every load, store and atomic against its
+    buffer, and a launch raises KernelRuntimeError at the first violation (README: debug mode)."""
+    return os.environ.get("TILEFUSE_DEBUG") == "1"
 
 
 def perf_hints() -> bool:
@@ -115,8 +134,9 @@ def perf_hints() -> bool:
     return os.environ.get("TILEFUSE_PERF_HINTS") == "1"
 
 
-def _cache_key(kernel, arch: str, num_warps: int, num_stages: int) -> str:
-    parts = [defaults.__version__, _compiler_fingerprint(), arch, str(num_warps), str(num_stages), kernel.asm["tile"]]
+def _cache_key(kernel, arch: str, num_warps: int, num_stages: int, debug: bool = False) -> str:
+    parts = [defaults.__version__, _compiler_fingerprint(), arch, str(num_warps), str(num_stages), str(debug)]
+    parts.append(kernel.asm["tile"])
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
@@ -125,7 +145,9 @@ def ptxas_path() -> str | None:
     return exe if os.path.exists(exe) else None
 
 
-def _ptxas(ptx: str, arch: str) -> bytes | None:
+def _ptxas(ptx: str, arch: str) -> tuple[bytes, dict] | None:
+    """The cubin and what ptxas -v reports of it: "registers" per thread, "smem" (static
+    shared bytes), "spill_stores" and "spill_loads" (bytes)."""
     exe = ptxas_path()
     if exe is None:
         return None  # the driver JIT-compiles the PTX instead
@@ -133,11 +155,57 @@ def _ptxas(ptx: str, arch: str) -> bytes | None:
         src, out = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
         with open(src, "w") as f:
             f.write(ptx)
-        r = subprocess.run([exe, f"-arch={arch}", src, "-o", out], capture_output=True, text=True)
+        r = subprocess.run([exe, "-v", f"-arch={arch}", src, "-o", out], capture_output=True, text=True)
         if r.returncode != 0:
             raise CompilationError(f"ptxas rejected the generated PTX for {arch}:\n{r.stderr}")
         with open(out, "rb") as f:
-            return f.read()
+            return f.read(), ptxas_usage(r.stderr + r.stdout)
+
+
+def ptxas_usage(report: str) -> dict:
+    """The resource lines of `ptxas -v` (one kernel per module)."""
+
+    def num(pattern):
+        m = re.search(pattern, report)
+        return int(m.group(1)) if m else 0
+
+    return {
+        "registers": num(r"Used (\d+) registers"),
+        "smem": num(r"(\d+) bytes smem"),
+        "spill_stores": num(r"(\d+) bytes spill stores"),
+        "spill_loads": num(r"(\d+) bytes spill loads"),
+    }
+
+
+# The most shared memory per block of any GPU each target runs on (opt-in): H100/H200,
+# A100 (sm_80 code also runs on sm_86/87, which have less: load() checks the device).
+ARCH_SHARED_LIMIT = {"sm_90a": 232448, "sm_90": 232448, "sm_89": 101376, "sm_80": 166912}
+
+
+def check_resources(kernel, spec, usage: dict | None, arch: str, num_warps: int, num_stages: int) -> list:
+    """LaunchError for a build no GPU of `arch` can launch (its shared memory); the perf
+    hints of ptxas's report (register spills), as lower's "hints" lists."""
+    shared = spec.shared_bytes + (usage or {}).get("smem", 0)
+    limit = ARCH_SHARED_LIMIT.get(arch)
+    if limit is not None and shared > limit:
+        raise LaunchError(
+            f"{kernel.name}: needs {shared} bytes of shared memory with num_warps={num_warps}, "
+            f"num_stages={num_stages}; {arch} allows {limit} per block (use fewer stages or smaller tiles)"
+        )
+    if not usage or not (usage["spill_stores"] or usage["spill_loads"]):
+        return []
+    f = kernel.module.lookup_func(kernel.name)
+    loc = f.loc if f is not None else None
+    return [
+        [
+            loc.file if loc else None,
+            loc.line if loc else 0,
+            loc.col if loc else 0,
+            f"register spills: {usage['spill_stores']} bytes of spill stores and {usage['spill_loads']} of spill "
+            f"loads per thread at {usage['registers']} registers, the most {num_warps * 32} threads "
+            f"(num_warps={num_warps}) may use (fewer warps or smaller tiles keep values in registers)",
+        ]
+    ]
 
 
 def binary(kernel, arch: str, num_warps: int, num_stages: int):
@@ -149,29 +217,64 @@ def binary(kernel, arch: str, num_warps: int, num_stages: int):
 def build(kernel, arch: str, num_warps: int, num_stages: int):
     """binary's CachedKernel and the perf hints of its compile (as lower's "hints", lists);
     the hints are cached beside the kernel, so that a cached kernel still reports them.
+    A debug build (TILEFUSE_DEBUG=1) keeps its checks in kernel.debug_checks too.
     Thread-safe: the C++ lowering runs without the GIL, so threads compile in parallel."""
     cache = _R.DiskCache()
-    key = _cache_key(kernel, arch, num_warps, num_stages)
+    debug = debug_mode()
+    key = _cache_key(kernel, arch, num_warps, num_stages, debug)
     entry = None if perf_hints() else cache.get_kernel(key)
     stored = None if entry is None else cache.get(key + "-hints")
     if entry is not None and stored is not None:
         try:
-            hints = json.loads(stored)
-            if isinstance(hints, list) and all(_is_hint(h) for h in hints):
-                return entry, hints
+            info = json.loads(stored)
+            if _is_build_info(info):
+                if debug:
+                    kernel.debug_checks[(arch, num_warps, num_stages)] = info["checks"]
+                return entry, info["hints"]
         except ValueError:
             pass  # unreadable hints: compile again, which rewrites both
-    low = lower(kernel, arch, num_warps, num_stages, keep_ir=False)  # a launch needs no LLVM IR text
+    low = lower(kernel, arch, num_warps, num_stages, keep_ir=False, debug=debug)  # a launch needs no LLVM IR text
     # A forced target's cubin may not run on this GPU; its PTX does, through the driver JIT.
-    image = (None if _TARGET else _ptxas(low["ptx"], arch)) or (low["ptx"].encode() + b"\0")
+    cubin, usage = (None if _TARGET else _ptxas(low["ptx"], arch)) or (None, None)
+    image = cubin or (low["ptx"].encode() + b"\0")
     entry = _R.CachedKernel(low["spec"], low["ptx"], image)
-    hints = [list(h) for h in low["hints"]]
+    spills = check_resources(kernel, low["spec"], usage, arch, num_warps, num_stages)
+    if perf_hints():
+        for file, line, col, message in spills:
+            print(render(f"{message} [{kernel.name}, {arch}]", file, line, col, kind="perf"), file=sys.stderr)
+    hints = [list(h) for h in low["hints"]] + spills
+    if debug:
+        kernel.debug_checks[(arch, num_warps, num_stages)] = low["checks"]
     try:
-        cache.put(key + "-hints", json.dumps(hints).encode())
+        cache.put(key + "-hints", json.dumps({"hints": hints, "checks": low["checks"]}).encode())
         cache.put_kernel(key, entry)
     except (RuntimeError, OSError) as e:  # a cache dir that is a file, read-only, full, ...
         _warn_cache_once(cache.dir, e)
     return entry, hints
+
+
+def _is_build_info(info) -> bool:
+    """The cached "-hints" entry of a build: its perf hints and (debug builds) its checks."""
+    return (
+        isinstance(info, dict)
+        and isinstance(info.get("hints"), list)
+        and all(_is_hint(h) for h in info["hints"])
+        and isinstance(info.get("checks"), list)
+        and all(_is_check(c) for c in info["checks"])
+    )
+
+
+def _is_check(c) -> bool:
+    """A debug build's checked access as lower() reports it (its "checks")."""
+    return (
+        isinstance(c, list)
+        and len(c) == 7
+        and (c[0] is None or isinstance(c[0], str))
+        and all(type(x) is int for x in c[1:3] + c[4:6])
+        and isinstance(c[3], str)
+        and isinstance(c[6], list)
+        and all(type(x) is int for x in c[6])
+    )
 
 
 def _is_hint(h) -> bool:
@@ -282,7 +385,8 @@ def stream_function():
 def load(kernel, device: int, num_warps: int, num_stages: int):
     """The runtime.LoadedKernel of `kernel` on `device` (loaded once); LaunchError when it
     needs more shared memory than the device allows per block."""
-    loaded = kernel.loaded.get((device, num_warps, num_stages))
+    debug = debug_mode()
+    loaded = kernel.loaded.get((device, num_warps, num_stages, debug))
     if loaded is None:
         entry = binary(kernel, arch_of_device(device), num_warps, num_stages)
         kernel.asm.setdefault("ptx", entry.ptx)
@@ -293,7 +397,15 @@ def load(kernel, device: int, num_warps: int, num_stages: int):
                 f"num_stages={num_stages}; {info.name} allows {info.max_shared_per_block_optin} per block "
                 "(use fewer stages or smaller tiles)"
             )
-        loaded = kernel.loaded[(device, num_warps, num_stages)] = _R.LoadedKernel(device, entry.image, entry.spec)
+        loaded = _R.LoadedKernel(device, entry.image, entry.spec)
+        res, threads = loaded.resources(), entry.spec.num_threads
+        if res.max_threads_per_block < threads:  # a PTX image the driver compiled: its registers
+            raise LaunchError(
+                f"{kernel.name}: needs {res.num_regs} registers per thread, which allows {res.max_threads_per_block} "
+                f"threads per block on {info.name} ({info.max_registers_per_block} registers per block); it has "
+                f"{threads} (num_warps={num_warps}: use fewer warps or smaller tiles)"
+            )
+        kernel.loaded[(device, num_warps, num_stages, debug)] = loaded
     return loaded
 
 
@@ -303,9 +415,74 @@ def launch(kernel, bound, grid, num_warps: int, num_stages: int):
     _R.use_device(device)
     loaded = load(kernel, device, num_warps, num_stages)
     ptr = _R.ParamKind.ptr
+    if debug_mode():
+        return _launch_checked(kernel, loaded, bound, grid, device, num_warps, num_stages)
     values = [_address(p.name, bound[p.name], device) if p.kind == ptr else bound[p.name] for p in loaded.spec.params]
     try:
         loaded.launch(grid, _current_stream(device), values)
     except _R.TensorMapError as e:
         raise LaunchError(f"{kernel.name}: {e}") from None
+    return loaded
+
+
+def buffer_extent(name, v, ptr: int) -> int:
+    """Bytes from `ptr` (argument `name`'s data pointer) to the end of the memory it lies in:
+    a torch tensor's storage, the buffer under a numpy array (its view, slice or offset
+    included), else the driver's allocation of a device pointer."""
+    if hasattr(v, "untyped_storage"):
+        storage = v.untyped_storage()
+        return storage.data_ptr() + storage.nbytes() - ptr
+    if isinstance(v, np.ndarray):
+        base = v
+        while isinstance(base.base, np.ndarray):
+            base = base.base
+        return _byte_bounds(base)[1] - ptr
+    end = _R.allocation_end(ptr)
+    if end == 0:
+        raise LaunchError(f"argument '{name}': TILEFUSE_DEBUG=1 cannot find the allocation of address {ptr:#x}")
+    return end - ptr
+
+
+def debug_message(check, record: list[int], names: list[str]) -> str:
+    """The KernelRuntimeError text of a violation: `check` as lower()'s "checks" entry,
+    `record` the words of the error record (LowerToLLVM.h: DebugCheck), in the words of
+    the interpreter's bounds check."""
+    _, _, _, what, param, elem_bytes, shape = check
+    px, py, pz, lane, index = record[2], record[3], record[4], record[5], record[6]
+    at = ""
+    if shape:
+        idx = []
+        for n in reversed(shape):
+            idx.append(lane % n)
+            lane //= n
+        at = " at element [" + ", ".join(str(i) for i in reversed(idx)) + "]"
+    return (
+        f"out-of-bounds {what}{at}: index {index} of '{names[param]}', which holds {record[7] // elem_bytes} "
+        f"elements (program {px}, {py}, {pz})"
+    )
+
+
+def _launch_checked(kernel, loaded, bound, grid, device, num_warps, num_stages):
+    """A TILEFUSE_DEBUG=1 launch: each pointer's extent and a zeroed error record as the
+    hidden parameters, then a synchronize and the record read back."""
+    ptr = _R.ParamKind.ptr
+    record = _R.DeviceBuffer(8 * _C.lower.DEBUG_RECORD_WORDS)
+    values, extents, names = [], {}, [p.name for p in loaded.spec.params]
+    for p in loaded.spec.params:
+        if p.name == "__debug_record":
+            values.append(record.ptr)
+        elif p.name.startswith("__extent_"):
+            values.append(extents[p.name.removeprefix("__extent_")])
+        elif p.kind == ptr:
+            values.append(_address(p.name, bound[p.name], device))
+            extents[p.name] = buffer_extent(p.name, bound[p.name], values[-1])
+        else:
+            values.append(bound[p.name])
+    loaded.launch(grid, _current_stream(device), values)
+    words = list(struct.unpack(f"<{_C.lower.DEBUG_RECORD_WORDS}q", record.read()))
+    if words[0]:
+        check = kernel.debug_checks[(loaded.spec.arch, num_warps, num_stages)][words[1]]
+        words.append(extents[names[check[4]]])
+        file, line, col = check[0], check[1], check[2]
+        raise KernelRuntimeError(debug_message(check, words, names), file, line, col)
     return loaded

@@ -55,7 +55,8 @@ class CompiledKernel:
         self.module = module
         self.asm = asm
         self.signature = signature
-        self.loaded = {}  # (device, num_warps, num_stages) -> runtime.LoadedKernel
+        self.loaded = {}  # (device, num_warps, num_stages, debug) -> runtime.LoadedKernel
+        self.debug_checks = {}  # (arch, num_warps, num_stages) -> gpu.lower's "checks" of a debug build
 
 
 class _Compiler:
@@ -271,7 +272,9 @@ class JITFunction(_C.launcher.Launcher):
         g = _check_grid(self.__name__, g)
         if select_backend(bound.values()) == "cuda":
             loaded = gpu.launch(kernel, bound, g, num_warps, num_stages)
-            if not callable(grid):
+            if gpu.debug_mode():
+                self._cfast = None  # every debug launch checks its record: none on the fast path
+            elif not callable(grid):
                 fast = self._fast_path()
                 fast.add_tensor_types(list({type(v) for v in bound.values() if is_torch_tensor(v)}))
                 fast.remember(grid, args, dict(kwargs, num_warps=num_warps, num_stages=num_stages), loaded, kernel)

@@ -29,6 +29,31 @@ int pointerDevice(uint64_t ptr) {
 
 void synchronize() { TF_CU_CHECK(driver().cuCtxSynchronize()); }
 
+uint64_t allocationEnd(uint64_t ptr) {
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  if (driver().cuMemGetAddressRange(&base, &size, static_cast<CUdeviceptr>(ptr)) != CUDA_SUCCESS) return 0;
+  return static_cast<uint64_t>(base) + size;
+}
+
+DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
+  CUdeviceptr p = 0;
+  TF_CU_CHECK(driver().cuMemAlloc(&p, bytes));
+  ptr_ = static_cast<uint64_t>(p);
+  zero();
+}
+
+DeviceBuffer::~DeviceBuffer() { driver().cuMemFree(static_cast<CUdeviceptr>(ptr_)); }
+
+void DeviceBuffer::zero() const { TF_CU_CHECK(driver().cuMemsetD8(static_cast<CUdeviceptr>(ptr_), 0, bytes_)); }
+
+std::string DeviceBuffer::read() const {
+  synchronize();  // the launch may be on a non-blocking stream
+  std::string out(bytes_, '\0');
+  TF_CU_CHECK(driver().cuMemcpyDtoH(out.data(), static_cast<CUdeviceptr>(ptr_), bytes_));
+  return out;
+}
+
 namespace {
 
 // The spec's tensor maps refer to parameters it has, so that a launch can index without checks.

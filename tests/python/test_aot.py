@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import tilefuse.language as tl
 from tilefuse import _C, aot, gpu
+from tilefuse.jit import GRID_LIMITS
 
 from examples.aot.axpy import axpy
 from kernels_dsl.tutorials.matmul_desc import matmul_desc_kernel
@@ -269,7 +270,17 @@ def test_the_launch_function_passes_grid_and_arguments(fake_driver, tmp_path):
     assert launches == [f"grid={grid},1,1 block=256 shared=0 8:{x} 8:{y} 8:{out} 4:{f32_bits(a)} 4:{n} stream=0x5000"]
     assert results[1] == [1, "axpy: x_ptr is not a multiple of 16, as its signature item '*fp32:16' requires"]
     assert results[2] == [0, ""]
-    assert results[3] == [1, "axpy: grid dimension -1 is out of range"]
+    assert results[3] == [1, "axpy: grid dimension 0 is -1; it must be in [0, 2147483647] (CUDA's limit)"]
+
+
+def test_the_launch_function_checks_the_grid_against_jits_limits(fake_driver, tmp_path):
+    lib = launch_library(tmp_path, axpy, AXPY_SIG, "(1, n, 1)", "axpy")
+    x, y, out = 1 << 20, 2 << 20, 3 << 20
+    limit = GRID_LIMITS[1]
+    calls = [[0, x, y, out, 1.0, limit], [0, x, y, out, 1.0, limit + 1]]
+    results, launches = call(lib, "axpy", "pppfi", calls, fake_driver, tmp_path / "log")
+    assert results[0] == [0, ""] and len(launches) == 1 and launches[0].startswith(f"grid=1,{limit},1 ")
+    assert results[1] == [1, f"axpy: grid dimension 1 is {limit + 1}; it must be in [0, {limit}] (CUDA's limit)"]
 
 
 def test_the_launch_function_encodes_tensor_maps(fake_driver, tmp_path):

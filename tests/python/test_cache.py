@@ -133,9 +133,25 @@ def test_malformed_kernel_entries_with_a_valid_checksum_are_misses(tmp_path, mon
         assert cache.get_kernel(key).ptx == good.ptx
 
 
+BAD_HINTS = [
+    b'[["f", 1, 2]]',
+    b'[[null, "1", 2, "m"]]',
+    b"[[null, 1, 2, 3]]",
+    b'[[1, 1, 2, "m"]]',
+    b'[[null, true, 2, "m"]]',
+]
+BAD_CHECKS = [
+    b'[["f", 1, 2, "load", 0, 4]]',
+    b'[[null, 1, 2, "load", "0", 4, []]]',
+    b'[[null, 1, 2, "load", 0, 4, [1.5]]]',
+]
+
+
 @pytest.mark.parametrize(
     "hints",
-    [b'[["f", 1, 2]]', b'[[null, "1", 2, "m"]]', b"[[null, 1, 2, 3]]", b'[[1, 1, 2, "m"]]', b'[[null, true, 2, "m"]]'],
+    [b'{"hints": %s, "checks": []}' % h for h in BAD_HINTS]
+    + [b'{"hints": [], "checks": %s}' % c for c in BAD_CHECKS]
+    + [b'[[null, 1, 2, "m"]]', b'{"hints": []}'],
 )
 def test_malformed_hints_are_misses(tmp_path, monkeypatch, hints):
     monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
@@ -146,7 +162,7 @@ def test_malformed_hints_are_misses(tmp_path, monkeypatch, hints):
     R.DiskCache(str(tmp_path)).put(key + "-hints", hints)
     entry, got = gpu.build(kernel, "sm_90a", 4, 3)
     assert got == [] and ".entry twice" in entry.ptx
-    assert json.loads(R.DiskCache(str(tmp_path)).get(key + "-hints")) == []  # rewritten
+    assert json.loads(R.DiskCache(str(tmp_path)).get(key + "-hints")) == {"hints": [], "checks": []}  # rewritten
 
 
 def test_a_directory_or_device_as_an_entry_is_a_miss(tmp_path):

@@ -76,7 +76,7 @@ def _check_cache(d: pathlib.Path):
             decision = json.loads(path.read_text())
             assert decision["choice"] == "BLOCK: 64, num_warps: 4, num_stages: 3"
         elif path.name.endswith("-hints"):
-            assert isinstance(json.loads(cache.get(path.name)), list)
+            assert gpu._is_build_info(json.loads(cache.get(path.name))), f"a broken hints entry: {path}"
         else:
             entry = cache.get_kernel(path.name)
             assert entry is not None and ".entry axpy" in entry.ptx, f"a broken entry: {path}"

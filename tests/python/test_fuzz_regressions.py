@@ -1,8 +1,6 @@
 """Each input a fuzz target found (tests/fuzz/regressions/<target>/) as a test: parsed,
 verified and run through the pipeline (and, for fuzz_lower's, lowered to sm_90a), it must
-end in the UserError its `// expect: REGEX` line names, or compile when that line is absent;
-`// known: REGEX` marks an InternalError reported to the owner of its file and not fixed yet
-(also listed in tests/fuzz/FuzzCommon.h), an xfail while it still raises exactly that.
+end in the UserError its `// expect: REGEX` line names, or compile when that line is absent.
 Under make test-asan these run on the instrumented library, where the crash was found."""
 
 import pathlib
@@ -28,13 +26,8 @@ def _compile(target: str, text: str):
 def test_fuzz_regression(path):
     data = path.read_bytes()
     expect = re.search(rb"^// expect: (.*)$", data, re.M)
-    known = re.search(rb"^// known: (.*)$", data, re.M)  # reported to the file's owner, not fixed yet
     text = data.decode("utf-8", "replace")
-    if known is not None:
-        with pytest.raises(_C.InternalError, match=known.group(1).decode()):
-            _compile(path.parent.name, text)
-        pytest.xfail(f"a known internal error, reported: {known.group(1).decode()}")
-    elif expect is None:
+    if expect is None:
         _compile(path.parent.name, text)
     else:
         with pytest.raises(_C.UserError, match=expect.group(1).decode()):

@@ -267,25 +267,21 @@ class Machine {
                      "', which is read-only (pass a writeable array)");
       return;
     }
-    std::string where = idxStr(shape, flat);
-    // Name the nearest buffer: usually the one whose index went out of range.
-    std::string near;
+    // Name the nearest buffer (usually the one whose index went out of range), in the
+    // words of the GPU's TILEFUSE_DEBUG=1 report (frontend/tilefuse/gpu.py).
+    const Buffer* near = nullptr;
     uint64_t best = ~0ull;
     for (const Buffer& b : buffers_) {
       uint64_t dist = addr >= b.base ? addr - (b.base + b.size) : b.base - addr;
-      if (dist >= best) continue;
-      best = dist;
-      near = addr >= b.base ? "; it is " + std::to_string((addr - b.base) / bytes) + " elements from the start of '" +
-                                  b.name + "', which holds " + std::to_string(b.size / bytes)
-                            : "; it is " + std::to_string(b.base - addr) + " bytes before the start of '" + b.name + "'";
+      if (dist < best) best = dist, near = &b;
     }
-    fail(op, std::string("out-of-bounds ") + what + " at element " + where + ": address 0x" +
-                 [&] {
-                   char buf[32];
-                   std::snprintf(buf, sizeof buf, "%llx", static_cast<unsigned long long>(addr));
-                   return std::string(buf);
-                 }() +
-                 " lies outside every argument buffer" + near);
+    std::string msg =
+        "out-of-bounds " + std::string(what) + (shape.empty() ? "" : " at element " + idxStr(shape, flat));
+    if (!near) fail(op, msg + ": there are no argument buffers");
+    int64_t index = addr >= near->base ? static_cast<int64_t>((addr - near->base) / bytes)
+                                       : -static_cast<int64_t>((near->base - addr + bytes - 1) / bytes);
+    fail(op, msg + ": index " + std::to_string(index) + " of '" + near->name + "', which holds " +
+                 std::to_string(near->size / bytes) + " elements");
   }
 
   double readF(uint64_t addr, DType d) const {
@@ -673,14 +669,14 @@ void Machine::execMemory(const Op& op) {
   }
   const TV& v = get(op.operand(cas ? 2 : 1));
   const TV* cmp = cas ? &get(op.operand(1)) : nullptr;
-  const char* what = op.kind() == OpKind::Store ? "store" : "atomic";
+  std::string what(op.mnemonic());
   for (int64_t k = 0; k < n; ++k) {
     if (mask && !mask->i[k]) {
       if (op.numResults()) copyElem(r, k, v, k);
       continue;
     }
     uint64_t addr = static_cast<uint64_t>(p.i[k]);
-    checkAccess(op, addr, eb, what, shape.shape, k, true);
+    checkAccess(op, addr, eb, what.c_str(), shape.shape, k, true);
     if (op.kind() == OpKind::Store) {
       if (v.isF())
         writeF(addr, d, v.f[k]);

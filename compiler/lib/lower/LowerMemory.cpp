@@ -55,6 +55,7 @@ void Lowering::lowerMemory(const Op& op) {
   Regs value = load ? Regs{} : in(op.operand(cas ? 2 : 1), L);
   Regs cmp = cas ? in(op.operand(1), L) : Regs{};
   Regs out{{}, L};
+  int check = debugCheck(op, op.operand(0));
   if ((load || op.kind() == OpKind::Store) && d != DType::I1) {
     const Value* m = mask ? op.operand(maskIdx) : nullptr;
     int64_t width = accessWidth(op.operand(0), m);
@@ -64,7 +65,7 @@ void Lowering::lowerMemory(const Op& op) {
     if (pt.rank() > 0 && width < best)
       hint(op, std::string(load ? "load" : "store") + " of " + std::to_string(width * eb) + "-byte accesses where " +
                    std::to_string(best * eb) + " would fit: " + accessReason(op.operand(0), m));
-    if (width > 1) {
+    if (width > 1 && check < 0) {  // a checked access goes element by element
       lowerVectorAccess(op, p, mask, other, value, width, out);
       if (load) vals_[op.result()] = std::move(out);
       return;
@@ -77,11 +78,16 @@ void Lowering::lowerMemory(const Op& op) {
         LVal* v = b_.CreateLoad(mt, ptr);
         return d == DType::I1 ? b_.CreateICmpNE(v, b_.getInt8(0)) : v;
       };
-      if (!mask) {
+      LVal* cond = mask ? mask->e[s] : nullptr;
+      if (check >= 0) {
+        LVal* ok = inBounds(check, ptr, L, s, cond);
+        cond = cond ? b_.CreateAnd(cond, ok) : ok;
+      }
+      if (!cond) {
         out.e.push_back(doLoad());
       } else {
         LVal* dflt = other ? other->e[s] : llvm::Constant::getNullValue(et);
-        out.e.push_back(guarded(mask->e[s], doLoad, dflt));
+        out.e.push_back(guarded(cond, doLoad, dflt));
       }
       continue;
     }
@@ -91,6 +97,7 @@ void Lowering::lowerMemory(const Op& op) {
     }
     LVal* cond = owner(L);
     if (mask) cond = b_.CreateAnd(cond, mask->e[s]);
+    if (check >= 0) cond = b_.CreateAnd(cond, inBounds(check, ptr, L, s, cond));
     LVal* v = value.e[s];
     if (op.kind() == OpKind::Store) {
       guarded(
@@ -185,6 +192,7 @@ void Lowering::lowerCheckedDesc(const Op& op) {
   llvm::Type* et = elemType(dt.elem);
   const Layout& L = load ? layoutOf(op.result()) : get(op.operand(1)).L;
   Regs out{{}, L};
+  int check = debugCheck(op, op.operand(0));
   for (int s = 0; s < slots(L); ++s) {
     if (!load && !slotOwned(L, s)) continue;
     LVal* e = flatIndex(L, s);
@@ -197,6 +205,7 @@ void Lowering::lowerCheckedDesc(const Op& op) {
       elem = b_.CreateAdd(elem, b_.CreateMul(c, desc.e[1 + rank + a]));
     }
     LVal* ptr = b_.CreateGEP(et, desc.e[0], elem);
+    if (check >= 0) inside = b_.CreateAnd(inside, inBounds(check, ptr, L, s, inside));
     if (load) {
       out.e.push_back(guarded(
           inside, [&]() -> LVal* { return b_.CreateLoad(et, ptr); }, llvm::Constant::getNullValue(et)));
@@ -212,6 +221,119 @@ void Lowering::lowerCheckedDesc(const Op& op) {
     }
   }
   if (load) vals_[op.result()] = std::move(out);
+}
+
+// The kernel parameter whose buffer every value of pointer (or descriptor) `v` points
+// into: -1 when none is known, -2 while `v` is being traced (a loop-carried pointer).
+int Lowering::rootParam(const Value* v, std::set<const Value*>& seen) const {
+  if (!seen.insert(v).second) return -2;
+  auto meet = [](int a, int b) { return a == -2 ? b : b == -2 || a == b ? a : -1; };
+  const Op* def = v->definingOp();
+  if (!def) {
+    const Op* parent = v->ownerBlock()->parentOp();
+    if (parent->kind() == OpKind::Func) return parent == kernelOp_ ? static_cast<int>(v->index()) : -1;
+    if (parent->kind() != OpKind::For || v->index() == 0) return -1;  // while loops: not traced
+    unsigned k = v->index() - 1;  // carried value k: its init and what the body yields
+    return meet(rootParam(parent->operand(3 + k), seen), rootParam(v->ownerBlock()->terminator()->operand(k), seen));
+  }
+  switch (def->kind()) {
+    case OpKind::PtrAdd:
+    case OpKind::Splat:
+    case OpKind::Broadcast:
+    case OpKind::ExpandDims:
+    case OpKind::Reshape:
+    case OpKind::Trans:
+    case OpKind::ConvertLayout:
+    case OpKind::Hint:
+    case OpKind::MakeDesc:
+      return rootParam(def->operand(0), seen);
+    case OpKind::Select:
+      return meet(rootParam(def->operand(1), seen), rootParam(def->operand(2), seen));
+    case OpKind::For: {
+      unsigned k = v->index();
+      return meet(rootParam(def->operand(3 + k), seen), rootParam(def->region(0).terminator()->operand(k), seen));
+    }
+    case OpKind::If: {
+      int r = -2;
+      for (unsigned i = 0; i < def->numRegions(); ++i)
+        r = meet(r, rootParam(def->region(i).terminator()->operand(v->index()), seen));
+      return r;
+    }
+    default:
+      return -1;
+  }
+}
+
+int Lowering::debugCheck(const Op& op, const Value* ptr) {
+  if (!record_) return -1;  // not a debug build, or a noinline callee (no buffers to check against)
+  if (auto it = checkOf_.find(&op); it != checkOf_.end()) return it->second;
+  std::set<const Value*> seen;
+  int param = rootParam(ptr, seen);
+  int id = -1;
+  if (param >= 0) {
+    const Type& t = ptr->type();
+    id = static_cast<int>(checks_.size());
+    std::string what = op.kind() == OpKind::DescLoad    ? "descriptor load"
+                       : op.kind() == OpKind::DescStore ? "descriptor store"
+                                                        : std::string(op.mnemonic());  // the interpreter's words
+    checks_.push_back({op.loc(), what, param, static_cast<int>(mod_.getDataLayout().getTypeAllocSize(elemType(t.elem))),
+                       t.isTile() || t.isDesc() ? t.shape : std::vector<int64_t>{}});
+  } else {
+    hint(op, "TILEFUSE_DEBUG: this access is not bounds-checked: its pointer does not derive from one argument");
+  }
+  return checkOf_[&op] = id;
+}
+
+LVal* Lowering::inBounds(int check, LVal* addr, const Layout& L, int s, LVal* active) {
+  const DebugCheck& c = checks_[check];
+  llvm::Type* i64 = b_.getInt64Ty();
+  LVal* off = b_.CreateSub(b_.CreatePtrToInt(addr, i64), b_.CreatePtrToInt(fn_->getArg(c.param), i64));
+  LVal* ok = b_.CreateAnd(b_.CreateICmpSGE(off, b_.getInt64(0)),
+                          b_.CreateICmpSLE(b_.CreateAdd(off, b_.getInt64(c.elemBytes)), extents_.at(c.param)));
+  LVal* bad = b_.CreateNot(ok);
+  if (active) bad = b_.CreateAnd(bad, active);
+  LVal* lane = flatIndex(L, s);
+  guarded(
+      bad,
+      [&]() -> LVal* {
+        b_.CreateCall(reportFn(), {record_, b_.getInt32(check), lane, b_.CreateSDiv(off, b_.getInt64(c.elemBytes))});
+        return nullptr;
+      },
+      nullptr);
+  return ok;
+}
+
+// tf_debug_report(record, check, lane, index): the first caller of a launch fills the
+// error record (LowerToLLVM.h: DebugCheck); the others leave it. Inlined at each check.
+llvm::Function* Lowering::reportFn() {
+  if (llvm::Function* f = mod_.getFunction("tf_debug_report")) return f;
+  auto* ptrTy = llvm::PointerType::get(ctx_, 1);
+  auto* ty = llvm::FunctionType::get(b_.getVoidTy(), {ptrTy, b_.getInt32Ty(), b_.getInt32Ty(), b_.getInt64Ty()}, false);
+  auto* f = llvm::Function::Create(ty, llvm::Function::InternalLinkage, "tf_debug_report", mod_);
+  f->addFnAttr(llvm::Attribute::AlwaysInline);  // PTX calls under divergent branches would need care
+  auto* entry = llvm::BasicBlock::Create(ctx_, "entry", f);
+  auto* first = llvm::BasicBlock::Create(ctx_, "first", f);
+  auto* done = llvm::BasicBlock::Create(ctx_, "done", f);
+  IRBuilder<> b(entry);
+  LVal* rec = f->getArg(0);
+  using O = llvm::AtomicOrdering;
+  LVal* old = b.CreateExtractValue(
+      b.CreateAtomicCmpXchg(rec, b.getInt64(0), b.getInt64(1), llvm::MaybeAlign(8), O::Monotonic, O::Monotonic), 0);
+  b.CreateCondBr(b.CreateICmpEQ(old, b.getInt64(0)), first, done);
+  b.SetInsertPoint(first);
+  auto word = [&](int i, LVal* v) {
+    b.CreateStore(b.CreateZExt(v, b.getInt64Ty()), b.CreateConstGEP1_32(b.getInt64Ty(), rec, i));
+  };
+  word(1, f->getArg(1));
+  word(2, b.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x, {}, {}));
+  word(3, b.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_y, {}, {}));
+  word(4, b.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_z, {}, {}));
+  word(5, f->getArg(2));
+  word(6, f->getArg(3));
+  b.CreateBr(done);
+  b.SetInsertPoint(done);
+  b.CreateRetVoid();
+  return f;
 }
 
 }  // namespace tilefuse::lower::detail

@@ -30,6 +30,14 @@ void Lowering::lowerKernel(const Op& f) {
   reserveWgmmaOperands(body);
   std::vector<llvm::Type*> params;
   for (Value* a : body.args()) params.push_back(scalarType(a->type()));
+  std::vector<unsigned> pointers;  // debug builds: each one's extent, then the error record
+  if (opts_.debug) {
+    for (unsigned i = 0; i < body.numArgs(); ++i)
+      if (body.arg(i)->type().isPtr()) pointers.push_back(i);
+    params.insert(params.end(), pointers.size(), b_.getInt64Ty());
+    params.push_back(llvm::PointerType::get(ctx_, 1));
+  }
+  unsigned hidden = opts_.debug ? static_cast<unsigned>(pointers.size()) + 1 : 0;
   // Tensor maps come by value after the kernel's parameters (as __grid_constant__).
   for (size_t i = 0; i < tensorMaps_.size(); ++i) params.push_back(llvm::PointerType::get(ctx_, 0));
   auto* fnTy = llvm::FunctionType::get(b_.getVoidTy(), params, false);
@@ -48,7 +56,7 @@ void Lowering::lowerKernel(const Op& f) {
   if (!tensorMaps_.empty()) {
     std::vector<llvm::Metadata*> gridConstant;
     for (size_t i = 0; i < tensorMaps_.size(); ++i) {
-      unsigned p = body.numArgs() + static_cast<unsigned>(i);
+      unsigned p = body.numArgs() + hidden + static_cast<unsigned>(i);
       fn_->addParamAttr(p, llvm::Attribute::getWithByValType(ctx_, llvm::ArrayType::get(b_.getInt8Ty(), 128)));
       fn_->addParamAttr(p, llvm::Attribute::getWithAlignment(ctx_, llvm::Align(64)));
       fn_->getArg(p)->setName("tensor_map" + std::to_string(i));
@@ -61,6 +69,15 @@ void Lowering::lowerKernel(const Op& f) {
   for (unsigned i = 0; i < body.numArgs(); ++i) {
     fn_->getArg(i)->setName(body.arg(i)->name());
     vals_[body.arg(i)] = Regs{{fn_->getArg(i)}, layoutOf(body.arg(i))};
+  }
+  if (opts_.debug) {
+    kernelOp_ = &f;
+    for (size_t k = 0; k < pointers.size(); ++k) {
+      extents_[static_cast<int>(pointers[k])] = fn_->getArg(body.numArgs() + static_cast<unsigned>(k));
+      fn_->getArg(body.numArgs() + static_cast<unsigned>(k))->setName("extent_" + body.arg(pointers[k])->name());
+    }
+    record_ = fn_->getArg(body.numArgs() + hidden - 1);
+    record_->setName("debug_record");
   }
   initBarriers();
   lowerBlock(body);
@@ -711,6 +728,14 @@ void linkLibdevice(llvm::Module& mod, const LowerOptions& opts) {
 // The GPU stage of `m` for `opts`: tile IR goes through plan-layouts on a copy; IR in
 // the GPU stage already (marked for this arch and num_warps) is verified as it is.
 const Module& gpuStage(const Module& m, const Op& f, const LowerOptions& opts, std::unique_ptr<Module>& copy) {
+  if (!isGpuStage(f) && opts.debug) {  // every access on the checked path: no TMA, no pipelining
+    auto marked = cloneModule(m);
+    for (Op* g : marked->funcs())
+      g->walk([](Op* o) {
+        if (o->kind() == OpKind::MakeDesc) o->setAttr("no_tma", std::string("TILEFUSE_DEBUG=1 checks every access"));
+      });
+    return *(copy = passes::runGpuStage(*marked, opts.arch, opts.numWarps, 1));
+  }
   if (!isGpuStage(f)) return *(copy = passes::runGpuStage(m, opts.arch, opts.numWarps, opts.numStages));
   if (f.strAttr("arch") != opts.arch || f.intAttr("num_warps") != opts.numWarps)
     throw UserError(f.loc(), "'@" + funcName(f) + "' is in the GPU stage for " + f.strAttr("arch") +
@@ -753,6 +778,7 @@ LoweredKernel compileKernel(const Module& tile, const std::string& kernel, const
   out.sharedBytes = low.sharedBytes();
   out.tensorMaps = low.tensorMaps();
   out.hints = low.hints();
+  out.checks = low.checks();
   if (opts.keepIR) out.gpuIR = printModule(m);
   auto emitted = target::optimizeAndEmitPTX(mod, {opts.arch, 3, opts.keepIR});
   out.llir = std::move(emitted.optimizedIR);

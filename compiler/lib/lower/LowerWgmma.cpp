@@ -181,7 +181,9 @@ LVal* Lowering::stageAddr(const Op& op, unsigned buf) {
 void Lowering::lowerSmemOp(const Op& op) {
   switch (op.kind()) {
     case OpKind::SmemAlloc:
-      if (!op.hasAttr("smem_at")) throw InternalError("lowering: allocate-shared did not place an smem_alloc");
+      // Only hand-written GPU-stage IR lacks the placement (the pipeline always places).
+      if (!op.hasAttr("smem_at"))
+        throw UserError(op.loc(), "smem_alloc has no smem_at: run allocate-shared on GPU-stage IR before lowering");
       vals_[op.result()] = Regs{{idx(floor_ + op.intAttr("smem_at"))}, layoutOf(op.result())};
       return;
     case OpKind::LocalStore: {

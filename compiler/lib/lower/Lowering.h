@@ -103,6 +103,7 @@ class Lowering {
   int sharedBytes() const { return static_cast<int>(smemBytes_); }
   const std::vector<PerfHint>& hints() const { return *hints_; }
   const std::vector<TensorMapSpec>& tensorMaps() const { return tensorMaps_; }
+  const std::vector<DebugCheck>& checks() const { return checks_; }
   void lowerKernel(const Op& f);
   // A noinline device function as an LLVM function taking and returning the
   // registers of its arguments and results in its signature's layouts; its shared
@@ -298,6 +299,15 @@ class Lowering {
   }
   void lowerDesc(const Op& op);
   void lowerCheckedDesc(const Op& op);
+  // --- TILEFUSE_DEBUG bounds checks (LowerMemory.cpp) ---
+  // The index in checks_ of `op`'s accesses through pointer (or descriptor) `ptr`; -1
+  // when not checked (not a debug build, or a pointer not derived from one argument).
+  int debugCheck(const Op& op, const Value* ptr);
+  int rootParam(const Value* v, std::set<const Value*>& seen) const;
+  // Whether slot s's access at `addr` lies in its buffer; reports it when not and
+  // `active` (null: always).
+  LVal* inBounds(int check, LVal* addr, const Layout& L, int s, LVal* active);
+  llvm::Function* reportFn();
   // --- TMA (LowerTma.cpp) ---
   void planTensorMaps(const Op& f);
   int tensorMapOf(const Value* desc) const;  // -1: bounds-checked accesses
@@ -467,6 +477,12 @@ class Lowering {
   std::unordered_map<const Op*, int> tmaMaps_;  // make_desc -> tensor map
   int barrierSlots_ = 0;
   llvm::AllocaInst* tmaPhase_ = nullptr;  // parity of barrier slot 0
+  // Debug builds: the hidden parameters (LowerToLLVM.h, DebugCheck) and the checks so far.
+  std::unordered_map<int, LVal*> extents_;  // by pointer parameter
+  LVal* record_ = nullptr;
+  const Op* kernelOp_ = nullptr;
+  std::vector<DebugCheck> checks_;
+  std::unordered_map<const Op*, int> checkOf_;
 };
 
 }  // namespace tilefuse::lower::detail

@@ -22,7 +22,26 @@ struct LowerOptions {
   int numStages = 3;      // shared-memory stages of pipelined K loops (1: no pipelining)
   bool keepIR = true;     // also return the optimized LLVM IR (asm["llir"]); launches skip it
   std::string libdevice;  // path of libdevice.10.bc; empty: $CUDA_HOME or /usr/local/cuda
+  // TILEFUSE_DEBUG=1: every access of global memory is checked against its buffer (no
+  // pipelining, no TMA, no vector accesses); see DebugCheck.
+  bool debug = false;
 };
+
+// One bounds-checked access of a debug build. The kernel takes hidden parameters after
+// its own (before any tensor maps): the bytes from each pointer argument to the end of
+// its allocation (i64, in parameter order), then the address of a zeroed error record of
+// kDebugRecordWords u64: [0] 1 once written, [1] the check's index in `checks`, [2..4]
+// the program id, [5] the lane's flat element of the tile, [6] the element index it
+// accessed, relative to the buffer's start. The first violating lane writes it and
+// skips its access; masked-off lanes are not checked.
+struct DebugCheck {
+  Location loc;
+  std::string what;            // "load", "store", "atomic_add", "descriptor load", ...
+  int param = 0;               // the kernel parameter whose buffer the access is checked against
+  int elemBytes = 0;           // of the accessed elements
+  std::vector<int64_t> shape;  // of the accessed tile ([] for a scalar)
+};
+constexpr int kDebugRecordWords = 7;
 
 // A CUDA tensor map (TMA descriptor) of one make_tensor_descriptor: the launch encodes
 // it from the kernel's arguments and passes it by value as an extra parameter (the
@@ -59,6 +78,7 @@ struct LoweredKernel {
   int sharedBytes = 0;  // dynamic shared memory the launch must provide
   std::vector<TensorMapSpec> tensorMaps;
   std::vector<PerfHint> hints;  // in program order, one per op and message
+  std::vector<DebugCheck> checks;  // with opts.debug
 };
 
 // `m` is tile IR (plan-layouts runs on a copy) or GPU-stage IR for opts' arch and

@@ -65,6 +65,25 @@ class LoadedKernel {
   CUfunction fn_ = nullptr;
 };
 
+// A small device allocation that kernels write and the host reads after them (the error
+// record of TILEFUSE_DEBUG=1 launches), in the current context.
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  uint64_t ptr() const { return ptr_; }
+  void zero() const;
+  std::string read() const;  // after the device has finished all work
+ private:
+  uint64_t ptr_ = 0;
+  size_t bytes_;
+};
+
+// The end of the device allocation that holds `ptr`; 0 when it is not device memory.
+uint64_t allocationEnd(uint64_t ptr);
+
 // Makes the device's primary context current on this thread (as torch does).
 void useDevice(int device);
 // The device that owns a device pointer; -1 when it is not device memory.
