@@ -153,19 +153,16 @@ def _setup_context(ctx, inputs, output):
     kinds = [0 if b is None else 1 if b.dtype == torch.bfloat16 else 2 for b in (b1, b2)]
     ctx.spec = [x.shape[0], x.shape[1], g, n1, w2[0].shape[-1], *kinds]
     ctx.needs, ctx.delay = needs, json.loads(cfg)["delay_wgrad"]
-    # Per-expert weights: which experts want a gradient (None: one grouped weight).
-    ctx.per_expert = [[w.requires_grad for w in ws] if ws[0].dim() == 2 else None for ws in (w1, w2)]
+    ctx.wants = [[w.requires_grad for w in ws] for ws in (w1, w2)]  # per list entry
+    ctx.grouped = w1[0].dim() == 3
     ctx.save_for_backward(output[1])
 
 
-def _as_inputs(dw, per_expert):
-    """dW [G, N, K] as the gradient of a weight-list input: [dW], or each expert's (None
-    for frozen experts)."""
-    if dw is None:
-        return None
-    if per_expert is None:
-        return [dw]
-    return [e if need else None for e, need in zip(dw.unbind(0), per_expert)]
+def _as_inputs(dw, wants, grouped):
+    """dW [G, N, K] as the gradient of a weight-list input ([dW] for one grouped weight,
+    else each expert's): None for entries that want none."""
+    parts = [None] * len(wants) if dw is None else [dw] if grouped else dw.unbind(0)
+    return [p if want else None for p, want in zip(parts, wants)]
 
 
 def _backward(ctx, d_out, _d_handle):
@@ -173,7 +170,7 @@ def _backward(ctx, d_out, _d_handle):
     outs = _backward_op(handle, d_out.contiguous(), ctx.spec, ctx.needs, ctx.delay)
     shapes = _grad_shapes(ctx.spec, ctx.needs, ctx.delay).values()
     dx, dprobs, dw1, dw2, db1, db2 = (None if s is None else t for t, s in zip(outs, shapes))
-    w1, w2 = (_as_inputs(dw, e) for dw, e in zip((dw1, dw2), ctx.per_expert))
+    w1, w2 = (_as_inputs(dw, e, ctx.grouped) for dw, e in zip((dw1, dw2), ctx.wants))
     return dx, dprobs, None, w1, w2, db1, db2, None, None, None
 
 
