@@ -82,10 +82,15 @@ def step(m, t, needs=None, fn=None):
     out = (fn or m)(x, t["splits"], probs)
     out.backward(t["dy"])
     m.backward_dw()
+    return out, grads_of(m, x, probs)
+
+
+def grads_of(m, x, probs):
+    """The gradients the last step left: dW [G, N, K] for grouped and per-expert weights."""
     grads = dict(dx=x.grad, dprobs=probs.grad, db1=m.fc1_bias.grad, db2=m.fc2_bias.grad)
-    for k, ws in (("dw1", w1), ("dw2", w2)):
+    for k, ws in zip(("dw1", "dw2"), m.weights()):
         grads[k] = None if ws[0].grad is None else torch.stack([w.grad for w in ws]) if len(ws) > 1 else ws[0].grad
-    return out, grads
+    return grads
 
 
 def assert_bitwise(got, want, what=""):
@@ -111,15 +116,15 @@ OPTIONS = {
 def test_bitwise_against_functional(rng, option):
     kw, needs = OPTIONS[option]
     m, t = make(rng, **kw)
-    got = step(m, t, needs)
-    api_needs = None if needs is None else {k: v for k, v in needs.items()}
-    assert_bitwise(got, functional(m, t, api_needs))
+    assert_bitwise(step(m, t, needs), functional(m, t, needs))
 
 
-def test_no_host_sync(rng):
-    """Forward, backward and backward_dw issue no synchronizing CUDA call."""
-    m, t = make(rng, delay_wgrad_compute=True)
-    step(m, t)  # compiles and loads every kernel first (those may sync)
+@pytest.mark.parametrize("grouped", [True, False])
+def test_no_host_sync(rng, grouped):
+    """Forward, backward and backward_dw issue no synchronizing CUDA call (after a first
+    step, which compiles, loads, and copies per-expert weights' address table once)."""
+    m, t = make(rng, grouped=grouped, delay_wgrad_compute=True)
+    step(m, t)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -136,11 +141,12 @@ def new_routing(rng, rows, groups):
     return sizes
 
 
-def test_cuda_graph_replay_with_new_routing(rng):
+@pytest.mark.parametrize("grouped", [True, False])
+def test_cuda_graph_replay_with_new_routing(rng, grouped):
     """A training step (forward, backward, backward_dw) captured once and replayed on new
     inputs and new split sizes copied into the captured tensors: bitwise the eager
     functional API's results on those inputs."""
-    m, t = make(rng, delay_wgrad_compute=True)
+    m, t = make(rng, grouped=grouped, delay_wgrad_compute=True)
     static = {k: v.clone() for k, v in t.items()}
     x = static["x"].requires_grad_()
     probs = static["probs"].requires_grad_()
@@ -170,9 +176,7 @@ def test_cuda_graph_replay_with_new_routing(rng):
                 static[k].copy_(v)
         graph.replay()
         torch.cuda.synchronize()
-        grads = dict(dx=x.grad, dprobs=probs.grad, dw1=m.fc1_weight.grad, dw2=m.fc2_weight.grad)
-        grads |= dict(db1=m.fc1_bias.grad, db2=m.fc2_bias.grad)
-        assert_bitwise((out, grads), functional(m, new), f"routing {fresh['splits'].tolist()}: ")
+        assert_bitwise((out, grads_of(m, x, probs)), functional(m, new), f"routing {fresh['splits'].tolist()}: ")
 
 
 def test_torch_compile_fullgraph(rng):
