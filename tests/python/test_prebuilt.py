@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tilefuse as tf
 import tilefuse.language as tl
-from tilefuse import gpu, prebuilt
+from tilefuse import defaults, gpu, prebuilt
 from tilefuse.jit import JITFunction
 
 from scripts import prebuild
@@ -117,3 +117,21 @@ def test_grouped_mlp_launches_are_prebuilt(folder, monkeypatch):
             k = prebuilt.kernel(fn, key, params)
             assert k is not None, f"{fn.__name__} {key} is not prebuilt"
             assert gpu.binary(k, "sm_90a", nw, ns) is not None
+
+
+def test_jit_launch_takes_the_prebuilt_kernel(folder, monkeypatch):
+    """A GPU launch of a prebuilt specialization reaches the runtime with the prebuilt
+    kernel, generating no IR (the launch itself stubbed: no GPU here)."""
+    config = (defaults.NUM_WARPS, defaults.NUM_STAGES)  # a launch's, when it names none
+    key, params = write_axpy(folder, n=2048, config=config)
+    jit_module = prebuild.importlib.import_module("tilefuse.jit")
+    launched = []
+    monkeypatch.setattr(jit_module, "select_backend", lambda values: "cuda")
+    monkeypatch.setattr(gpu, "launch", lambda kernel, bound, grid, nw, ns: launched.append((kernel, nw, ns)))
+    no_compiling(monkeypatch)
+    x = np.empty(2048, np.float32)
+    fresh = tf.jit(axpy.fn)  # an empty in-memory cache
+    fresh[lambda meta: (16,)](x, x, x, 2.0, 2048, BLOCK=128)
+    ((kernel, nw, ns),) = launched
+    assert isinstance(kernel, prebuilt.PrebuiltKernel) and (nw, ns) == config
+    assert gpu.binary(kernel, "sm_90a", *config) is not None
