@@ -101,11 +101,11 @@ def test_lookup_off(folder, monkeypatch):
 
 
 def test_grouped_mlp_launches_are_prebuilt(folder, monkeypatch):
-    """The launches of GroupedMLP steps at a prebuilt shape (bf16 and MXFP8, grouped and
+    """The launches of GroupedMLP steps at a prebuilt shape (bf16 and FP8-block, grouped and
     per-expert weights, recompute on and off), at 8192 tokens (recorded: 4096 and 4100),
     are all found without compiling."""
     pytest.importorskip("torch")
-    shapes = [s for s in prebuild.SHAPES if not s[5]]
+    shapes = [s for s in prebuild.SHAPES if not s[5] and s[4] in ("bf16", "fp8_block")]
     prebuild.write(folder, "sm_90a", prebuild.launches_of(shapes, rows=(4096,)), jobs=2)
     prebuilt.reset()
     launches = prebuild.launches_of(shapes, rows=(8192,))
