@@ -46,7 +46,9 @@ for _ in range(2):
     torch.cuda.synchronize()
     times.append(time.perf_counter() - start)
 index, why = prebuilt.index()
-print(json.dumps({"first": times[0], "second": times[1], "prebuilt": len(index["kernels"]) if index else why}))
+kinds = "/".join(sorted({k["image"] for k in index["kernels"].values()})) if index else ""
+found = f"{len(index['kernels'])} ({kinds})" if index else why
+print(json.dumps({"first": times[0], "second": times[1], "prebuilt": found}))
 """
 
 
