@@ -210,8 +210,11 @@ def check_resources(kernel, spec, usage: dict | None, arch: str, num_warps: int,
 
 def binary(kernel, arch: str, num_warps: int, num_stages: int):
     """The runtime.CachedKernel (launch spec, PTX, loadable image: a cubin, or PTX when ptxas
-    is absent) from the disk cache, compiled and stored when missing or corrupted."""
-    return build(kernel, arch, num_warps, num_stages)[0]
+    is absent): prebuilt (tilefuse.prebuilt), else from the disk cache, compiled and stored
+    when missing or corrupted."""
+    find = getattr(kernel, "prebuilt", None)
+    entry = None if find is None else find(arch, num_warps, num_stages)
+    return entry if entry is not None else build(kernel, arch, num_warps, num_stages)[0]
 
 
 def build(kernel, arch: str, num_warps: int, num_stages: int):

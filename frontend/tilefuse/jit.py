@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import _C, gpu
+from . import _C, gpu, prebuilt
 from .arrays import DLPackArg, array_arg, is_dlpack, is_torch_tensor
 from .codegen import CodeGenerator, FunctionSource, call_leaves, call_rebuild, call_structure
 from .defaults import NUM_STAGES, NUM_WARPS
@@ -267,7 +267,9 @@ class JITFunction(_C.launcher.Launcher):
         key, params = self._specialize(bound)
         kernel = self.cache.get(key)
         if kernel is None:
-            kernel = self.cache[key] = self._compile(params)
+            # A GPU launch of a prebuilt specialization generates no IR (tilefuse.prebuilt).
+            found = prebuilt.kernel(self, key, params) if select_backend(bound.values()) == "cuda" else None
+            kernel = self.cache[key] = found or self._compile(params)
         g = grid(dict(bound, num_warps=num_warps, num_stages=num_stages)) if callable(grid) else grid
         g = _check_grid(self.__name__, g)
         if select_backend(bound.values()) == "cuda":

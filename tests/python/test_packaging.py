@@ -93,6 +93,9 @@ assert np.abs(softmax(m) - e / e.sum(axis=1, keepdims=True)).max() < 1e-6, "soft
 out_dir = os.path.join(os.getcwd(), "aot")
 assert aot.main(["kernels.py:scale_add", "-s", "*fp32:16, *fp32:16, *fp32:16, fp32, i32, 256",
                  "-g", "cdiv(n, BLOCK)", "-o", out_dir, "--image", "ptx"]) == 0
+from tilefuse import prebuilt
+index, why = prebuilt.index()
+print("prebuilt:", len(index["kernels"]) if index else why)
 print(aot.include_dir()); print(aot.runtime_library())
 """
 
@@ -122,6 +125,12 @@ def test_wheel_installs_and_runs_outside_the_tree(tmp_path):
     r = subprocess.run([py, "smoke.py", str(venv)], capture_output=True, text=True, cwd=work, env=clean_env())
     assert r.returncode == 0, r.stdout + r.stderr
     include, library = r.stdout.splitlines()[-2:]
+    # Prebuilt kernels (built where the build's Python has torch): used by the installed package.
+    found = r.stdout.splitlines()[-3]
+    if "tilefuse/prebuilt/index.json" in names:
+        assert re.fullmatch(r"prebuilt: [1-9]\d*", found), found
+    else:
+        assert "absent" in found, found
     assert include.startswith(str(venv)) and library.startswith(str(venv)), r.stdout
     # The generated launch function compiles against the wheel's headers and links its runtime library.
     if shutil.which("g++") and (CUDA_INCLUDE / "cuda.h").exists():

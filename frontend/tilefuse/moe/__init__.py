@@ -14,3 +14,12 @@ from .fused import fc1_forward, fc2_dgrad  # noqa: F401
 from .grouped_gemm import GemmConfig, grouped_gemm, grouped_gemm_dgrad, grouped_gemm_wgrad  # noqa: F401
 from .mlp import MLPConfig, MLPContext, backward_dw, mlp_backward, mlp_forward  # noqa: F401
 from .quant import Quantized, dequantize, quantize  # noqa: F401
+
+
+def __getattr__(name):
+    # GroupedMLP needs torch: imported on first use, so that tilefuse imports without it.
+    if name == "GroupedMLP":
+        from .module import GroupedMLP
+
+        return GroupedMLP
+    raise AttributeError(f"module 'tilefuse.moe' has no attribute {name!r}")
