@@ -10,6 +10,16 @@ from .activations import (  # noqa: F401
     scaled_act,
     scaled_act_backward,
 )
+from .dispatch import (  # noqa: F401
+    Routing,
+    combine,
+    combine_backward,
+    dispatch,
+    dispatch_backward,
+    dispatch_weights,
+    dispatch_weights_backward,
+    route,
+)
 from .fused import fc1_forward, fc2_dgrad  # noqa: F401
 from .grouped_gemm import GemmConfig, grouped_gemm, grouped_gemm_dgrad, grouped_gemm_wgrad  # noqa: F401
 from .mlp import MLPConfig, MLPContext, backward_dw, mlp_backward, mlp_forward  # noqa: F401
