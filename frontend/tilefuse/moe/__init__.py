@@ -24,3 +24,14 @@ from .fused import fc1_forward, fc2_dgrad  # noqa: F401
 from .grouped_gemm import GemmConfig, grouped_gemm, grouped_gemm_dgrad, grouped_gemm_wgrad  # noqa: F401
 from .mlp import MLPConfig, MLPContext, backward_dw, mlp_backward, mlp_forward  # noqa: F401
 from .quant import Quantized, dequantize, quantize  # noqa: F401
+
+# Names whose modules need torch, imported on first use (tilefuse imports without torch).
+_LAZY = {"ExpertParallelMLP": ".parallel", "LocalExperts": ".parallel"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module 'tilefuse.moe' has no attribute {name!r}")
