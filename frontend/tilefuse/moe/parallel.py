@@ -139,12 +139,14 @@ def _pad_rows(t, rows):
 
 
 class _MLP(torch.autograd.Function):
-    """moe.mlp_forward / mlp_backward under autograd (the gradients asked for only)."""
+    """moe.mlp_forward / mlp_backward under autograd: only the gradients asked for, none
+    (nothing saved) when `grad` is off (torch.is_grad_enabled() of the caller: forward
+    runs without grad mode)."""
 
     @staticmethod
-    def forward(ctx, x, splits, probs, cfg, w1, w2, b1, b2):
-        names = ("x", None, "probs", None, "w1", "w2", "b1", "b2")
-        needs = {k: bool(n) for k, n in zip(names, ctx.needs_input_grad) if k is not None}
+    def forward(ctx, grad, x, splits, probs, cfg, w1, w2, b1, b2):
+        names = (None, "x", None, "probs", None, "w1", "w2", "b1", "b2")
+        needs = {k: grad and bool(n) for k, n in zip(names, ctx.needs_input_grad) if k is not None}
         params = {"w1": _api(w1), "w2": _api(w2)} | ({"b1": _api(b1), "b2": _api(b2)} if cfg.bias else {})
         out, ctx.mlp = mlp_forward(_api(x), _api(probs), _api(splits), params, cfg, needs)
         return _tensor(out)
@@ -152,7 +154,7 @@ class _MLP(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout):
         g = {k: _tensor(v) for k, v in mlp_backward(ctx.mlp, _api(dout.contiguous())).items()}
-        return g["dx"], None, g["dprobs"], None, g["dw1"], g["dw2"], g["db1"], g["db2"]
+        return None, g["dx"], None, g["dprobs"], None, g["dw1"], g["dw2"], g["db1"], g["db2"]
 
 
 class LocalExperts(torch.nn.Module):
@@ -179,7 +181,7 @@ class LocalExperts(torch.nn.Module):
             self.w2.uniform_(-(ffn**-0.5), ffn**-0.5)
 
     def forward(self, x, splits, probs):
-        return _MLP.apply(x, splits, probs, self.cfg, self.w1, self.w2, self.b1, self.b2)
+        return _MLP.apply(torch.is_grad_enabled(), x, splits, probs, self.cfg, self.w1, self.w2, self.b1, self.b2)
 
 
 def _group_info(group):

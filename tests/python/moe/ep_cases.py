@@ -152,8 +152,36 @@ def run_rank(rank: int, case: Case, seed: int, port: int, backend: str):
     out = model(x, _to_torch(inp["ids"][tok], device), w)
     out.backward(_to_torch(inp["dout"][tok], device))
     check("out", _to_numpy(out), want["out"][tok])
+    with torch.no_grad():
+        check("out under no_grad", _to_numpy(model(x, _to_torch(inp["ids"][tok], device), w)), want["out"][tok])
     check("dx", _to_numpy(x.grad), want["dx"][tok])
     check("dweights", _to_numpy(w.grad), want["dweights"][tok])
     for k in params:
         check(f"d{k}", _to_numpy(getattr(model.experts, k).grad), want[f"d{k}"][mine])
+    dist.barrier()
+
+
+def bad_input(rank: int, port: int):
+    """World size 1 on the CPU: each bad argument is refused with a message naming it."""
+    import pytest
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=1)
+    with pytest.raises(ValueError, match="num_experts must be a positive int, got 0"):
+        moe.ExpertParallelMLP(0, 32, 32)
+    with pytest.raises(ValueError, match="weights_at must be one of"):
+        moe.ExpertParallelMLP(4, 32, 32, weights_at="router")
+    with pytest.raises(ValueError, match="experts holds 3 experts; rank 0 owns 4"):
+        moe.ExpertParallelMLP(4, 32, 32, experts=moe.LocalExperts(3, 32, 32))
+    model = moe.ExpertParallelMLP(4, 32, 32)
+    x, ids, w = torch.zeros(5, 32, dtype=torch.bfloat16), torch.zeros(5, 2, dtype=torch.int32), torch.zeros(5, 2)
+    with pytest.raises(TypeError, match=r"x must be torch.bfloat16 \[T, ·\]"):
+        model(x.float(), ids, w)
+    with pytest.raises(TypeError, match=r"ids must be torch.int32 \[T, ·\] \(T = x's rows\), got torch.int32 \(4, 2\)"):
+        model(x, ids[:4], w)
+    with pytest.raises(TypeError, match=r"weights must be torch.float32 of ids' shape \(5, 2\)"):
+        model(x, ids, w[:, :1])
+    with pytest.raises(ValueError, match=r"ids\[1, 0\] = 9 is not an expert in \[0, 4\)"):
+        model(x, ids.index_fill(0, torch.tensor([1]), 9), w)
     dist.barrier()

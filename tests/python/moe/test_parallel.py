@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 mp = pytest.importorskip("torch.multiprocessing")
 
-from tests.python.moe.ep_cases import Case, free_port, run_rank  # noqa: E402
+from tests.python.moe.ep_cases import Case, bad_input, free_port, run_rank  # noqa: E402
 
 CASES = {
     "w1": Case(world=1, tokens=12, k=2, experts=4),
@@ -45,3 +45,7 @@ def test_needs_a_process_group():
 
     with pytest.raises(RuntimeError, match="torch.distributed is not initialized"):
         moe.ExpertParallelMLP(4, 32, 32)
+
+
+def test_bad_input():
+    mp.spawn(bad_input, args=(free_port(),), nprocs=1, join=True)
