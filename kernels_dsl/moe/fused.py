@@ -78,6 +78,7 @@ def store_out(
     RPS,
     v,
     ts_ptr,
+    tsc_ptr,
     amax_ptr,
     k0,
     k1,
@@ -97,7 +98,7 @@ def store_out(
     (MXFP8) or 2 (FP8-block) the rowwise copy (ROWS; cols in runs of RUN from multiples of
     RUN, a multiple of the block; NS = width / block, its scales' row stride) and the
     columnwise copy (COLS; RPS = RP / block). Zero outside the rows and col_ok: the
-    blocks' padding. OUT 3 (NVFP4): store_nvfp4 (ts_ptr .. k3, PASS, STOCH are its)."""
+    blocks' padding. OUT 3 (NVFP4): nvfp4_rows, nvfp4_cols (S_enc at ts_ptr, tsc_ptr)."""
     QB: tl.constexpr = MX_BLOCK if OUT == 1 else FP8_BLOCK
     rm = tl.arange(0, BM)
     row_ok = (m0 + rm) < end
@@ -112,7 +113,7 @@ def store_out(
             nvfp4_rows(q_ptr, qs_ptr, ts_ptr, amax_ptr, r64, row_ok, cols, width, NS, v, k0, k1, BM, TC, PASS, STOCH)
         if COLS:
             nvfp4_cols(
-                qt_ptr, qts_ptr, ts_ptr + 1, amax_ptr + 1, t0, end - m0, cols, col_ok, RP, v, k2, k3, BM, TC,
+                qt_ptr, qts_ptr, tsc_ptr, amax_ptr + 1, t0, end - m0, cols, col_ok, RP, v, k2, k3, BM, TC,
                 PASS, STOCH,
             )  # fmt: skip
     else:
@@ -147,10 +148,9 @@ def nvfp4_amax(ev, od, amax_ptr):
 
 
 @tf.jit
-def nvfp4_scales(amax_ptr, ts_ptr, N: tl.constexpr):
-    # ts[i] = S_enc of amax[i] (float32 bits that nvfp4_amax raised), i < N.
-    i = tl.arange(0, N)
-    tl.store(ts_ptr + i, tensor_scale_of(tl.load(amax_ptr + i).to(tl.float32, bitcast=True)))
+def nvfp4_scale(amax_ptr, ts_ptr):
+    # ts = S_enc of amax (the float32 bits that nvfp4_amax raised).
+    tl.store(ts_ptr, tensor_scale_of(tl.load(amax_ptr).to(tl.float32, bitcast=True)))
 
 
 @tf.jit
@@ -305,7 +305,7 @@ def fc1_kernel(
     s = tl.load(probs_ptr + m0 + rm, mask=row_ok, other=0.0)
     store_out(
         y_ptr, ys_ptr, yt_ptr, yts_ptr, offsets_ptr, padded_ptr, g, m0, end, cols, cols < N, N, NSY, RP, RPS,
-        s[:, None] * f, probs_ptr, probs_ptr, 0, 0, 0, 0, OUT, True, True, BO, BM, BO, 1, False,
+        s[:, None] * f, probs_ptr, probs_ptr, probs_ptr, 0, 0, 0, 0, OUT, True, True, BO, BM, BO, 1, False,
     )  # fmt: skip
 
 
@@ -333,6 +333,7 @@ def fc1_nvfp4_kernel(
     yt_ptr,
     yts_ptr,
     ts_ptr,
+    tsc_ptr,
     amax_ptr,
     offsets_ptr,
     padded_ptr,
@@ -356,7 +357,7 @@ def fc1_nvfp4_kernel(
     # FC1's epilogue for NVFP4 over the GEMM's output h [R, N1] (C in bf16, exact mode, or
     # the fp32 accumulator): y = probs·act(h) regenerated in registers, never stored in
     # bf16. The two-level scale needs the whole tensor's amax first: PASS 0 raises
-    # amax [2] (rowwise, columnwise), PASS 1 encodes with ts [2] = S_enc of each.
+    # amax [2] (rowwise, columnwise), PASS 1 encodes with their S_enc (ts, tsc [1]: the copies' own).
     valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
     c0 = tl.program_id(1) * BO
     cols = c0 + tl.arange(0, BO)
@@ -370,7 +371,7 @@ def fc1_nvfp4_kernel(
     s = tl.load(probs_ptr + m0 + rm, mask=row_ok, other=0.0)
     store_out(
         y_ptr, ys_ptr, yt_ptr, yts_ptr, offsets_ptr, padded_ptr, g, m0, end, cols, cols < N, N, NSY, RP, RP // 16,
-        s[:, None] * f, ts_ptr, amax_ptr, 0, 0, 0, 0, 3, True, True, BO, BM, BO, PASS, False,
+        s[:, None] * f, ts_ptr, tsc_ptr, amax_ptr, 0, 0, 0, 0, 3, True, True, BO, BM, BO, PASS, False,
     )  # fmt: skip
 
 
@@ -444,7 +445,7 @@ def fc2_dgrad_kernel(
     dgrad_epilogue(
         acc.to(tl.bfloat16).to(tl.float32), c_ptr, probs_ptr, dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, parts_ptr, y_ptr,
         yt_ptr, yts_ptr, offsets_ptr, padded_ptr, g, m0, end, c0, N, K, RP, NSD, RPS, PARTS, P0, P1, P2, probs_ptr,
-        probs_ptr, 0, 0, 0, 0, ACT, OUT, RECOMPUTE, GLU_RUN, EVEN_ODD, PAIRS, BM, BO, 1, False,
+        probs_ptr, probs_ptr, probs_ptr, 0, 0, 0, 0, ACT, OUT, RECOMPUTE, GLU_RUN, EVEN_ODD, PAIRS, BM, BO, 1, False,
     )  # fmt: skip
 
 
@@ -461,6 +462,8 @@ def fc2_nvfp4_kernel(
     yt_ptr,
     yts_ptr,
     ts_ptr,
+    tsc_ptr,
+    tsy_ptr,
     amax_ptr,
     offsets_ptr,
     padded_ptr,
@@ -491,8 +494,8 @@ def fc2_nvfp4_kernel(
 ):
     # The FC2-dgrad epilogue for NVFP4 over the dgrad's bf16 output g [R, N]: dh's copies
     # (stochastic rounding keyed by (k0, k1) rowwise, (k2, k3) columnwise, with STOCH) and
-    # the recomputed y's columnwise copy, in two passes as fc1_nvfp4_kernel (amax, ts [4]:
-    # dh rowwise, dh columnwise, -, y columnwise); the dprobs run sums in PASS 1.
+    # the recomputed y's columnwise copy, in two passes as fc1_nvfp4_kernel (amax [3]: dh
+    # rowwise, dh columnwise, y columnwise; S_enc at ts, tsc, tsy); the dprobs run sums in PASS 1.
     valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
     c0 = tl.program_id(1) * BO
     cols = c0 + tl.arange(0, BO)
@@ -501,8 +504,8 @@ def fc2_nvfp4_kernel(
     gr = tl.load(g_ptr + (m0.to(tl.int64) + rm)[:, None] * N + cols[None, :], mask=m, other=0.0).to(tl.float32)
     dgrad_epilogue(
         gr, c_ptr, probs_ptr, dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, parts_ptr, yt_ptr, yt_ptr, yts_ptr, offsets_ptr,
-        padded_ptr, g, m0, end, c0, N, K, RP, NSD, RP // 16, PARTS, P0, P1, P2, ts_ptr, amax_ptr, k0, k1, k2, k3,
-        ACT, 3, RECOMPUTE, GLU_RUN, EVEN_ODD, PAIRS, BM, BO, PASS, STOCH,
+        padded_ptr, g, m0, end, c0, N, K, RP, NSD, RP // 16, PARTS, P0, P1, P2, ts_ptr, tsc_ptr, tsy_ptr, amax_ptr, k0,
+        k1, k2, k3, ACT, 3, RECOMPUTE, GLU_RUN, EVEN_ODD, PAIRS, BM, BO, PASS, STOCH,
     )  # fmt: skip
 
 
@@ -535,6 +538,8 @@ def dgrad_epilogue(
     P1,
     P2,
     ts_ptr,
+    tsc_ptr,
+    tsy_ptr,
     amax_ptr,
     k0,
     k1,
@@ -553,7 +558,7 @@ def dgrad_epilogue(
 ):
     """From g = gr [BM, BO] (the dgrad's bf16-rounded output) and the saved C: dh, the
     dprobs run sums (PASS 1) and with RECOMPUTE y (see fc2_dgrad_kernel); OUT 3's
-    buffers ts_ptr, amax_ptr [4] and keys: fc2_nvfp4_kernel's."""
+    buffers (ts_ptr .. amax_ptr) and keys: fc2_nvfp4_kernel's."""
     cols = c0 + tl.arange(0, BO)
     rm = tl.arange(0, BM)
     row_ok = (m0 + rm) < end
@@ -567,14 +572,15 @@ def dgrad_epilogue(
         da, db = ACT.bwd(a, b, P0, P1, P2)
         store_glu_grad(
             dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, offsets_ptr, padded_ptr, g, m0, end, c0, N, K, NSD, RP, RPS,
-            gs * da, gs * db, ts_ptr, amax_ptr, k0, k1, k2, k3, OUT, GLU_RUN, EVEN_ODD, PAIRS, BM, BO, PASS, STOCH,
+            gs * da, gs * db, ts_ptr, tsc_ptr, amax_ptr, k0, k1, k2, k3, OUT, GLU_RUN, EVEN_ODD, PAIRS, BM, BO, PASS,
+            STOCH,
         )  # fmt: skip
     else:
         f = ACT.fwd(a, P0, P1, P2)
         store_out(
             dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, offsets_ptr, padded_ptr, g, m0, end, cols, cols < N, N, NSD, RP,
-            RPS, gs * ACT.bwd(a, P0, P1, P2), ts_ptr, amax_ptr, k0, k1, k2, k3, OUT, True, True, BO, BM, BO, PASS,
-            STOCH,
+            RPS, gs * ACT.bwd(a, P0, P1, P2), ts_ptr, tsc_ptr, amax_ptr, k0, k1, k2, k3, OUT, True, True, BO, BM, BO,
+            PASS, STOCH,
         )  # fmt: skip
     if PASS == 1:
         runs = tl.program_id(1) * (BO // DS_CHUNK) + tl.arange(0, BO // DS_CHUNK)
@@ -584,7 +590,7 @@ def dgrad_epilogue(
         y_rows: tl.constexpr = OUT == 0  # bf16: the whole y; quantized: the wgrad's columnwise copy only
         store_out(
             y_ptr, y_ptr, yt_ptr, yts_ptr, offsets_ptr, padded_ptr, g, m0, end, cols, cols < N, N, NSD, RP, RPS,
-            s[:, None] * f, ts_ptr + 2, amax_ptr + 2, 0, 0, 0, 0, OUT, y_rows, True, BO, BM, BO, PASS, False,
+            s[:, None] * f, tsy_ptr, tsy_ptr, amax_ptr + 1, 0, 0, 0, 0, OUT, y_rows, True, BO, BM, BO, PASS, False,
         )  # fmt: skip
 
 
@@ -608,6 +614,7 @@ def store_glu_grad(
     da,
     db,
     ts_ptr,
+    tsc_ptr,
     amax_ptr,
     k0,
     k1,
@@ -638,11 +645,11 @@ def store_glu_grad(
         ab_rows: tl.constexpr = not PAIRS
         store_out(
             dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, offsets_ptr, padded_ptr, g, m0, end, a_col, ok, 2 * N, NSD, RP, RPS,
-            da, ts_ptr, amax_ptr, k0, k1, k2, k3, OUT, ab_rows, True, GLU_RUN, BM, BO, PASS, STOCH,
+            da, ts_ptr, tsc_ptr, amax_ptr, k0, k1, k2, k3, OUT, ab_rows, True, GLU_RUN, BM, BO, PASS, STOCH,
         )  # fmt: skip
         store_out(
             dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, offsets_ptr, padded_ptr, g, m0, end, b_col, ok, 2 * N, NSD, RP, RPS,
-            db, ts_ptr, amax_ptr, k0, k1, k2, k3, OUT, ab_rows, True, GLU_RUN, BM, BO, PASS, STOCH,
+            db, ts_ptr, tsc_ptr, amax_ptr, k0, k1, k2, k3, OUT, ab_rows, True, GLU_RUN, BM, BO, PASS, STOCH,
         )  # fmt: skip
         if PAIRS:
             pc = 2 * c0 + tl.arange(0, 2 * BO)
@@ -654,7 +661,8 @@ def store_glu_grad(
                 pairs = tl.reshape(tl.permute(ab, (0, 1, 3, 2)), [BM, 2 * BO])
             store_out(
                 dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, offsets_ptr, padded_ptr, g, m0, end, pc, pc < 2 * N, 2 * N, NSD,
-                RP, RPS, pairs, ts_ptr, amax_ptr, k0, k1, k2, k3, OUT, True, False, 2 * BO, BM, 2 * BO, PASS, STOCH,
+                RP, RPS, pairs, ts_ptr, tsc_ptr, amax_ptr, k0, k1, k2, k3, OUT, True, False, 2 * BO, BM, 2 * BO, PASS,
+                STOCH,
             )  # fmt: skip
 
 

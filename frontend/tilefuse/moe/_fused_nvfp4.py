@@ -45,8 +45,8 @@ def check_operands(fn, a, w, splits, name, wname, dgrad):
     return a.data, int(rows), int(inner), k if dgrad else gn // groups
 
 
-def _copies(like, rows, width, rp, ts, row_seed=None, col_seed=None, rows_copy=True):
-    """Zero-filled (rowwise, columnwise) NVFP4 copies of [rows, width] (ts: their S_enc [2])."""
+def _copies(like, rows, width, rp, row_seed=None, col_seed=None, rows_copy=True):
+    """Zero-filled (rowwise, columnwise) NVFP4 copies of [rows, width], each with its own S_enc [1]."""
     col = Quantized(
         zeros(like, (width, rp // 2), "int8"),
         zeros(like, (width, rp // BLOCK), "e4m3"),
@@ -54,7 +54,7 @@ def _copies(like, rows, width, rp, ts, row_seed=None, col_seed=None, rows_copy=T
         0,
         (rp, width),
         block=(1, BLOCK),
-        tensor_scale=ts[1:2],
+        tensor_scale=_arrays.empty(like, (1,), "float32"),
         rht=True,
         stochastic=col_seed is not None,
         seed=col_seed or 0,
@@ -68,17 +68,18 @@ def _copies(like, rows, width, rp, ts, row_seed=None, col_seed=None, rows_copy=T
         -1,
         (rows, width),
         block=(1, BLOCK),
-        tensor_scale=ts[0:1],
+        tensor_scale=_arrays.empty(like, (1,), "float32"),
         stochastic=row_seed is not None,
         seed=row_seed or 0,
     )
     return row, col
 
 
-def _two_passes(kernel, grid, args, amax, ts, **meta):
-    """Pass 0 (amaxes), S_enc of each on the device, pass 1 (encode)."""
+def _two_passes(kernel, grid, args, amax, copies, **meta):
+    """Pass 0 (amax[i] of copies[i]), S_enc of each on the device, pass 1 (encode)."""
     kernel[grid](*args, PASS=0, **meta)
-    K.nvfp4_scales[(1,)](amax, ts, N=int(ts.shape[0]))
+    for i, q in enumerate(copies):
+        K.nvfp4_scale[(1,)](amax[i:], q.tensor_scale)
     kernel[grid](*args, PASS=1, **meta)
 
 
@@ -101,13 +102,14 @@ def fc1_forward(x, w1, splits, probs, act, a, n, k, glu, mode, quantize_out, cfg
     groups = int(splits.shape[0])
     sched = _schedule(like, splits, rows, cfg.block_m, BLOCK)
     rp = cdiv(rows + (BLOCK - 1) * min(groups, rows), 512) * 512
-    ts, amax = _arrays.empty(like, (2,), "float32"), zeros(like, (2,), "int32")
-    row, col = _copies(like, rows, n, rp, ts)
-    args = (h, probs, row.data, _arrays.as_int8(row.scale), col.data, _arrays.as_int8(col.scale), ts, amax)
+    amax = zeros(like, (2,), "int32")
+    row, col = _copies(like, rows, n, rp)
+    args = (h, probs, row.data, _arrays.as_int8(row.scale), col.data, _arrays.as_int8(col.scale))
+    args += (row.tensor_scale, col.tensor_scale, amax)
     args += (sched.offsets, sched.padded, sched.tile_start, sched.tiles, groups, n, k, rp, n // BLOCK, *a["params"])
     meta = dict(ACT=act, GLU_RUN=glu["GLU_RUN"], EVEN_ODD=glu["EVEN_ODD"], BM=cfg.block_m, BO=cfg.block_n)
     grid = (sched.slots, cdiv(n, cfg.block_n))
-    _two_passes(K.fc1_nvfp4_kernel, grid, args, amax, ts, num_warps=cfg.num_warps, **meta)
+    _two_passes(K.fc1_nvfp4_kernel, grid, args, amax, (row, col), num_warps=cfg.num_warps, **meta)
     return c, (row, col)
 
 
@@ -128,15 +130,18 @@ def fc2_dgrad(dy, w2, splits, c, probs, act, a, n, k, glu, recompute, seeds, cfg
     groups = int(splits.shape[0])
     sched = _schedule(like, splits, rows, cfg.block_m, BLOCK)
     rp = cdiv(rows + (BLOCK - 1) * min(groups, rows), 512) * 512
-    ts, amax = _arrays.empty(like, (4,), "float32"), zeros(like, (4,), "int32")
+    amax = zeros(like, (3,), "int32")
     stoch, keys = _keys(seeds)
-    dh = _copies(like, rows, n1, rp, ts[0:2], *(seeds or (None, None)))
-    y_col = _copies(like, rows, n, rp, ts[2:4], rows_copy=False)[1] if recompute else dh[1]
+    dh = _copies(like, rows, n1, rp, *(seeds or (None, None)))
+    y_col = _copies(like, rows, n, rp, rows_copy=False)[1] if recompute else dh[1]
     parts, width = a["parts"]
     args = (g, c, probs, dh[0].data, _arrays.as_int8(dh[0].scale), dh[1].data, _arrays.as_int8(dh[1].scale), parts)
-    args += (y_col.data, _arrays.as_int8(y_col.scale), ts, amax, sched.offsets, sched.padded, sched.tile_start)
+    args += (y_col.data, _arrays.as_int8(y_col.scale), dh[0].tensor_scale, dh[1].tensor_scale, y_col.tensor_scale)
+    args += (amax, sched.offsets, sched.padded, sched.tile_start)
     args += (sched.tiles, groups, n, k, rp, n1 // BLOCK, width, *a["params"], *keys)
     meta = dict(ACT=act, RECOMPUTE=bool(recompute), STOCH=stoch, BM=cfg.block_m, BO=cfg.block_n, **glu)
     grid = (sched.slots, cdiv(n, cfg.block_n))
-    _two_passes(K.fc2_nvfp4_kernel, grid, args, amax, ts, num_warps=cfg.num_warps, **meta)
+    _two_passes(
+        K.fc2_nvfp4_kernel, grid, args, amax, (*dh, y_col)[: 3 if recompute else 2], num_warps=cfg.num_warps, **meta
+    )
     return dh, y_col if recompute else None
