@@ -99,27 +99,28 @@ def fc2(be, p, q, c, seeds, recompute=True, config=SMALL):
     )  # fmt: skip
 
 
-def composed_fc1(be, p, q, mode):
+def composed_fc1(be, p, q, mode, config):
     """(C, y in bf16) of the composition: grouped GEMM (the fp32 accumulator in accumulator
     mode), scaled_act, bf16 roundings."""
     bias = None if p.bias is None else be.dev(p.bias)
     scale = None if p.bias_scale is None else be.dev(p.bias_scale)
     kind = np.float32 if mode == "accumulator" else BF16
     h = be.dev(np.zeros((p.rows, p.w1.shape[1]), kind))
-    moe.grouped_gemm(q[0], q[1], be.dev(p.splits), bias, scale, out=h, out_dtype=np.dtype(kind).name, config=SMALL)
+    moe.grouped_gemm(q[0], q[1], be.dev(p.splits), bias, scale, out=h, out_dtype=np.dtype(kind).name, config=config)
     y = be.host(moe.scaled_act(p.name, h, be.dev(p.probs), p.interleave, **p.params))
     return be.host(h).astype(BF16), y.astype(BF16)
 
 
-def check_against_composition(be, p, q, seeds, mode="exact"):
-    """The fused outputs bit for bit against the composition; returns (C, y, dh, dprobs, y_col)."""
+def check_against_composition(be, p, q, seeds, mode="exact", config=SMALL):
+    """The fused outputs bit for bit against the composition (the same tiles: the GEMMs'
+    sums follow the K loop); returns (C, y, dh, dprobs, y_col)."""
     end, splits = p.end, be.dev(p.splits)
-    c, y = fc1(be, p, q, mode)
-    c_ref, y_ref = composed_fc1(be, p, q, mode)
+    c, y = fc1(be, p, q, mode, config)
+    c_ref, y_ref = composed_fc1(be, p, q, mode, config)
     assert_same(be.host(c)[:end], c_ref[:end], "C")
     assert_pair_as(be, y, y_ref, p.splits, "y")
-    dh, dprobs, y_col = fc2(be, p, q, c, seeds)
-    g = moe.grouped_gemm_dgrad(q[2], q[3], splits, out=be.dev(np.zeros((p.rows, p.n), BF16)), config=SMALL)
+    dh, dprobs, y_col = fc2(be, p, q, c, seeds, config=config)
+    g = moe.grouped_gemm_dgrad(q[2], q[3], splits, out=be.dev(np.zeros((p.rows, p.n), BF16)), config=config)
     dh_ref, ds_ref = (
         be.host(a) for a in moe.scaled_act_backward(p.name, c, be.dev(p.probs), g, p.interleave, **p.params)
     )
