@@ -60,6 +60,13 @@ def column(t, j, N: tl.constexpr):
 
 
 @tf.jit
+def tile_rows(m0, end, BM: tl.constexpr):
+    """(rm, row_ok [BM], r64 [BM, 1] int64) of a tile's rows m0 .. end: offsets past 2^31 stay exact."""
+    rm = tl.arange(0, BM)
+    return rm, (m0 + rm) < end, (m0.to(tl.int64) + rm)[:, None]
+
+
+@tf.jit
 def store_out(
     q_ptr,
     qs_ptr,
@@ -100,9 +107,7 @@ def store_out(
     columnwise copy (COLS; RPS = RP / block). Zero outside the rows and col_ok: the
     blocks' padding. OUT 3 (NVFP4): nvfp4_rows, nvfp4_cols (S_enc at ts_ptr, tsc_ptr)."""
     QB: tl.constexpr = MX_BLOCK if OUT == 1 else FP8_BLOCK
-    rm = tl.arange(0, BM)
-    row_ok = (m0 + rm) < end
-    r64 = (m0.to(tl.int64) + rm)[:, None]
+    rm, row_ok, r64 = tile_rows(m0, end, BM)
     keep = row_ok[:, None] & col_ok[None, :]
     if OUT == 0:
         tl.store(q_ptr + r64 * width + cols[None, :], v, mask=keep)
@@ -281,9 +286,7 @@ def fc1_kernel(
     else:
         w = _weight(w_ptr, w_offs_ptr, g, n1 * D, W_LIST, W_ALIGNED)
         acc_a, acc_b = k_loop(x_ptr, w, valid, m0, end, D, n1, a_col, b_col, 1, D, ACT.glu, BM, BO, BC)
-    rm = tl.arange(0, BM)
-    row_ok = (m0 + rm) < end
-    r64 = (m0.to(tl.int64) + rm)[:, None]
+    rm, row_ok, r64 = tile_rows(m0, end, BM)
     if BIAS > 0:
         acc_a = acc_a + bias_tile(bias_ptr, bias_scale_ptr, g, m0, end, n1, a_col, BIAS, BM)
     ha = acc_a.to(tl.bfloat16)
@@ -361,9 +364,8 @@ def fc1_nvfp4_kernel(
     valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
     c0 = tl.program_id(1) * BO
     cols = c0 + tl.arange(0, BO)
-    rm = tl.arange(0, BM)
-    row_ok = (m0 + rm) < end
-    a, b = act_inputs(h_ptr, (m0.to(tl.int64) + rm)[:, None], row_ok, c0, N, K, ACT.glu, GLU_RUN, EVEN_ODD, BM, BO)
+    rm, row_ok, r64 = tile_rows(m0, end, BM)
+    a, b = act_inputs(h_ptr, r64, row_ok, c0, N, K, ACT.glu, GLU_RUN, EVEN_ODD, BM, BO)
     if ACT.glu:
         f = ACT.fwd(a, b, P0, P1, P2)
     else:
@@ -499,9 +501,9 @@ def fc2_nvfp4_kernel(
     valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
     c0 = tl.program_id(1) * BO
     cols = c0 + tl.arange(0, BO)
-    rm = tl.arange(0, BM)
-    m = ((m0 + rm) < end)[:, None] & (cols < N)[None, :]
-    gr = tl.load(g_ptr + (m0.to(tl.int64) + rm)[:, None] * N + cols[None, :], mask=m, other=0.0).to(tl.float32)
+    _, row_ok, r64 = tile_rows(m0, end, BM)
+    m = row_ok[:, None] & (cols < N)[None, :]
+    gr = tl.load(g_ptr + r64 * N + cols[None, :], mask=m, other=0.0).to(tl.float32)
     dgrad_epilogue(
         gr, c_ptr, probs_ptr, dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, parts_ptr, yt_ptr, yt_ptr, yts_ptr, offsets_ptr,
         padded_ptr, g, m0, end, c0, N, K, RP, NSD, RP // 16, PARTS, P0, P1, P2, ts_ptr, tsc_ptr, tsy_ptr, amax_ptr, k0,
@@ -560,9 +562,7 @@ def dgrad_epilogue(
     dprobs run sums (PASS 1) and with RECOMPUTE y (see fc2_dgrad_kernel); OUT 3's
     buffers (ts_ptr .. amax_ptr) and keys: fc2_nvfp4_kernel's."""
     cols = c0 + tl.arange(0, BO)
-    rm = tl.arange(0, BM)
-    row_ok = (m0 + rm) < end
-    r64 = (m0.to(tl.int64) + rm)[:, None]
+    rm, row_ok, r64 = tile_rows(m0, end, BM)
     m = row_ok[:, None] & (cols < N)[None, :]
     s = tl.load(probs_ptr + m0 + rm, mask=row_ok, other=0.0)
     gs = gr * s[:, None]
@@ -635,9 +635,8 @@ def store_glu_grad(
     joined into that order first; else K is a multiple of 32 and each run of 32 output
     columns is one block of a and one of b."""
     if OUT == 0:
-        rm = tl.arange(0, BM)
-        row_ok = ((m0 + rm) < end)[:, None]
-        store_glu(dh_ptr, (m0.to(tl.int64) + rm)[:, None], row_ok, c0, N, K, da, db, BM, BO, GLU_RUN, EVEN_ODD)
+        _, row_ok, r64 = tile_rows(m0, end, BM)
+        store_glu(dh_ptr, r64, row_ok[:, None], c0, N, K, da, db, BM, BO, GLU_RUN, EVEN_ODD)
     else:
         cols = c0 + tl.arange(0, BO)
         a_col, b_col = glu_columns(cols, K, GLU_RUN)

@@ -93,6 +93,23 @@ def _operands(fn, recipe, a, w, name, wname, dgrad):
     return a.data, a.shape[0], a.shape[1], w, meta
 
 
+def _checked_operands(fn, recipe, a, w, splits, name, wname, dgrad):
+    """(like, rows, inner size, the weights' output width, weights, fp8 meta) of the GEMM's
+    operands, checked against each other and splits: forward x [R, d] with w1 [n1, d]
+    experts, dgrad dy [R, d] with w2 [d, n] experts (NVFP4: weights and fp8 meta None)."""
+    if recipe == "nvfp4":
+        return (*NV.check_operands(fn, a, w, splits, name, wname, dgrad), None, None)
+    like, rows, inner, wt, fp8 = _operands(fn, recipe, a, w, name, wname, dgrad)
+    _check_splits(fn, splits, like, None if fp8 else wt.groups)
+    if fp8:
+        return like, rows, inner, _fp8_shape(fn, wt, wname, int(splits.shape[0]), inner, dgrad)[0], wt, fp8
+    out, k = (wt.shape[1], wt.shape[0]) if dgrad else wt.shape
+    if k != inner:
+        shape = "[d, n]" if dgrad else "[n1, d]"
+        raise ValueError(f"{fn}: {name} has {inner} columns but {wname}'s experts are {shape} = {list(wt.shape)}")
+    return like, rows, inner, out, wt, fp8
+
+
 def _fp8_shape(fn, w, wname, groups, inner, dgrad):
     """(N, D) of the quantized weights: forward [G·N1, D], dgrad [G·D, N] (stored [N, G·D])."""
     gn, k = w.shape
@@ -191,17 +208,7 @@ def fc1_forward(
         raise ValueError(f"{fn}: mode must be one of {MODES}, got {mode!r}")
     act = _activation(fn, activation)
     params = _params(fn, act, act_params or {})
-    if recipe == "nvfp4":
-        like, rows, d, n1 = NV.check_operands(fn, x, w1, splits, "x", "w1", dgrad=False)
-    else:
-        like, rows, d, w, fp8 = _operands(fn, recipe, x, w1, "x", "w1", dgrad=False)
-        _check_splits(fn, splits, like, None if fp8 else w.groups)
-        if fp8:
-            n1, _ = _fp8_shape(fn, w, "w1", int(splits.shape[0]), d, dgrad=False)
-        else:
-            n1, k = w.shape
-            if k != d:
-                raise ValueError(f"{fn}: x has {d} columns but w1's experts are [n1, d] = [{n1}, {k}]")
+    like, rows, d, n1, w, fp8 = _checked_operands(fn, recipe, x, w1, splits, "x", "w1", dgrad=False)
     groups = int(splits.shape[0])
     n, k = _layout(fn, act, n1, interleave)
     _check_probs(fn, probs, like, rows)
@@ -283,17 +290,7 @@ def fc2_dgrad(
     _recipe(fn, recipe)
     act = _activation(fn, activation)
     params = _params(fn, act, act_params or {})
-    if recipe == "nvfp4":
-        like, rows, d, n = NV.check_operands(fn, dy, w2, splits, "dy", "w2", dgrad=True)
-    else:
-        like, rows, d, w, fp8 = _operands(fn, recipe, dy, w2, "dy", "w2", dgrad=True)
-        _check_splits(fn, splits, like, None if fp8 else w.groups)
-        if fp8:
-            n, _ = _fp8_shape(fn, w, "w2", int(splits.shape[0]), d, dgrad=True)
-        else:
-            dd, n = w.shape
-            if dd != d:
-                raise ValueError(f"{fn}: dy has {d} columns but w2's experts are [d, n] = [{dd}, {n}]")
+    like, rows, d, n, w, fp8 = _checked_operands(fn, recipe, dy, w2, splits, "dy", "w2", dgrad=True)
     groups = int(splits.shape[0])
     _check(fn, "c", c, like, ("bfloat16",), 2)
     n1 = 2 * n if act.glu else n
