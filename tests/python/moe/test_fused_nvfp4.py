@@ -192,7 +192,8 @@ def test_accumulator_mode_round_to_nearest_and_scaled_bias(rng, name):
 
 
 def test_seeds_and_tiles(rng):
-    """The same seeds give the same bits with other tiles; other seeds other bits."""
+    """The same seeds give the same bits with other tiles; other seeds other bits; y is
+    the quantization of quantize_out=False's bf16 y."""
     p = make_problem(rng, "swiglu", "nvfp4", *CASES["several"], 32, 64, d=64)
     dy_seed, *seeds = seeds_of(rng)
     q, _ = operands(Numpy, p, dy_seed)
@@ -205,6 +206,9 @@ def test_seeds_and_tiles(rng):
         for i in range(2):
             assert_copy(Numpy, got[i], want[i], f"{what}[{i}] with {big}")
     assert_same(ds2, ds, "dprobs")
+    _, y_bf16 = fc1(Numpy, p, q, quantize_out=False)
+    assert y_bf16.dtype == BF16 and y_bf16.shape == (p.rows, p.n)
+    assert_pair_as(Numpy, y, y_bf16, p.splits, "y vs quantize_out=False's")
     other = fc2(Numpy, p, q, c, (seeds[0] ^ 1, seeds[1]))[0]
     assert (other[0].data != dh[0].data).any(), "another rowwise seed gave the same bits"
     assert_copy(Numpy, other[1], dh[1], "dh columnwise (its seed unchanged)")
