@@ -32,10 +32,11 @@ import tilefuse.language as tl
 
 from .activations import DS_CHUNK, add_in_order, glu_columns, load_glu, run_sums, store_glu
 from .grouped_gemm import _tile, _weight, bias_tile, k_loop, k_loop_fp8
-from .quantize import fp8_block_encode, mxfp8_encode
+from .quantize import fp8_block_encode, mxfp8_encode, nvfp4_encode, rht_step, stochastic_bits, tensor_scale_of
 
 MX_BLOCK = 32  # MXFP8's block
 FP8_BLOCK = 128  # FP8-block's (1 x 128)
+NV_BLOCK = 16  # NVFP4's (1 x 16; the columnwise copy's Hadamard chunks of 16 rows)
 
 
 @tf.jit
@@ -59,6 +60,13 @@ def column(t, j, N: tl.constexpr):
 
 
 @tf.jit
+def tile_rows(m0, end, BM: tl.constexpr):
+    """(rm, row_ok [BM], r64 [BM, 1] int64) of a tile's rows m0 .. end: offsets past 2^31 stay exact."""
+    rm = tl.arange(0, BM)
+    return rm, (m0 + rm) < end, (m0.to(tl.int64) + rm)[:, None]
+
+
+@tf.jit
 def store_out(
     q_ptr,
     qs_ptr,
@@ -76,26 +84,43 @@ def store_out(
     RP,
     RPS,
     v,
+    ts_ptr,
+    tsc_ptr,
+    amax_ptr,
+    k0,
+    k1,
+    k2,
+    k3,
     OUT: tl.constexpr,
     ROWS: tl.constexpr,
     COLS: tl.constexpr,
     RUN: tl.constexpr,
     BM: tl.constexpr,
     TC: tl.constexpr,
+    PASS: tl.constexpr,
+    STOCH: tl.constexpr,
 ):
     """Stores v [BM, TC] (fp32) of the tile's rows m0 .. end at the storage columns `cols`
     of an output [R, width] (see the module docstring): OUT 0 the bf16 values (ROWS); OUT 1
     (MXFP8) or 2 (FP8-block) the rowwise copy (ROWS; cols in runs of RUN from multiples of
     RUN, a multiple of the block; NS = width / block, its scales' row stride) and the
     columnwise copy (COLS; RPS = RP / block). Zero outside the rows and col_ok: the
-    blocks' padding."""
+    blocks' padding. OUT 3 (NVFP4): nvfp4_rows, nvfp4_cols (S_enc at ts_ptr, tsc_ptr)."""
     QB: tl.constexpr = MX_BLOCK if OUT == 1 else FP8_BLOCK
-    rm = tl.arange(0, BM)
-    row_ok = (m0 + rm) < end
-    r64 = (m0.to(tl.int64) + rm)[:, None]
+    rm, row_ok, r64 = tile_rows(m0, end, BM)
     keep = row_ok[:, None] & col_ok[None, :]
     if OUT == 0:
         tl.store(q_ptr + r64 * width + cols[None, :], v, mask=keep)
+    elif OUT == 3:
+        v = tl.where(keep, v, 0.0).to(tl.bfloat16).to(tl.float32)
+        t0 = tl.load(padded_ptr + g) + (m0 - tl.load(offsets_ptr + g))
+        if ROWS:
+            nvfp4_rows(q_ptr, qs_ptr, ts_ptr, amax_ptr, r64, row_ok, cols, width, NS, v, k0, k1, BM, TC, PASS, STOCH)
+        if COLS:
+            nvfp4_cols(
+                qt_ptr, qts_ptr, tsc_ptr, amax_ptr + 1, t0, end - m0, cols, col_ok, RP, v, k2, k3, BM, TC,
+                PASS, STOCH,
+            )  # fmt: skip
     else:
         v = tl.where(keep, v, 0.0).to(tl.bfloat16).to(tl.float32)
         if ROWS:
@@ -117,6 +142,79 @@ def store_out(
             for j in tl.static_range(BM // QB):
                 sj = column(scales, j, BM // QB)
                 tl.store(qts_ptr + c64 * RPS + t0 // QB + j, sj, mask=col_ok & (j * QB < kept))
+
+
+@tf.jit
+def nvfp4_amax(ev, od, amax_ptr):
+    """amax_ptr (int32 bits of a float32 >= 0) = max(itself, |ev|, |od| ignoring NaNs): an
+    atomic max of non-negative floats, exact and independent of the programs' order."""
+    a = tl.maximum(tl.where(ev != ev, 0.0, tl.abs(ev)), tl.where(od != od, 0.0, tl.abs(od)))
+    tl.atomic_max(amax_ptr, tl.max(tl.max(a, axis=1), axis=0).to(tl.int32, bitcast=True))
+
+
+@tf.jit
+def nvfp4_scale(amax_ptr, ts_ptr):
+    # ts = S_enc of amax (the float32 bits that nvfp4_amax raised).
+    tl.store(ts_ptr, tensor_scale_of(tl.load(amax_ptr).to(tl.float32, bitcast=True)))
+
+
+@tf.jit
+def nvfp4_store(q_ptr, s_ptr, ev, od, ts_ptr, r, cb, ok, C, k0, k1, TR: tl.constexpr, STOCH: tl.constexpr):
+    """The NVFP4 blocks (r, cb) [TR] of V [*, C] whose elements are ev, od [TR, 8], encoded as
+    quantize.nvfp4_quantize does (the same random bits for the same (r, cb) and key)."""
+    if STOCH:
+        rev, rod = stochastic_bits(r, cb, C, k0, k1)
+    else:
+        rev, rod = 0, 0
+    packed, sb = nvfp4_encode(ev, od, tl.load(ts_ptr), rev, rod, TR, 1, STOCH)
+    p = tl.arange(0, 8)[None, :]
+    tl.store(q_ptr + r[:, None] * (C // 2) + cb[:, None] * 8 + p, packed, mask=ok[:, None])
+    tl.store(s_ptr + r[:, None] * (C // 16) + cb[:, None], sb, mask=ok[:, None])
+
+
+@tf.jit
+def nvfp4_rows(
+    q_ptr, qs_ptr, ts_ptr, amax_ptr, r64, row_ok, cols, width, NS, v, k0, k1,
+    BM: tl.constexpr, TC: tl.constexpr, PASS: tl.constexpr, STOCH: tl.constexpr,
+):  # fmt: skip
+    """The rowwise NVFP4 copy of v [BM, TC]: 1 x 16 blocks along `cols` (runs of 16 from
+    multiples of 16). PASS 0 raises the amax (amax_ptr), PASS 1 encodes with S_enc at ts_ptr."""
+    NB: tl.constexpr = TC // NV_BLOCK
+    ev, od = tl.split(tl.reshape(v, [BM * NB, 8, 2]))
+    if PASS == 0:
+        nvfp4_amax(ev, od, amax_ptr)
+    else:
+        blocks = tl.min(tl.reshape(cols, [NB, NV_BLOCK]), axis=1) // NV_BLOCK
+        r = tl.reshape(tl.broadcast_to(r64, [BM, NB]), [BM * NB])
+        cb = tl.reshape(tl.broadcast_to(blocks[None, :], [BM, NB]), [BM * NB])
+        ok = tl.reshape(row_ok[:, None] & (blocks < NS)[None, :], [BM * NB])
+        nvfp4_store(q_ptr, qs_ptr, ev, od, ts_ptr, r, cb, ok, width, k0, k1, BM * NB, STOCH)
+
+
+@tf.jit
+def nvfp4_cols(
+    qt_ptr, qts_ptr, ts_ptr, amax_ptr, t0, rows, cols, col_ok, RP, v, k0, k1,
+    BM: tl.constexpr, TC: tl.constexpr, PASS: tl.constexpr, STOCH: tl.constexpr,
+):  # fmt: skip
+    """The columnwise NVFP4 copy of v [BM, TC] (`rows` of them in the group) from column t0
+    (a multiple of 16) of Vᵀ [width, RP]: each chunk of 16 rows through the random
+    Hadamard transform as quantize.nvfp4_view_block applies it (its terms in order, then
+    times 1/4), chunks past the rows not stored (zeros: the group's padding)."""
+    NC: tl.constexpr = BM // NV_BLOCK
+    x = tl.reshape(tl.trans(v), [TC * NC, NV_BLOCK])
+    ev = tl.zeros([TC * NC, 8], tl.float32)
+    od = tl.zeros([TC * NC, 8], tl.float32)
+    for i in tl.static_range(NV_BLOCK):
+        ev, od = rht_step(ev, od, column(x, i, NV_BLOCK), i)
+    ev, od = ev * 0.25, od * 0.25
+    if PASS == 0:
+        nvfp4_amax(ev, od, amax_ptr)
+    else:
+        chunk = tl.arange(0, NC)
+        r = tl.reshape(tl.broadcast_to(cols.to(tl.int64)[:, None], [TC, NC]), [TC * NC])
+        cb = tl.reshape(tl.broadcast_to((t0 // NV_BLOCK + chunk)[None, :], [TC, NC]), [TC * NC])
+        ok = tl.reshape(col_ok[:, None] & (chunk * NV_BLOCK < rows)[None, :], [TC * NC])
+        nvfp4_store(qt_ptr, qts_ptr, ev, od, ts_ptr, r, cb, ok, RP, k0, k1, TC * NC, STOCH)
 
 
 @tf.jit
@@ -188,9 +286,7 @@ def fc1_kernel(
     else:
         w = _weight(w_ptr, w_offs_ptr, g, n1 * D, W_LIST, W_ALIGNED)
         acc_a, acc_b = k_loop(x_ptr, w, valid, m0, end, D, n1, a_col, b_col, 1, D, ACT.glu, BM, BO, BC)
-    rm = tl.arange(0, BM)
-    row_ok = (m0 + rm) < end
-    r64 = (m0.to(tl.int64) + rm)[:, None]
+    rm, row_ok, r64 = tile_rows(m0, end, BM)
     if BIAS > 0:
         acc_a = acc_a + bias_tile(bias_ptr, bias_scale_ptr, g, m0, end, n1, a_col, BIAS, BM)
     ha = acc_a.to(tl.bfloat16)
@@ -212,7 +308,72 @@ def fc1_kernel(
     s = tl.load(probs_ptr + m0 + rm, mask=row_ok, other=0.0)
     store_out(
         y_ptr, ys_ptr, yt_ptr, yts_ptr, offsets_ptr, padded_ptr, g, m0, end, cols, cols < N, N, NSY, RP, RPS,
-        s[:, None] * f, OUT, True, True, BO, BM, BO,
+        s[:, None] * f, probs_ptr, probs_ptr, probs_ptr, 0, 0, 0, 0, OUT, True, True, BO, BM, BO, 1, False,
+    )  # fmt: skip
+
+
+@tf.jit
+def act_inputs(h_ptr, r64, row_ok, c0, N, K, GLU: tl.constexpr, GLU_RUN: tl.constexpr, EVEN_ODD: tl.constexpr,
+               BM: tl.constexpr, BO: tl.constexpr):  # fmt: skip
+    """(a, b) fp32 [BM, BO] of h [R, N1] (C's layout) for output columns c0 .. c0 + BO: a
+    GLU's gate and up (load_glu), or a unary activation's input twice."""
+    if GLU:
+        a, b = load_glu(h_ptr, r64, row_ok[:, None], c0, N, K, BM, BO, GLU_RUN, EVEN_ODD)
+    else:
+        cols = c0 + tl.arange(0, BO)
+        a = tl.load(h_ptr + r64 * N + cols[None, :], mask=row_ok[:, None] & (cols < N)[None, :], other=0.0)
+        a = a.to(tl.float32)
+        b = a
+    return a, b
+
+
+@tf.jit
+def fc1_nvfp4_kernel(
+    h_ptr,
+    probs_ptr,
+    y_ptr,
+    ys_ptr,
+    yt_ptr,
+    yts_ptr,
+    ts_ptr,
+    tsc_ptr,
+    amax_ptr,
+    offsets_ptr,
+    padded_ptr,
+    tile_start_ptr,
+    tiles_ptr,
+    G,
+    N,
+    K,
+    RP,
+    NSY,
+    P0,
+    P1,
+    P2,
+    ACT: tl.constexpr,
+    PASS: tl.constexpr,
+    GLU_RUN: tl.constexpr,
+    EVEN_ODD: tl.constexpr,
+    BM: tl.constexpr,
+    BO: tl.constexpr,
+):
+    # FC1's epilogue for NVFP4 over the GEMM's output h [R, N1] (C in bf16, exact mode, or
+    # the fp32 accumulator): y = probs·act(h) regenerated in registers, never stored in
+    # bf16. The two-level scale needs the whole tensor's amax first: PASS 0 raises
+    # amax [2] (rowwise, columnwise), PASS 1 encodes with their S_enc (ts, tsc [1]: the copies' own).
+    valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
+    c0 = tl.program_id(1) * BO
+    cols = c0 + tl.arange(0, BO)
+    rm, row_ok, r64 = tile_rows(m0, end, BM)
+    a, b = act_inputs(h_ptr, r64, row_ok, c0, N, K, ACT.glu, GLU_RUN, EVEN_ODD, BM, BO)
+    if ACT.glu:
+        f = ACT.fwd(a, b, P0, P1, P2)
+    else:
+        f = ACT.fwd(a, P0, P1, P2)
+    s = tl.load(probs_ptr + m0 + rm, mask=row_ok, other=0.0)
+    store_out(
+        y_ptr, ys_ptr, yt_ptr, yts_ptr, offsets_ptr, padded_ptr, g, m0, end, cols, cols < N, N, NSY, RP, RP // 16,
+        s[:, None] * f, ts_ptr, tsc_ptr, amax_ptr, 0, 0, 0, 0, 3, True, True, BO, BM, BO, PASS, False,
     )  # fmt: skip
 
 
@@ -283,37 +444,153 @@ def fc2_dgrad_kernel(
     else:
         w = _weight(w_ptr, w_offs_ptr, g, D * N, W_LIST, W_ALIGNED)
         acc, _ = k_loop(dy_ptr, w, valid, m0, end, D, N, cols, cols, N, 1, False, BM, BO, BC)
-    rm = tl.arange(0, BM)
-    row_ok = (m0 + rm) < end
-    r64 = (m0.to(tl.int64) + rm)[:, None]
+    dgrad_epilogue(
+        acc.to(tl.bfloat16).to(tl.float32), c_ptr, probs_ptr, dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, parts_ptr, y_ptr,
+        yt_ptr, yts_ptr, offsets_ptr, padded_ptr, g, m0, end, c0, N, K, RP, NSD, RPS, PARTS, P0, P1, P2, probs_ptr,
+        probs_ptr, probs_ptr, probs_ptr, 0, 0, 0, 0, ACT, OUT, RECOMPUTE, GLU_RUN, EVEN_ODD, PAIRS, BM, BO, 1, False,
+    )  # fmt: skip
+
+
+@tf.jit
+def fc2_nvfp4_kernel(
+    g_ptr,
+    c_ptr,
+    probs_ptr,
+    dh_ptr,
+    dhs_ptr,
+    dht_ptr,
+    dhts_ptr,
+    parts_ptr,
+    yt_ptr,
+    yts_ptr,
+    ts_ptr,
+    tsc_ptr,
+    tsy_ptr,
+    amax_ptr,
+    offsets_ptr,
+    padded_ptr,
+    tile_start_ptr,
+    tiles_ptr,
+    G,
+    N,
+    K,
+    RP,
+    NSD,
+    PARTS,
+    P0,
+    P1,
+    P2,
+    k0,
+    k1,
+    k2,
+    k3,
+    ACT: tl.constexpr,
+    RECOMPUTE: tl.constexpr,
+    STOCH: tl.constexpr,
+    GLU_RUN: tl.constexpr,
+    EVEN_ODD: tl.constexpr,
+    PAIRS: tl.constexpr,
+    PASS: tl.constexpr,
+    BM: tl.constexpr,
+    BO: tl.constexpr,
+):
+    # The FC2-dgrad epilogue for NVFP4 over the dgrad's bf16 output g [R, N]: dh's copies
+    # (stochastic rounding keyed by (k0, k1) rowwise, (k2, k3) columnwise, with STOCH) and
+    # the recomputed y's columnwise copy, in two passes as fc1_nvfp4_kernel (amax [3]: dh
+    # rowwise, dh columnwise, y columnwise; S_enc at ts, tsc, tsy); the dprobs run sums in PASS 1.
+    valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
+    c0 = tl.program_id(1) * BO
+    cols = c0 + tl.arange(0, BO)
+    _, row_ok, r64 = tile_rows(m0, end, BM)
     m = row_ok[:, None] & (cols < N)[None, :]
-    gr = acc.to(tl.bfloat16).to(tl.float32)
+    gr = tl.load(g_ptr + r64 * N + cols[None, :], mask=m, other=0.0).to(tl.float32)
+    dgrad_epilogue(
+        gr, c_ptr, probs_ptr, dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, parts_ptr, yt_ptr, yt_ptr, yts_ptr, offsets_ptr,
+        padded_ptr, g, m0, end, c0, N, K, RP, NSD, RP // 16, PARTS, P0, P1, P2, ts_ptr, tsc_ptr, tsy_ptr, amax_ptr, k0,
+        k1, k2, k3, ACT, 3, RECOMPUTE, GLU_RUN, EVEN_ODD, PAIRS, BM, BO, PASS, STOCH,
+    )  # fmt: skip
+
+
+@tf.jit
+def dgrad_epilogue(
+    gr,
+    c_ptr,
+    probs_ptr,
+    dh_ptr,
+    dhs_ptr,
+    dht_ptr,
+    dhts_ptr,
+    parts_ptr,
+    y_ptr,
+    yt_ptr,
+    yts_ptr,
+    offsets_ptr,
+    padded_ptr,
+    g,
+    m0,
+    end,
+    c0,
+    N,
+    K,
+    RP,
+    NSD,
+    RPS,
+    PARTS,
+    P0,
+    P1,
+    P2,
+    ts_ptr,
+    tsc_ptr,
+    tsy_ptr,
+    amax_ptr,
+    k0,
+    k1,
+    k2,
+    k3,
+    ACT: tl.constexpr,
+    OUT: tl.constexpr,
+    RECOMPUTE: tl.constexpr,
+    GLU_RUN: tl.constexpr,
+    EVEN_ODD: tl.constexpr,
+    PAIRS: tl.constexpr,
+    BM: tl.constexpr,
+    BO: tl.constexpr,
+    PASS: tl.constexpr,
+    STOCH: tl.constexpr,
+):
+    """From g = gr [BM, BO] (the dgrad's bf16-rounded output) and the saved C: dh, the
+    dprobs run sums (PASS 1) and with RECOMPUTE y (see fc2_dgrad_kernel); OUT 3's
+    buffers (ts_ptr .. amax_ptr) and keys: fc2_nvfp4_kernel's."""
+    cols = c0 + tl.arange(0, BO)
+    rm, row_ok, r64 = tile_rows(m0, end, BM)
+    m = row_ok[:, None] & (cols < N)[None, :]
     s = tl.load(probs_ptr + m0 + rm, mask=row_ok, other=0.0)
     gs = gr * s[:, None]
+    a, b = act_inputs(c_ptr, r64, row_ok, c0, N, K, ACT.glu, GLU_RUN, EVEN_ODD, BM, BO)
     if ACT.glu:
-        a, b = load_glu(c_ptr, r64, row_ok[:, None], c0, N, K, BM, BO, GLU_RUN, EVEN_ODD)
         f = ACT.fwd(a, b, P0, P1, P2)
         da, db = ACT.bwd(a, b, P0, P1, P2)
         store_glu_grad(
             dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, offsets_ptr, padded_ptr, g, m0, end, c0, N, K, NSD, RP, RPS,
-            gs * da, gs * db, OUT, GLU_RUN, EVEN_ODD, PAIRS, BM, BO,
+            gs * da, gs * db, ts_ptr, tsc_ptr, amax_ptr, k0, k1, k2, k3, OUT, GLU_RUN, EVEN_ODD, PAIRS, BM, BO, PASS,
+            STOCH,
         )  # fmt: skip
     else:
-        x = tl.load(c_ptr + r64 * N + cols[None, :], mask=m, other=0.0).to(tl.float32)
-        f = ACT.fwd(x, P0, P1, P2)
-        dh = gs * ACT.bwd(x, P0, P1, P2)
+        f = ACT.fwd(a, P0, P1, P2)
         store_out(
             dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, offsets_ptr, padded_ptr, g, m0, end, cols, cols < N, N, NSD, RP,
-            RPS, dh, OUT, True, True, BO, BM, BO,
+            RPS, gs * ACT.bwd(a, P0, P1, P2), ts_ptr, tsc_ptr, amax_ptr, k0, k1, k2, k3, OUT, True, True, BO, BM, BO,
+            PASS, STOCH,
         )  # fmt: skip
-    runs = tl.program_id(1) * (BO // DS_CHUNK) + tl.arange(0, BO // DS_CHUNK)
-    parts = run_sums(tl.where(m, gr * f, 0.0), BM, BO)
-    tl.store(parts_ptr + r64 * PARTS + runs[None, :], parts, mask=row_ok[:, None])
+    if PASS == 1:
+        runs = tl.program_id(1) * (BO // DS_CHUNK) + tl.arange(0, BO // DS_CHUNK)
+        parts = run_sums(tl.where(m, gr * f, 0.0), BM, BO)
+        tl.store(parts_ptr + r64 * PARTS + runs[None, :], parts, mask=row_ok[:, None])
     if RECOMPUTE:
-        y_rows: tl.constexpr = OUT == 0  # bf16: the whole y; MXFP8: the wgrad's columnwise copy only
+        y_rows: tl.constexpr = OUT == 0  # bf16: the whole y; quantized: the wgrad's columnwise copy only
         store_out(
             y_ptr, y_ptr, yt_ptr, yts_ptr, offsets_ptr, padded_ptr, g, m0, end, cols, cols < N, N, NSD, RP, RPS,
-            s[:, None] * f, OUT, y_rows, True, BO, BM, BO,
+            s[:, None] * f, tsy_ptr, tsy_ptr, amax_ptr + 1, 0, 0, 0, 0, OUT, y_rows, True, BO, BM, BO, PASS, False,
         )  # fmt: skip
 
 
@@ -336,12 +613,21 @@ def store_glu_grad(
     RPS,
     da,
     db,
+    ts_ptr,
+    tsc_ptr,
+    amax_ptr,
+    k0,
+    k1,
+    k2,
+    k3,
     OUT: tl.constexpr,
     GLU_RUN: tl.constexpr,
     EVEN_ODD: tl.constexpr,
     PAIRS: tl.constexpr,
     BM: tl.constexpr,
     BO: tl.constexpr,
+    PASS: tl.constexpr,
+    STOCH: tl.constexpr,
 ):
     """dh = (da, db) [BM, BO] where C holds a and b: bf16 (store_glu), or MXFP8. The
     rowwise blocks run along C's storage columns: with PAIRS (K divides BO: the tile is
@@ -349,22 +635,20 @@ def store_glu_grad(
     joined into that order first; else K is a multiple of 32 and each run of 32 output
     columns is one block of a and one of b."""
     if OUT == 0:
-        rm = tl.arange(0, BM)
-        row_ok = ((m0 + rm) < end)[:, None]
-        store_glu(dh_ptr, (m0.to(tl.int64) + rm)[:, None], row_ok, c0, N, K, da, db, BM, BO, GLU_RUN, EVEN_ODD)
+        _, row_ok, r64 = tile_rows(m0, end, BM)
+        store_glu(dh_ptr, r64, row_ok[:, None], c0, N, K, da, db, BM, BO, GLU_RUN, EVEN_ODD)
     else:
         cols = c0 + tl.arange(0, BO)
         a_col, b_col = glu_columns(cols, K, GLU_RUN)
         ok = cols < N
-        o = (offsets_ptr, padded_ptr)
         ab_rows: tl.constexpr = not PAIRS
         store_out(
-            dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, o[0], o[1], g, m0, end, a_col, ok, 2 * N, NSD, RP, RPS, da, OUT,
-            ab_rows, True, GLU_RUN, BM, BO,
+            dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, offsets_ptr, padded_ptr, g, m0, end, a_col, ok, 2 * N, NSD, RP, RPS,
+            da, ts_ptr, tsc_ptr, amax_ptr, k0, k1, k2, k3, OUT, ab_rows, True, GLU_RUN, BM, BO, PASS, STOCH,
         )  # fmt: skip
         store_out(
-            dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, o[0], o[1], g, m0, end, b_col, ok, 2 * N, NSD, RP, RPS, db, OUT,
-            ab_rows, True, GLU_RUN, BM, BO,
+            dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, offsets_ptr, padded_ptr, g, m0, end, b_col, ok, 2 * N, NSD, RP, RPS,
+            db, ts_ptr, tsc_ptr, amax_ptr, k0, k1, k2, k3, OUT, ab_rows, True, GLU_RUN, BM, BO, PASS, STOCH,
         )  # fmt: skip
         if PAIRS:
             pc = 2 * c0 + tl.arange(0, 2 * BO)
@@ -375,8 +659,9 @@ def store_glu_grad(
                 ab = tl.join(tl.reshape(da, [BM, runs, GLU_RUN]), tl.reshape(db, [BM, runs, GLU_RUN]))
                 pairs = tl.reshape(tl.permute(ab, (0, 1, 3, 2)), [BM, 2 * BO])
             store_out(
-                dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, o[0], o[1], g, m0, end, pc, pc < 2 * N, 2 * N, NSD, RP, RPS,
-                pairs, OUT, True, False, 2 * BO, BM, 2 * BO,
+                dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, offsets_ptr, padded_ptr, g, m0, end, pc, pc < 2 * N, 2 * N, NSD,
+                RP, RPS, pairs, ts_ptr, tsc_ptr, amax_ptr, k0, k1, k2, k3, OUT, True, False, 2 * BO, BM, 2 * BO, PASS,
+                STOCH,
             )  # fmt: skip
 
 

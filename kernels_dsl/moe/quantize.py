@@ -172,19 +172,25 @@ def hadamard_sign(i: tl.constexpr, j):
 
 
 @tf.jit
+def rht_step(ev, od, v, i: tl.constexpr):
+    """One term of the random Hadamard transform: ev, od [TR, 8] plus v [TR] (element i of
+    each row's 16) times row i of diag(signs) H16 (its even and odd columns)."""
+    p = tl.arange(0, 8)
+    return ev + v[:, None] * hadamard_sign(i, 2 * p)[None, :], od + v[:, None] * hadamard_sign(i, 2 * p + 1)[None, :]
+
+
+@tf.jit
 def nvfp4_view_block(x_ptr, r, cb, R, s_r, s_c, RHT: tl.constexpr):
     """The block column cb of V for rows r, as its even and odd columns ([TR, 8] each).
     With RHT each row's 16 values v become v @ (diag(signs) H16 / 4): the sum over i
     runs in order i = 0..15 in float32 (each term is an exact ±v_i), then times 1/4."""
     c0 = cb * 16
-    p = tl.arange(0, 8)
     if RHT:
         ev = tl.zeros((r.shape[0], 8), tl.float32)
         od = tl.zeros((r.shape[0], 8), tl.float32)
         for i in tl.static_range(16):
-            v = tl.load(x_ptr + r * s_r + (c0 + i).to(tl.int64) * s_c, mask=r < R, other=0.0).to(tl.float32)[:, None]
-            ev = ev + v * hadamard_sign(i, 2 * p)[None, :]
-            od = od + v * hadamard_sign(i, 2 * p + 1)[None, :]
+            v = tl.load(x_ptr + r * s_r + (c0 + i).to(tl.int64) * s_c, mask=r < R, other=0.0).to(tl.float32)
+            ev, od = rht_step(ev, od, v, i)
         ev, od = ev * 0.25, od * 0.25
     else:
         x = load_view(x_ptr, r, c0 + tl.arange(0, 16), R, s_r, s_c)
@@ -208,8 +214,14 @@ def nvfp4_tensor_scale(part_ptr, n, ts_ptr, BLOCK: tl.constexpr):
     for i in range(0, n, BLOCK):
         offs = i + tl.arange(0, BLOCK)
         amax = tl.maximum(amax, tl.max(tl.load(part_ptr + offs, mask=offs < n, other=0.0), axis=0))
+    tl.store(ts_ptr, tensor_scale_of(amax))
+
+
+@tf.jit
+def tensor_scale_of(amax):
+    """S_enc = 448 * 6 / amax, at most FLT_MAX, 1 for amax 0 / inf (TE's rule)."""
     s = tl.minimum(2688.0 / amax, FLT_MAX)
-    tl.store(ts_ptr, tl.where((amax == 0.0) | (s == 0.0), 1.0, s))
+    return tl.where((amax == 0.0) | (s == 0.0), 1.0, s)
 
 
 @tf.jit
@@ -262,22 +274,29 @@ def nvfp4_quantize(
     r = rows_of(TR)
     cb = tl.program_id(1)
     ev, od = nvfp4_view_block(x_ptr, r, cb, R, s_r, s_c, RHT)
-    ea, en = block_stats(ev, TR, 8, BR)
-    oa, on = block_stats(od, TR, 8, BR)
-    nan = en | on
-    s_enc = tl.load(ts_ptr)
-    sb = ((tl.maximum(ea, oa) * s_enc) / 6.0).to(tl.float8e4nv)
-    factor = tl.minimum(1.0 / (sb.to(tl.float32) / s_enc), FLT_MAX)
     if STOCHASTIC:
         rev, rod = stochastic_bits(r, cb, C, seed_lo, seed_hi)
     else:
         rev, rod = 0, 0
+    packed, sb = nvfp4_encode(ev, od, tl.load(ts_ptr), rev, rod, TR, BR, STOCHASTIC)
+    m = (r < R)[:, None]
+    tl.store(q_ptr + r[:, None] * (C // 2) + cb * 8 + tl.arange(0, 8)[None, :], packed, mask=m)
+    tl.store(s_ptr + r[:, None] * (C // 16) + cb, sb, mask=m)
+
+
+@tf.jit
+def nvfp4_encode(ev, od, s_enc, rev, rod, TR: tl.constexpr, BR: tl.constexpr, STOCHASTIC: tl.constexpr):
+    """(packed E2M1 pairs int8 [TR, 8], e4m3 scale codes int8 [TR, 1]) of the blocks whose
+    even and odd elements are ev, od [TR, 8] (fp32), in blocks of BR rows, for the tensor
+    scale s_enc; rev, rod: stochastic_bits (STOCHASTIC). A NaN block: scale 0x7F, codes 0."""
+    ea, en = block_stats(ev, TR, 8, BR)
+    oa, on = block_stats(od, TR, 8, BR)
+    nan = en | on
+    sb = ((tl.maximum(ea, oa) * s_enc) / 6.0).to(tl.float8e4nv)
+    factor = tl.minimum(1.0 / (sb.to(tl.float32) / s_enc), FLT_MAX)
     lo = e2m1_codes(ev * factor, rev, STOCHASTIC)
     hi = e2m1_codes(od * factor, rod, STOCHASTIC)
-    m = (r < R)[:, None]
-    packed = tl.where(nan, 0, lo | (hi << 4))
-    tl.store(q_ptr + r[:, None] * (C // 2) + cb * 8 + tl.arange(0, 8)[None, :], packed, mask=m)
-    tl.store(s_ptr + r[:, None] * (C // 16) + cb, tl.where(nan, 0x7F, sb.to(tl.int8, bitcast=True)), mask=m)
+    return tl.where(nan, 0, lo | (hi << 4)), tl.where(nan, 0x7F, sb.to(tl.int8, bitcast=True))
 
 
 @tf.jit

@@ -7,7 +7,8 @@ y_col against the forward's y bit for bit, dprobs reproducible across runs and t
 configs, and the accumulator mode's FC2-wgrad deviation by error RMS (per recipe and
 relative to SReLU's). Every activation of the registry, recipes bf16, MXFP8 and FP8-block, several
 tiles and partial tiles, empty experts (the last too), one expert owning every row, G = 1,
-the GPU's default config and a second one."""
+the GPU's default config and a second one. NVFP4 (test_fused_nvfp4.py's checks): seven
+cases, most sharing one compile of each kernel (the same constexprs, other shapes)."""
 
 import ml_dtypes
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 from tilefuse import moe
 
 from tests.python.moe import test_fused as F
+from tests.python.moe import test_fused_nvfp4 as NV
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
@@ -135,3 +137,28 @@ def test_dprobs_is_reproducible_and_independent_of_tiles(rng, recipe):
         configs += [moe.GemmConfig(128, 64, 64, 4, 4), moe.GemmConfig(64, 256, 64, 4, 3)]
     for config in configs:
         F.assert_same(Cuda.host(F.fc2(Cuda, p, ops, c, config=config)[1]), first, f"dprobs with {config}")
+
+
+# NVFP4: (activation, case, (interleave, n), mode, bias, config); the first three share
+# every kernel's compile (only runtime arguments differ).
+NVFP4_RUNS = {
+    "swiglu_skewed": ("swiglu", "skewed", (0, 256), "exact", 1, "default"),
+    "swiglu_one_owns_all": ("swiglu", "one_owns_all", (0, 256), "exact", 0, "default"),
+    "swiglu_g1": ("swiglu", "g1", (0, 256), "exact", 1, "default"),
+    "srelu": ("srelu", "skewed", (0, 320), "exact", 1, "default"),
+    "clamped_swiglu_stride1": ("clamped_swiglu", "skewed", (1, 128), "exact", 0, "default"),
+    "swiglu_accumulator_scaled_bias": ("swiglu", "skewed", (32, 192), "accumulator", 2, "default"),
+    "swiglu_second_config": ("swiglu", "skewed", (32, 192), "exact", 0, "second"),
+}
+
+
+@pytest.mark.parametrize("run", NVFP4_RUNS)
+def test_fused_nvfp4(rng, run):
+    name, case, (interleave, n), mode, bias, config = NVFP4_RUNS[run]
+    cfg = DEFAULT if config == "default" else SECOND["mxfp8"]
+    p = F.make_problem(rng, name, "nvfp4", *CASES[case], interleave, n, d=512, bias=bias)
+    dy_seed, *seeds = NV.seeds_of(rng)
+    q, q64 = NV.operands(Cuda, p, dy_seed)
+    outputs = NV.check_against_composition(Cuda, p, q, tuple(seeds), mode, cfg)
+    if mode == "exact":
+        NV.check_against_float64(Cuda, p, outputs, q64)

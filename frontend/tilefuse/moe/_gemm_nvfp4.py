@@ -16,7 +16,7 @@ from __future__ import annotations
 from kernels_dsl.moe import gemm_nvfp4 as K
 
 from .. import cdiv
-from .grouped_gemm import _check_bias, _check_splits, _config, _out, _schedule
+from .grouped_gemm import _check_bias, _check_splits, _config, _out, _schedule, _wgrad_setup
 from .quant import Quantized
 
 
@@ -83,15 +83,7 @@ def wgrad(fn, dy, x, splits, out_dtype, config):
     """dw_g = dy_gᵀ x_g [G, N, K] from columnwise NVFP4 copies (the module docstring)."""
     _check_q(fn, "dy", dy, 0, "dy, axis=0")
     _check_q(fn, "x", x, 0, "x, axis=0")
-    (rows, n), (rows_x, k) = dy.shape, x.shape
-    if rows_x != rows:
-        raise ValueError(f"{fn}: x has {rows_x} rows but dy has {rows}")
-    like = dy.data
-    _check_splits(fn, splits, like, None)
-    groups = int(splits.shape[0])
-    cfg = _config(fn, config, like)
-    dw = _out(fn, None, like, (groups, n, k), out_dtype)
-    offsets = _schedule(like, splits, rows, cfg.block_k).offsets
+    rows, n, k, groups, cfg, dw, offsets = _wgrad_setup(fn, dy, x, splits, out_dtype, config)
     K.grouped_wgrad_nvfp4_kernel[(cdiv(n, cfg.block_m) * cdiv(k, cfg.block_n), groups)](
         dy.data,
         dy.scale,

@@ -1,8 +1,5 @@
-"""The steps of the grouped MLP (mlp.py), each a launch of DSL kernels: the FC1 and
-FC2-dgrad epilogues composed from the grouped GEMMs, scaled activations and quantizers
-for the recipes moe.fused has no kernels for (`fc1_forward` and `fc2_dgrad` take its
-arguments and return its outputs, in its layouts), operand quantization, the wgrad and
-the bias gradients.
+"""The steps of the grouped MLP (mlp.py) around moe.fused's epilogues, each a launch of DSL
+kernels: operand quantization, the wgrad and the bias gradients.
 
 Quantized recipes (MXFP8, FP8-block): the forward and dgrad GEMMs take rowwise copies of
 the activations and gradients, and of the weights rowwise (forward) or columnwise (dgrad,
@@ -13,12 +10,11 @@ so that no block straddles two experts and pad rows never enter a scale: the fp8
 promotes each 32-row block (an FP8-block 128-block: four of one scale) of one group to
 fp32, exactly at the groups' edges, over the padded groups.
 
-NVFP4 (moe.fused has no NVFP4 kernels: fc1_forward and fc2_dgrad here are its epilogues):
-activations quantized with round-to-nearest, gradients (dy, dh) with stochastic rounding
-keyed by the seeds mlp_backward derives from its call's seed; the weights as 16 x 16
-tiles, one rowwise copy for the forward and the dgrad; the wgrads' columnwise copies
-with the random Hadamard transform, each group padded to whole chunks of 16 rows (so a
-chunk never mixes two experts, and the transforms of dy's and x's copies cancel in
+NVFP4: activations quantized with round-to-nearest, gradients (dy, dh) with stochastic
+rounding keyed by the seeds mlp_backward derives from its call's seed; the weights as
+16 x 16 tiles, one rowwise copy for the forward and the dgrad; the wgrads' columnwise
+copies with the random Hadamard transform, each group padded to whole chunks of 16 rows
+(so a chunk never mixes two experts, and the transforms of dy's and x's copies cancel in
 dyᵀx), on the NVFP4 wgrad kernel.
 """
 
@@ -32,8 +28,7 @@ from kernels_dsl.moe import mlp as K
 
 from .. import cdiv
 from . import _arrays
-from .activations import scaled_act, scaled_act_backward
-from .grouped_gemm import _schedule, grouped_gemm, grouped_gemm_dgrad, grouped_gemm_wgrad
+from .grouped_gemm import _schedule, grouped_gemm_wgrad
 from .quant import Quantized, quantize
 
 # Rows per columnwise block, per recipe (the token dimension of the wgrad copies; NVFP4:
@@ -139,71 +134,6 @@ def gemm_operands(a, w, recipe, dgrad, seed=None):
     if recipe == "bf16":
         return a, w
     return quantize_rows(a, recipe, seed), quantize_weight(w, recipe, 0 if dgrad else -1)
-
-
-def _width(w, splits, dgrad):
-    """w's output width: n1 of w1 (forward) or n of w2 (dgrad), for arrays, lists or copies."""
-    if isinstance(w, Quantized):
-        return int(w.shape[1]) if dgrad else int(w.shape[0]) // int(splits.shape[0])
-    return expert_shape(w)[1 if dgrad else 0]
-
-
-def fc1_forward(
-    x,
-    w1,
-    splits,
-    probs,
-    activation,
-    recipe="bf16",
-    *,
-    bias=None,
-    bias_scale=None,
-    interleave=0,
-    act_params=None,
-    mode="exact",
-    quantize_out=True,
-):
-    """(c, y): C = x w1ᵀ (+ bias) in bf16 and the FC2 input y = act(·)·probs, applied to
-    the bf16 C (mode "exact") or to the fp32 accumulator ("accumulator"), rounded to bf16;
-    for a quantized recipe (x and w1 its rowwise copies: gemm_operands) and quantize_out,
-    y is its (rowwise, columnwise) copies. Rows past the splits' sum: C is 0 there."""
-    params = act_params or {}
-    n1, rows = _width(w1, splits, False), int(x.shape[0])
-    like = x.data if isinstance(x, Quantized) else x
-    if mode == "exact":
-        c = grouped_gemm(x, w1, splits, bias, bias_scale, out=zeros(like, (rows, n1), "bfloat16"))
-        y = scaled_act(activation, c, probs, interleave, **params)
-    else:
-        acc = zeros(like, (rows, n1), "float32")
-        grouped_gemm(x, w1, splits, bias, bias_scale, out=acc, out_dtype="float32")
-        c = cast_rows(acc, "bfloat16")
-        y = cast_rows(scaled_act(activation, acc, probs, interleave, **params), "bfloat16")
-    if recipe == "bf16" or not quantize_out:
-        return c, y
-    return c, (quantize_rows(y, recipe), quantize_cols(y, recipe, splits))
-
-
-def fc2_dgrad(
-    dy, w2, splits, c, probs, activation, recipe="bf16", *, interleave=0, act_params=None, recompute=False, seeds=None
-):
-    """(dh, dprobs, y_col): g = bf16(dy w2) (dy, w2 as gemm_operands gives them), dh =
-    g·probs·act'(C) in bf16 (for a quantized recipe its (rowwise, columnwise) copies;
-    NVFP4: stochastic rounding keyed by seeds (rowwise, columnwise)), dprobs = Σ_j
-    g·act(C) in a fixed order (0 past the splits' sum); with recompute, the FC2 input
-    act(C)·probs regenerated (bf16, or its columnwise copy), bitwise what fc1_forward
-    made in exact mode."""
-    params = act_params or {}
-    rows = int(c.shape[0])
-    g = grouped_gemm_dgrad(dy, w2, splits, out=zeros(c, (rows, _width(w2, splits, True)), "bfloat16"))
-    dh, dprobs = scaled_act_backward(activation, c, probs, g, interleave, **params)
-    if recipe != "bf16":
-        rows_seed, cols_seed = seeds or (None, None)
-        dh = (quantize_rows(dh, recipe, rows_seed), quantize_cols(dh, recipe, splits, cols_seed))
-    y_col = None
-    if recompute:
-        y_col = scaled_act(activation, c, probs, interleave, **params)
-        y_col = y_col if recipe == "bf16" else quantize_cols(y_col, recipe, splits)
-    return dh, dprobs, y_col
 
 
 def wgrad(dy, x, splits, rows):

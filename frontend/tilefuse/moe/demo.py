@@ -1,6 +1,6 @@
 """The MoE MLP part of `make run`: moe.mlp_forward and mlp_backward on the interpreter at
 a small shape (SwiGLU, ragged experts with an empty one and pad rows, bias and scaled
-bias, activation recompute), bf16 and MXFP8, each checked against a float64 numpy
+bias, activation recompute), bf16, MXFP8 and NVFP4, each checked against a float64 numpy
 reference of the same MLP (written here, independently of the kernels): the error RMS
 of every result relative to its RMS."""
 
@@ -15,8 +15,10 @@ BF16 = ml_dtypes.bfloat16
 T, D, N = 200, 64, 64
 SPLITS = [60, 0, 90, 40]  # 10 pad rows past the sum
 # Error RMS bounds relative to the tensors' RMS: a few bf16 roundings (2^-9 each) for bf16;
-# E4M3's 2^-4 relative steps on the quantized operands for MXFP8.
-BOUNDS = {"bf16": 2.0**-6, "mxfp8": 2.0**-2.5}
+# E4M3's 2^-4 relative steps on the quantized operands for MXFP8; NVFP4's E2M1 keeps one
+# mantissa bit (about 0.1 RMS per quantization, stochastic on the gradients: dW1's path
+# measured at most 0.26 in tests/python/moe/mlp_reference.py).
+BOUNDS = {"bf16": 2.0**-6, "mxfp8": 2.0**-2.5, "nvfp4": 2.0**-1}
 
 
 def _silu_parts(a):
@@ -43,11 +45,12 @@ def reference(x, probs, w1, w2, b1, b2, dy):
     return r
 
 
-def _dequantized(a, recipe):
+def _dequantized(a, recipe, weight=False):
+    """The values the library's GEMMs read (NVFP4 weights: 16 x 16 tiles, as it quantizes them)."""
     if recipe == "bf16":
         return np.asarray(a, np.float64)
     shape = a.shape
-    q = moe.quantize(a.reshape(-1, shape[-1]), recipe)
+    q = moe.quantize(a.reshape(-1, shape[-1]), recipe, tile2d=weight and recipe == "nvfp4")
     return np.asarray(moe.dequantize(q), np.float64).reshape(shape)
 
 
@@ -64,7 +67,7 @@ def run(recipe, rng) -> float:
     out, ctx = moe.mlp_forward(x, probs, np.array(SPLITS, np.int32), params, cfg)
     saved = ctx.saved_bytes
     grads = moe.mlp_backward(ctx, dy)
-    f64 = [_dequantized(v, recipe) for v in (x, w1, w2, dy)]
+    f64 = [_dequantized(v, recipe, weight) for v, weight in ((x, 0), (w1, 1), (w2, 1), (dy, 0))]
     want = reference(f64[0], probs.astype(np.float64), f64[1], f64[2], b1, b2, f64[3])
     worst = 0.0
     parts = []
@@ -84,7 +87,7 @@ def run(recipe, rng) -> float:
 
 def main():
     rng = np.random.default_rng()
-    for recipe in ("bf16", "mxfp8"):
+    for recipe in ("bf16", "mxfp8", "nvfp4"):
         run(recipe, rng)
 
 

@@ -9,8 +9,10 @@ columnwise) of moe.Quantized: the rowwise copy [R, width] is what moe.quantize g
 the bf16-rounded values; the columnwise copy holds every group zero-padded to whole
 blocks of rows (shape (RP, width), stored [width, RP]; group g from column padded[g], the
 exclusive prefix sums of the groups' sizes rounded up to the block, rows past the
-splits' sum belonging to no group). Not yet: "nvfp4" (the grouped GEMM takes no NVFP4
-operands yet).
+splits' sum belonging to no group). "nvfp4": x, w1 (dy, w2) NVFP4 rowwise copies as the
+NVFP4 grouped GEMMs take them, y and dh pairs of NVFP4 copies (blocks of 16; columnwise
+with the random Hadamard transform, dh's with stochastic rounding keyed by
+fc2_dgrad's seeds = (rowwise, columnwise) when given): _fused_nvfp4.py.
 """
 
 from __future__ import annotations
@@ -24,15 +26,17 @@ from kernels_dsl.moe import fused as K
 from .. import cdiv, next_power_of_2
 from ..jit import interp_buffers
 from . import _arrays
+from . import _fused_nvfp4 as NV
 from .activations import _activation, _layout, _params
 from .grouped_gemm import GemmConfig, _check, _check_fp8, _check_splits, _config, _schedule, _weights
 from .grouped_gemm import _check_bias as _check_gemm_bias
 from .quant import Quantized
 
-RECIPES = ("bf16", "mxfp8", "fp8_block")
+RECIPES = ("bf16", "mxfp8", "fp8_block", "nvfp4")
 MODES = ("exact", "accumulator")
 OUT = {"bf16": 0, "mxfp8": 1, "fp8_block": 2}  # the kernels' OUT
-BLOCK = {"bf16": K.MX_BLOCK, "mxfp8": K.MX_BLOCK, "fp8_block": K.FP8_BLOCK}  # a quantized output's block
+# a quantized output's block
+BLOCK = {"bf16": K.MX_BLOCK, "mxfp8": K.MX_BLOCK, "fp8_block": K.FP8_BLOCK, "nvfp4": K.NV_BLOCK}
 
 
 def default_config(x, recipe="bf16") -> GemmConfig:
@@ -45,7 +49,7 @@ def default_config(x, recipe="bf16") -> GemmConfig:
 
 def _recipe(fn, recipe):
     if recipe not in RECIPES:
-        raise ValueError(f"{fn}: recipe must be one of {RECIPES} (nvfp4: not fused yet), got {recipe!r}")
+        raise ValueError(f"{fn}: recipe must be one of {RECIPES}, got {recipe!r}")
 
 
 def _fused_config(fn, config, like, recipe, quantized):
@@ -89,6 +93,23 @@ def _operands(fn, recipe, a, w, name, wname, dgrad):
     return a.data, a.shape[0], a.shape[1], w, meta
 
 
+def _checked_operands(fn, recipe, a, w, splits, name, wname, dgrad):
+    """(like, rows, inner size, the weights' output width, weights, fp8 meta) of the GEMM's
+    operands, checked against each other and splits: forward x [R, d] with w1 [n1, d]
+    experts, dgrad dy [R, d] with w2 [d, n] experts (NVFP4: weights and fp8 meta None)."""
+    if recipe == "nvfp4":
+        return (*NV.check_operands(fn, a, w, splits, name, wname, dgrad), None, None)
+    like, rows, inner, wt, fp8 = _operands(fn, recipe, a, w, name, wname, dgrad)
+    _check_splits(fn, splits, like, None if fp8 else wt.groups)
+    if fp8:
+        return like, rows, inner, _fp8_shape(fn, wt, wname, int(splits.shape[0]), inner, dgrad)[0], wt, fp8
+    out, k = (wt.shape[1], wt.shape[0]) if dgrad else wt.shape
+    if k != inner:
+        shape = "[d, n]" if dgrad else "[n1, d]"
+        raise ValueError(f"{fn}: {name} has {inner} columns but {wname}'s experts are {shape} = {list(wt.shape)}")
+    return like, rows, inner, out, wt, fp8
+
+
 def _fp8_shape(fn, w, wname, groups, inner, dgrad):
     """(N, D) of the quantized weights: forward [G·N1, D], dgrad [G·D, N] (stored [N, G·D])."""
     gn, k = w.shape
@@ -101,6 +122,21 @@ def _fp8_step(cfg, inner, recipe):
     """The K step: grouped_gemm's choice (FP8-block: within one 128-block)."""
     fits = (lambda b: b <= 128) if recipe == "fp8_block" else (lambda b: True)
     return next(b for b in (cfg.block_k, 128, 64, 32) if inner % b == 0 and b % 32 == 0 and fits(b))
+
+
+def _gemm_args(a, w, splits, fp8, cfg, inner, recipe, names):
+    """(the K loop's five operand arguments, scale strides, K step, the kernel's operand
+    meta, weight arrays to keep alive) for bf16 or fp8 operands; names: the kernel's
+    names of a's format and scale-rows meta (FX, SX_ROWS or FD, SD_ROWS)."""
+    fa, sa = names
+    if fp8:
+        args = (_arrays.as_int8(a.data), _device(a.scale), _arrays.as_int8(w.data), splits, _device(w.scale))
+        strides, bc = (int(a.scale.shape[1]), int(w.scale.shape[1])), _fp8_step(cfg, inner, recipe)
+        meta = {"FP8": True, fa: fp8["FA"], "FW": fp8["FW"], sa: fp8["SA_ROWS"], "SW_ROWS": fp8["SW_ROWS"]}
+        return args, strides, bc, meta | dict(W_LIST=False, W_ALIGNED=True), ()
+    args = (a, splits, w.ptr, splits if w.offsets is None else w.offsets, splits)
+    meta = {"FP8": False, fa: "e4m3", "FW": "e4m3", sa: 0, "SW_ROWS": 0}
+    return args, (0, 0), cfg.block_k, meta | dict(W_LIST=w.offsets is not None, W_ALIGNED=w.aligned), w.arrays
 
 
 def _scale_kind(recipe):
@@ -172,15 +208,8 @@ def fc1_forward(
         raise ValueError(f"{fn}: mode must be one of {MODES}, got {mode!r}")
     act = _activation(fn, activation)
     params = _params(fn, act, act_params or {})
-    like, rows, d, w, fp8 = _operands(fn, recipe, x, w1, "x", "w1", dgrad=False)
-    _check_splits(fn, splits, like, None if fp8 else w.groups)
+    like, rows, d, n1, w, fp8 = _checked_operands(fn, recipe, x, w1, splits, "x", "w1", dgrad=False)
     groups = int(splits.shape[0])
-    if fp8:
-        n1, _ = _fp8_shape(fn, w, "w1", groups, d, dgrad=False)
-    else:
-        n1, k = w.shape
-        if k != d:
-            raise ValueError(f"{fn}: x has {d} columns but w1's experts are [n1, d] = [{n1}, {k}]")
     n, k = _layout(fn, act, n1, interleave)
     _check_probs(fn, probs, like, rows)
     _check_gemm_bias(fn, bias, bias_scale, like, groups, n1, rows)
@@ -188,23 +217,15 @@ def fc1_forward(
     if quantized and n % block:
         raise ValueError(f"{fn}: a {recipe} y needs n (the activation's width) to be a multiple of {block}, got {n}")
     cfg = _fused_config(fn, config, like, recipe, quantized)
+    glu = _glu_meta(act, k, cfg, 1, fn)
+    if recipe == "nvfp4":
+        a = dict(params=params, act_params=act_params or {}, interleave=interleave, bias=bias, bias_scale=bias_scale)
+        return NV.fc1_forward(x, w1, splits, probs, act, a, n, k, glu, mode, quantized, cfg)
     sched = _schedule(like, splits, rows, cfg.block_m, block)
     rp = _padded_rows(rows, groups, block)
     c = _arrays.empty(like, (rows, n1), "bfloat16")
     ys, y = _outputs(like, rows, n, rp, recipe, quantized)
-    if fp8:
-        a_args = (_arrays.as_int8(x.data), _device(x.scale), _arrays.as_int8(w.data), None, _device(w.scale))
-        strides, bc = (int(x.scale.shape[1]), int(w.scale.shape[1])), _fp8_step(cfg, d, recipe)
-        w_meta = dict(FP8=True, FX=fp8["FA"], FW=fp8["FW"], SX_ROWS=fp8["SA_ROWS"], SW_ROWS=fp8["SW_ROWS"])
-        w_meta |= dict(W_LIST=False, W_ALIGNED=True)
-        arrays = ()
-    else:
-        a_args = (x, splits, w.ptr, w.offsets, splits)
-        strides, bc = (0, 0), cfg.block_k
-        w_meta = dict(FP8=False, FX="e4m3", FW="e4m3", SX_ROWS=0, SW_ROWS=0)
-        w_meta |= dict(W_LIST=w.offsets is not None, W_ALIGNED=w.aligned)
-        arrays = w.arrays
-    a_args = tuple(splits if v is None else v for v in a_args)
+    a_args, strides, bc, w_meta, arrays = _gemm_args(x, w, splits, fp8, cfg, d, recipe, ("FX", "SX_ROWS"))
     with interp_buffers(*(a for a in arrays if isinstance(a, np.ndarray))):
         K.fc1_kernel[(sched.slots, cdiv(n, cfg.block_n))](
             *a_args,
@@ -231,7 +252,7 @@ def fc1_forward(
             EXACT=mode == "exact",
             OUT=OUT[recipe] if quantized else 0,
             **w_meta,
-            **{m: v for m, v in _glu_meta(act, k, cfg, 1, fn).items() if m != "PAIRS"},
+            **{m: v for m, v in glu.items() if m != "PAIRS"},
             BM=cfg.block_m,
             BO=cfg.block_n,
             BC=bc,
@@ -253,6 +274,7 @@ def fc2_dgrad(
     interleave=0,
     act_params=None,
     recompute=False,
+    seeds=None,
     config=None,
 ):
     """(dh, dprobs, y_col) of the FC2 dgrad with its epilogue fused: g = bf16(dy_g w2_g)
@@ -268,15 +290,8 @@ def fc2_dgrad(
     _recipe(fn, recipe)
     act = _activation(fn, activation)
     params = _params(fn, act, act_params or {})
-    like, rows, d, w, fp8 = _operands(fn, recipe, dy, w2, "dy", "w2", dgrad=True)
-    _check_splits(fn, splits, like, None if fp8 else w.groups)
+    like, rows, d, n, w, fp8 = _checked_operands(fn, recipe, dy, w2, splits, "dy", "w2", dgrad=True)
     groups = int(splits.shape[0])
-    if fp8:
-        n, _ = _fp8_shape(fn, w, "w2", groups, d, dgrad=True)
-    else:
-        dd, n = w.shape
-        if dd != d:
-            raise ValueError(f"{fn}: dy has {d} columns but w2's experts are [d, n] = [{dd}, {n}]")
     _check(fn, "c", c, like, ("bfloat16",), 2)
     n1 = 2 * n if act.glu else n
     if tuple(c.shape) != (rows, n1):
@@ -288,6 +303,16 @@ def fc2_dgrad(
         raise ValueError(f"{fn}: {recipe} outputs need n to be a multiple of {block}, got {n}")
     cfg = _fused_config(fn, config, like, recipe, quantized)
     glu = _glu_meta(act, k, cfg, block if quantized else 1, fn)
+    # The run sums' row: every column tile's runs, rounded up to 16 (aligned rows).
+    n_runs, tile_runs = cdiv(n, K.DS_CHUNK), cfg.block_n // K.DS_CHUNK
+    parts_width = cdiv(cdiv(n_runs, tile_runs) * tile_runs, 16) * 16
+    parts = _arrays.empty(like, (rows, parts_width), "float32")
+    if recipe == "nvfp4":
+        a = dict(params=params, parts=(parts, parts_width))
+        dh, y_col = NV.fc2_dgrad(dy, w2, splits, c, probs, act, a, n, k, glu, recompute, seeds, cfg)
+        return dh, _dprobs(parts, splits, rows, n_runs, parts_width, like), y_col
+    if seeds is not None:
+        raise ValueError(f"{fn}: seeds (stochastic rounding) apply to recipe 'nvfp4' only, not {recipe!r}")
     sched = _schedule(like, splits, rows, cfg.block_m, block)
     rp = _padded_rows(rows, groups, block)
     dhs, dh = _outputs(like, rows, n1, rp, recipe, quantized)
@@ -298,23 +323,7 @@ def fc2_dgrad(
     elif recompute:
         y_col = _arrays.empty(like, (rows, n), "bfloat16")
         ys = (y_col, y_col, y_col)
-    # The run sums' row: every column tile's runs, rounded up to 16 (aligned rows).
-    n_runs, tile_runs = cdiv(n, K.DS_CHUNK), cfg.block_n // K.DS_CHUNK
-    parts_width = cdiv(cdiv(n_runs, tile_runs) * tile_runs, 16) * 16
-    parts = _arrays.empty(like, (rows, parts_width), "float32")
-    dprobs = _arrays.empty(like, (rows,), "float32")
-    if fp8:
-        a_args = (_arrays.as_int8(dy.data), _device(dy.scale), _arrays.as_int8(w.data), splits, _device(w.scale))
-        strides, bc = (int(dy.scale.shape[1]), int(w.scale.shape[1])), _fp8_step(cfg, d, recipe)
-        w_meta = dict(FP8=True, FD=fp8["FA"], FW=fp8["FW"], SD_ROWS=fp8["SA_ROWS"], SW_ROWS=fp8["SW_ROWS"])
-        w_meta |= dict(W_LIST=False, W_ALIGNED=True)
-        arrays = ()
-    else:
-        a_args = (dy, splits, w.ptr, splits if w.offsets is None else w.offsets, splits)
-        strides, bc = (0, 0), cfg.block_k
-        w_meta = dict(FP8=False, FD="e4m3", FW="e4m3", SD_ROWS=0, SW_ROWS=0)
-        w_meta |= dict(W_LIST=w.offsets is not None, W_ALIGNED=w.aligned)
-        arrays = w.arrays
+    a_args, strides, bc, w_meta, arrays = _gemm_args(dy, w, splits, fp8, cfg, d, recipe, ("FD", "SD_ROWS"))
     with interp_buffers(*(a for a in arrays if isinstance(a, np.ndarray))):
         K.fc2_dgrad_kernel[(sched.slots, cdiv(n, cfg.block_n))](
             *a_args,
@@ -348,8 +357,15 @@ def fc2_dgrad(
             num_warps=cfg.num_warps,
             num_stages=cfg.num_stages,
         )
+    return dh, _dprobs(parts, splits, rows, n_runs, parts_width, like, sched.offsets), y_col
+
+
+def _dprobs(parts, splits, rows, n_runs, parts_width, like, offsets=None):
+    """dprobs [R] fp32: each row's run sums added in order (dprobs_kernel)."""
+    dprobs = _arrays.empty(like, (rows,), "float32")
     if rows:
-        runs = min(8, next_power_of_2(n_runs))
-        meta = dict(BR=128, RUNS=runs)
-        K.dprobs_kernel[(cdiv(rows, 128),)](parts, dprobs, sched.offsets, groups, rows, n_runs, parts_width, **meta)
-    return dh, dprobs, y_col
+        groups = int(splits.shape[0])
+        offsets = _schedule(like, splits, rows, 128).offsets if offsets is None else offsets
+        meta = dict(BR=128, RUNS=min(8, next_power_of_2(n_runs)))
+        K.dprobs_kernel[(cdiv(rows, 128),)](parts, dprobs, offsets, groups, rows, n_runs, parts_width, **meta)
+    return dprobs

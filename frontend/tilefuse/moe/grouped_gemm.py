@@ -458,6 +458,20 @@ def grouped_gemm_wgrad(dy, x, splits, *, out_dtype="bfloat16", config=None):
     return dw
 
 
+def _wgrad_setup(fn, dy, x, splits, out_dtype, config):
+    """(rows, N, K, G, config, dw [G, N, K], the groups' offsets) for a wgrad on columnwise
+    copies dy (RP, N) and x (RP, K) of the same rows, checked."""
+    (rows, n), (rows_x, k) = dy.shape, x.shape
+    if rows_x != rows:
+        raise ValueError(f"{fn}: x has {rows_x} rows but dy has {rows}")
+    like = dy.data
+    _check_splits(fn, splits, like, None)
+    groups = int(splits.shape[0])
+    cfg = _config(fn, config, like)
+    dw = _out(fn, None, like, (groups, n, k), out_dtype)
+    return rows, n, k, groups, cfg, dw, _schedule(like, splits, rows, cfg.block_k).offsets
+
+
 def _fp8_wgrad(fn, dy, x, splits, out_dtype, config):
     """dw_g = dy_gᵀ x_g [G, N, K] from block-scaled fp8 columnwise copies (the docstring
     of grouped_gemm_wgrad): the groups of splits are rows of the copies, whole scale
@@ -470,15 +484,7 @@ def _fp8_wgrad(fn, dy, x, splits, out_dtype, config):
         )
     if s_rows[0] > 1:
         raise ValueError(f"{fn}: FP8-block wgrad copies take 1 x 128 blocks along the rows, got {dy.block}")
-    (rows, n), (rows_x, k) = dy.shape, x.shape
-    if rows_x != rows:
-        raise ValueError(f"{fn}: x has {rows_x} rows but dy has {rows}")
-    like = dy.data
-    _check_splits(fn, splits, like, None)
-    groups = int(splits.shape[0])
-    cfg = _config(fn, config, like)
-    dw = _out(fn, None, like, (groups, n, k), out_dtype)
-    offsets = _schedule(like, splits, rows, cfg.block_k).offsets
+    rows, n, k, groups, cfg, dw, offsets = _wgrad_setup(fn, dy, x, splits, out_dtype, config)
     codes = _arrays.as_int8 if dy.recipe == "mxfp8" else (lambda a: a)
     K.grouped_wgrad_fp8_kernel[(cdiv(n, cfg.block_m) * cdiv(k, cfg.block_n), groups)](
         _arrays.as_int8(dy.data),

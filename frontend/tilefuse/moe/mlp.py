@@ -10,9 +10,8 @@ whose GEMMs take block-scaled fp8 operands (the wgrads: see _mlp_ops.py); "nvfp4
 in blocks of 16; d, n and n1 multiples of 16), whose GEMMs dequantize their operands in
 registers, with gradients quantized by stochastic rounding keyed by mlp_backward's seed
 (bitwise reproducible given it). The FC1 and FC2-dgrad epilogues are moe.fused's kernels
-for bf16, mxfp8 and fp8_block, and composed from the grouped GEMM, scaled activation and
-quantizer kernels for nvfp4, for which moe.fused has none (ctx.record: "fused" or
-"composed").
+for every recipe (ctx.record: "fused"; _mlp_ops.py's composition of the grouped GEMM,
+scaled activation and quantizer kernels is what they equal bit for bit).
 
 Split sizes stay on the device. mlp_forward launches check_splits, which flags negative
 sizes or sizes summing past the rows in ctx.splits_status (int32 [1], on the device):
@@ -42,11 +41,9 @@ MODES = ("exact", "accumulator")
 GRADS = ("x", "probs", "w1", "w2", "b1", "b2")
 _MULTIPLE = {"bf16": 1, "mxfp8": 32, "fp8_block": 128, "nvfp4": 16}
 _FN = "mlp_forward"
-# The FC1 and FC2-dgrad epilogues per recipe: moe.fused's kernels where it has them, else
-# composed from the grouped GEMM, scaled activation and quantizer kernels (_mlp_ops.py:
-# the same arguments, outputs and layouts; the fused kernels equal it bit for bit).
+# The FC1 and FC2-dgrad epilogues per recipe: moe.fused's kernels (the composition of
+# _mlp_ops.py takes the same arguments and gives the same outputs, bit for bit).
 _EPILOGUES = {r: (fused.fc1_forward, fused.fc2_dgrad, "fused") for r in fused.RECIPES}
-_EPILOGUES["nvfp4"] = (ops.fc1_forward, ops.fc2_dgrad, "composed")
 # mlp_backward's NVFP4 gradient copies, each its own Philox key derived from the call's seed.
 _SEED_STREAMS = ("dy_rows", "dy_cols", "dh_rows", "dh_cols")
 

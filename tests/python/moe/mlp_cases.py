@@ -41,8 +41,6 @@ ACC_BASELINE_FACTOR_GLU = 4.0
 ACC_MAX = {"bf16": 2.0**-2, "mxfp8": 4.0, "fp8_block": 4.0, "nvfp4": 8.0}
 
 
-# The epilogue variant mlp.py runs per recipe (moe.fused's kernels unless named here).
-EPILOGUE = {"nvfp4": "composed"}
 # mlp_backward's seed in these runs (NVFP4's stochastic rounding): one, so that runs that
 # must agree bit for bit (recompute on and off, the options) see the same random bits.
 SEED = 0x5EED_0F_A11
@@ -138,7 +136,7 @@ def check_recompute(off: Run, on: Run, inp, cfg, to_numpy):
     """SPEC §6.1-3: bitwise equal results, the record shows the regeneration, the FC2
     input is not saved and the saved bytes drop by exactly its size."""
     assert_bitwise(off, on, ("out",) + ref.GRADS, to_numpy)
-    step = f"fc2_dgrad:{EPILOGUE.get(cfg.recipe, 'fused')}-recompute-{cfg.recipe}"
+    step = f"fc2_dgrad:fused-recompute-{cfg.recipe}"
     assert step in on.record and step not in off.record, (on.record, off.record)
     fc2 = {k for k in off.saved if k.startswith("fc2_input")}
     assert fc2 and not any(k.startswith("fc2_input") for k in on.saved), (off.saved, on.saved)

@@ -439,7 +439,7 @@ def test_bad_input(rng):
     qx = moe.quantize(np.ascontiguousarray(p.x[:, :64]), "mxfp8")
     bad = [
         (lambda: f1(x, w1, s, pr, "relu"), ValueError, "unknown activation 'relu'"),
-        (lambda: f1(x, w1, s, pr, "swiglu", "nvfp4"), ValueError, "recipe must be one of"),
+        (lambda: f1(x, w1, s, pr, "swiglu", "mxfp4"), ValueError, "recipe must be one of"),
         (lambda: f1(x, w1, s, pr, "swiglu", mode="fast"), ValueError, "mode must be one of"),
         (lambda: f1(x, w1, s, pr, "swiglu", interleave=3), ValueError, "multiple of 2 \\* interleave"),
         (lambda: f1(x, w1, s, pr, "srelu", interleave=32), ValueError, "interleave applies to GLU"),
@@ -459,7 +459,7 @@ def test_bad_input(rng):
         (lambda: f2(dy, w1, s, c, pr, "swiglu"), ValueError, "dy has 80 columns"),
         (lambda: f2(dy, w2, s, c.astype(np.float32), pr, "swiglu"), TypeError, "c must be bfloat16"),
         (lambda: f2(dy, w2, s, c, pr, "swiglu", "fp8_block"), TypeError, "dy must be a moe.Quantized"),
-        (lambda: f2(dy, w2, s, c, pr, "swiglu", "nvfp4"), ValueError, "recipe must be one of"),
+        (lambda: f2(dy, w2, s, c, pr, "swiglu", "nvfp4"), ValueError, "dy must be a rowwise NVFP4 copy"),
     ]
     for call, err, text in bad:
         with pytest.raises(err, match=text):
