@@ -61,10 +61,11 @@ class CompiledKernel:
 class _Compiler:
     """Compiles one kernel specialization; generates device functions on demand."""
 
-    def __init__(self, module, builder):
+    def __init__(self, module, builder, debug=None):
         self.module = module
         self.b = builder
         self.funcs = {}
+        self.debug = debug  # the kernel's: debug=False compiles its device_asserts (and its callees') away
 
     def call_device_function(self, gen, fn, args, kwargs, node):
         try:
@@ -123,8 +124,11 @@ class JITFunction(_C.launcher.Launcher):
 
     __tilefuse_jit__ = True
 
-    def __init__(self, fn, *, do_not_specialize=(), noinline=False):
+    def __init__(self, fn, *, do_not_specialize=(), noinline=False, debug=None):
+        if debug not in (None, True, False):
+            raise TypeError(f"@jit(debug=...) takes True, False or None, got {debug!r}")
         self.fn = fn
+        self.debug = debug
         self.__name__ = fn.__name__
         self.__doc__ = fn.__doc__
         self.signature = inspect.signature(fn)
@@ -232,7 +236,7 @@ class JITFunction(_C.launcher.Launcher):
         for p, a in zip(args, func.region(0).args):
             a.name = p.name
             scope[p.name] = tl.tensor(a)
-        gen = CodeGenerator(self, src, module, b, scope, self.fn.__globals__, _Compiler(module, b))
+        gen = CodeGenerator(self, src, module, b, scope, self.fn.__globals__, _Compiler(module, b, self.debug))
         gen.is_kernel = True
         gen.visit_body(src.tree.body)
         b.set_insertion_point_to_end(func.region(0))
@@ -408,10 +412,11 @@ def _launch_interp(kernel: CompiledKernel, params, bound, grid):
         raise KernelRuntimeError(e.message, e.file, e.line, e.col) from None
 
 
-def jit(fn=None, *, do_not_specialize=(), noinline=False):
-    """Decorator: `@tilefuse.jit` or `@tilefuse.jit(do_not_specialize=("n",))`."""
+def jit(fn=None, *, do_not_specialize=(), noinline=False, debug=None):
+    """Decorator: `@tilefuse.jit` or `@tilefuse.jit(do_not_specialize=("n",))`. debug=False
+    drops the kernel's tl.device_assert checks (Triton's default); None and True keep them."""
 
     def wrap(f):
-        return JITFunction(f, do_not_specialize=do_not_specialize, noinline=noinline)
+        return JITFunction(f, do_not_specialize=do_not_specialize, noinline=noinline, debug=debug)
 
     return wrap(fn) if fn is not None else wrap
