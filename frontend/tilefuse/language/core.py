@@ -805,7 +805,19 @@ sin = builtin(_unary(_K.Sin))
 cos = builtin(_unary(_K.Cos))
 floor = builtin(_unary(_K.Floor))
 ceil = builtin(_unary(_K.Ceil))
-abs = builtin(_unary(_K.Abs))
+_abs = _unary(_K.Abs)
+
+
+@builtin
+def abs(x, _builder=None):
+    t = to_tensor(x, _builder)
+    if t.dtype in (float8e4b15, float8e4nv, float8e5):  # storage types: |x| is x without its sign bit
+        bits = cast(t, uint8, bitcast=True, _builder=_builder)
+        mask = to_tensor(0x7F, _builder, like=bits)
+        return cast(tensor(_builder.binary(_K.And, bits.handle, mask.handle)), t.dtype, bitcast=True, _builder=_builder)
+    return _abs(t, _builder=_builder)
+
+
 for _name, _f in (
     ("exp", exp),
     ("exp2", exp2),
@@ -1060,6 +1072,9 @@ def dot(
     products in f16. max_num_imprecise_acc is accepted and checked; fp8 products
     accumulate in f32 (the GPU's wgmma accumulator over the whole K loop)."""
     a, b = to_tensor(input, _builder), to_tensor(other, _builder)
+    # float8e4b15 values are f16 values (its bits are f16's without the top exponent bit):
+    # its products run on f16 operands, exactly converted.
+    a, b = (cast(x, float16, _builder=_builder) if x.dtype == float8e4b15 else x for x in (a, b))
     precision, allow_tf32 = _unwrap(input_precision), _unwrap(allow_tf32)
     if precision is not None and allow_tf32 is not None:
         raise ValueError("Only one of input_precision and allow_tf32 can be specified")
