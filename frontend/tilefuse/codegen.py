@@ -400,7 +400,8 @@ class CodeGenerator(ast.NodeVisitor):
         cond = tl._unwrap(self.visit(node.test))
         msg = tl._unwrap(self.visit(node.msg)) if node.msg is not None else ""
         if _is_tensor(cond):
-            self.b.assert_true(cond.handle, str(msg) or ast.unparse(node.test))
+            if self.compiler.debug is not False:  # @jit(debug=False) drops runtime asserts
+                self.b.assert_true(cond.handle, str(msg) or ast.unparse(node.test))
         elif not cond:
             raise self.error(node, f"assertion failed at compile time: {msg or ast.unparse(node.test)}")
 
