@@ -115,7 +115,7 @@ def render() -> str:
         "## Triton's test_core.py cases tilefuse does not pass (out of scope)",
         "",
         "`scripts/conformance/run_test_core.py` runs Triton 3.4's own language tests against tilefuse",
-        "(`bench/RESULTS.md`, \"conformance\"). The cases left, and why:",
+        '(`bench/RESULTS.md`, "conformance"). The cases left, and why:',
         "",
         "- `test_invalid_pid_axis`, `test_expand_dims_error_cases`: tilefuse raises the error (its words contain",
         "  Triton's) but the test reads it from `exc.__cause__`; tilefuse's CompilationError carries the message",

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 import tilefuse
 import tilefuse.language as tl
-import torch
 from tilefuse.errors import TilefuseError
 
 _INTERNAL_TESTING = Path(os.environ["CONFORMANCE_INTERNAL_TESTING"])
@@ -52,6 +51,8 @@ class _Target(types.SimpleNamespace):
 
 class _Utils:
     def get_device_properties(self, device):
+        import torch
+
         p = torch.cuda.get_device_properties(device)
         shared = getattr(p, "shared_memory_per_block_optin", 0)
         return {"max_shared_mem": shared, "multiprocessor_count": p.multi_processor_count}
@@ -63,9 +64,13 @@ class _Driver:
     utils = _Utils()
 
     def get_current_device(self):
+        import torch
+
         return torch.cuda.current_device()
 
     def get_current_target(self):
+        import torch  # here: Triton's tests import it anyway, a shim's own test need not
+
         if not torch.cuda.is_available():
             return None
         major, minor = torch.cuda.get_device_capability()

@@ -44,7 +44,8 @@ REPO = HERE.parents[1]
 def find_internal_testing(test_core: Path) -> Path:
     # In a checkout test_core.py lives in python/test/unit/language/ and the helpers in
     # python/triton/; a copy that travels may have them beside it.
-    for path in (test_core.parents[3] / "triton" / "_internal_testing.py", test_core.parent / "_internal_testing.py"):
+    checkout = [test_core.parents[3] / "triton"] if len(test_core.parents) > 3 else []
+    for path in (d / "_internal_testing.py" for d in [*checkout, test_core.parent]):
         if path.is_file() and (path.parent / "_utils.py").is_file():
             return path
     sys.exit(
@@ -149,7 +150,7 @@ def report(results: list[Path], groups: int, elapsed: float) -> dict:
         tests = collections.Counter(i.split("::")[-1].split("[")[0] for i in ids)
         names = ", ".join(f"{t} ({n})" for t, n in tests.most_common(4))
         print(f"{len(ids):6d}  {c}\n        {names}")
-    return {"counts": dict(counts), "causes": {c: sorted(ids) for c, ids in by_cause.items()}}
+    return {"counts": dict(counts), "causes": {c: sorted(ids) for c, ids in by_cause.items()}, "tests": outcome}
 
 
 def main() -> None:
