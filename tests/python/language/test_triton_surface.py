@@ -353,3 +353,27 @@ def test_tuple_structure(rng):
         assert out[0] == size
     with pytest.raises(LaunchError, match="argument 't.1': cannot pass a object"):
         k_tuple_len[(1,)]((1, object()), out)
+
+
+# --- JITFunction.src / _unsafe_update_src (Triton's test harness patches kernels so) ---
+
+
+@tf.jit
+def k_patchable(x_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, GENERATE_TEST_HERE)  # noqa: F821 - replaced before it compiles
+
+
+def test_update_src(rng):
+    k = tf.JITFunction(k_patchable.fn)
+    assert "GENERATE_TEST_HERE" in k.src and k.src.startswith("@tf.jit\n")
+    x = rng.integers(-1000, 1000, 16).astype(np.int32)
+    for expr, ref in (("tl.load(x_ptr + offs) * 3", x * 3), ("tl.load(x_ptr + offs) + 7", x + 7)):
+        k._unsafe_update_src(k_patchable.src.replace("GENERATE_TEST_HERE", expr))
+        y = x.copy()
+        k[(1,)](y, BLOCK=16)
+        np.testing.assert_array_equal(y, ref)
+    k._unsafe_update_src(k_patchable.src.replace("GENERATE_TEST_HERE", "undefined_name"))
+    with pytest.raises(CompilationError, match="name 'undefined_name' is not defined") as e:
+        k[(1,)](x, BLOCK=16)
+    assert "undefined_name" in str(e.value)  # the updated text is quoted
