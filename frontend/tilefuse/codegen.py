@@ -790,6 +790,12 @@ class CodeGenerator(ast.NodeVisitor):
         h = obj.handle
         for axis, it in enumerate(items):
             if it is None:
+                if axis > len(h.type.shape):
+                    raise self.error(
+                        node,
+                        f"index has {len(items)} entries for a tile of rank {len(obj.shape)}: "
+                        f"None at {axis} is past its dims",
+                    )
                 h = self.b.expand_dims(h, axis)
         return tl.tensor(h)
 
