@@ -35,7 +35,6 @@ MISSING = {
     "float8e5b16": "an AMD format (fnuz); NVIDIA GPUs have no arithmetic on it",
     "block_type": "a type object of Triton's frontend; tilefuse's tile types live in the C++ IR",
     "const": "const pointers: not yet",
-    "pi32_t": "a type alias of Triton's frontend, not used in kernels",
     "void": "a type of Triton's frontend, not used in kernels",
     "slice": "not yet: tiles are indexed with ':' and None",
     "inline_asm_elementwise": "not planned: PTX text has no meaning on the interpreter",
@@ -50,10 +49,14 @@ NOTES = {
     "make_block_ptr": "lowered to a tile of pointers and masks of the checked dims (the GPU vectorizes and "
     "pipelines it as pointer code); loops carry only its offsets",
     "cat": "1-D tiles of one type, can_reorder=True as Triton demands; the result keeps the order (input, other)",
-    "dot": "2-D and 3-D; input_precision defaults to ieee (f32 dots are not on tensor cores); "
-    "out_dtype=float16 accumulates f16 and fp8 products in f16",
-    "tuple": "builtins.tuple: tuples are carried by loops and ifs, passed to and returned from @jit helpers; not "
-    "yet as kernel launch arguments",
+    "dot": "2-D and 3-D; input_precision defaults to ieee (f32 products on FMAs); tf32 and tf32x3 round the "
+    "operands to tf32 in the IR, and the GPU takes those dots on mma.sync m16n8k8 (M, N multiples of 16, K of 8); "
+    "out_dtype=float16 accumulates f16 and fp8 products in f16 (wgmma's f16 form on sm_90a); float8e4b15 "
+    "operands are converted to f16 (exactly) first",
+    "tuple": "builtins.tuple: tuples are carried by loops and ifs, passed to and returned from @jit helpers, and "
+    "passed at launch (tuples and NamedTuples of tensors and scalars, nested: one kernel argument per leaf; the "
+    "structure is part of the specialization)",
+    "pi32_t": "pointer_type(int32); pointers stored through an int64 pointer store their addresses, as Triton",
     "constexpr_function": "called at compile time on compile-time values",
     "add": "sanitize_overflow is accepted; integer overflow wraps",
     "softmax": "exp(x - max) / sum, the division correctly rounded",
@@ -109,6 +112,23 @@ def render() -> str:
         "`tests/math_cases.py`); other libdevice names are not there yet:",
         "",
         ", ".join(f"`{n}`" for n in lib),
+        "",
+        "## Triton's test_core.py cases tilefuse does not pass (out of scope)",
+        "",
+        "`scripts/conformance/run_test_core.py` runs Triton 3.4's own language tests against tilefuse",
+        '(`bench/RESULTS.md`, "conformance"). The cases left, and why:',
+        "",
+        "- `test_invalid_pid_axis`, `test_expand_dims_error_cases`: tilefuse raises the error (its words contain",
+        "  Triton's) but the test reads it from `exc.__cause__`; tilefuse's CompilationError carries the message",
+        "  itself, with no chained cause, so that its traceback starts at the kernel's line (issue 16 part 10).",
+        "- `test_load_scope_sem_coop_grid_cta_one`: `launch_cooperative_grid=` is a cooperative launch",
+        "  (co-resident programs, for grid-wide barriers); tilefuse has neither, and refuses the keyword rather",
+        "  than ignore a guarantee it does not give.",
+        "- `test_tma_load_block_shape_err`, `test_tma_store_block_shape_err`: Triton refuses descriptor blocks",
+        "  whose rows are under 16 bytes (and the tests read the words from `__cause__`); tilefuse accepts them:",
+        "  a descriptor whose block TMA cannot take runs as pointer code (plan-tma says why).",
+        "- `test_zero_strided_tensors` (device cpu): the test itself calls `torch.cuda.device(...)`, which torch",
+        "  refuses without a GPU; it runs with `--device cuda`.",
     ]
     return "\n".join(head + rows + tail) + "\n"
 

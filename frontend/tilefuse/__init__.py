@@ -17,7 +17,7 @@ from . import jit as jit_module  # noqa: F401 - the module, for tests that patch
 from .autotune import Config, autotune, heuristics  # noqa: F401
 from .defaults import __version__  # noqa: F401
 from .errors import CompilationError, KernelRuntimeError, LaunchError, TilefuseError  # noqa: F401
-from .jit import CompiledKernel, JITFunction, jit, select_backend  # noqa: F401
+from .jit import CompiledKernel, JITFunction, TensorWrapper, jit, reinterpret, select_backend  # noqa: F401
 
 
 def cdiv(x: int, y: int) -> int:

@@ -400,7 +400,8 @@ class CodeGenerator(ast.NodeVisitor):
         cond = tl._unwrap(self.visit(node.test))
         msg = tl._unwrap(self.visit(node.msg)) if node.msg is not None else ""
         if _is_tensor(cond):
-            self.b.assert_true(cond.handle, str(msg) or ast.unparse(node.test))
+            if self.compiler.debug is not False:  # @jit(debug=False) drops runtime asserts
+                self.b.assert_true(cond.handle, str(msg) or ast.unparse(node.test))
         elif not cond:
             raise self.error(node, f"assertion failed at compile time: {msg or ast.unparse(node.test)}")
 
@@ -409,9 +410,16 @@ class CodeGenerator(ast.NodeVisitor):
         if not _is_tensor(cond):
             self.visit_body(node.body if cond else node.orelse)
             return
-        if cond.shape:
-            raise self.error(node.test, f"an if condition must be a scalar, got a tile of shape {cond.shape}")
+        cond = self._scalar_condition(node.test, cond)
         self._structured_if(node, cond, lambda: self.visit_body(node.body), lambda: self.visit_body(node.orelse))
+
+    def _scalar_condition(self, node, cond):
+        """A runtime condition: a scalar, or a one-element tile as its element (Triton unsplats it)."""
+        if cond.shape and cond.numel == 1:
+            return cond.item(_builder=self.b)
+        if cond.shape:
+            raise self.error(node, f"an if condition must be a scalar, got a tile of shape {cond.shape}")
+        return cond
 
     def _structured_if(self, node, cond, then_fn, else_fn):
         """An if op whose branches run then_fn / else_fn; names both branches define (or
@@ -736,12 +744,15 @@ class CodeGenerator(ast.NodeVisitor):
         return [self.visit(e) for e in node.elts]
 
     def visit_Slice(self, node):
-        if node.lower is not None or node.upper is not None or node.step is not None:
-            raise self.error(node, "only ':' and None are supported in tile indexing")
-        return slice(None)
+        parts = (node.lower, node.upper, node.step)
+        return slice(*(None if p is None else tl._unwrap(self.visit(p)) for p in parts))
 
     def visit_Attribute(self, node):
         obj = tl._unwrap(self.visit(node.value))
+        if isinstance(obj, (int, float)) and not hasattr(obj, node.attr):
+            # A Python number has the tensor attributes of the scalar Triton makes of it
+            # (`value = 1` then `value.dtype` is tl.int32).
+            obj = tl.to_tensor(obj, self.b)
         if _is_tensor(obj):
             if node.attr == "T":
                 return tl.tensor(self.b.trans(obj.handle, []))
@@ -771,17 +782,20 @@ class CodeGenerator(ast.NodeVisitor):
             except Exception as e:  # noqa: BLE001 - reported at the source position
                 raise self.error(node, f"cannot index: {e}") from None
         items = [tl._unwrap(it) for it in (idx if isinstance(idx, tuple) else (idx,))]
-        if any(it is not None and not isinstance(it, slice) for it in items):
-            raise self.error(node, "tiles are indexed only with ':' and None (x[:, None])")
-        if sum(isinstance(it, slice) for it in items) > len(obj.shape):  # fewer: the rest are implied
-            raise self.error(
-                node,
-                f"index has {sum(isinstance(it, slice) for it in items)} ':' entries "
-                f"for a tile of rank {len(obj.shape)}",
-            )
+        # Triton's rule: None inserts a dim at its position, ':' (None:None too) keeps one;
+        # a ':' past the rank is ignored (z[None, None, :] of a scalar is [1, 1]).
+        for it in items:
+            if it is not None and not (isinstance(it, slice) and (it.start, it.stop, it.step) == (None,) * 3):
+                raise self.error(node, f"unsupported tensor index: {it!r} (tiles are indexed only with ':' and None)")
         h = obj.handle
         for axis, it in enumerate(items):
             if it is None:
+                if axis > len(h.type.shape):
+                    raise self.error(
+                        node,
+                        f"index has {len(items)} entries for a tile of rank {len(obj.shape)}: "
+                        f"None at {axis} is past its dims",
+                    )
                 h = self.b.expand_dims(h, axis)
         return tl.tensor(h)
 
@@ -837,6 +851,8 @@ class CodeGenerator(ast.NodeVisitor):
         lhs = tl._unwrap(self.visit(node.left))
         rhs = tl._unwrap(self.visit(node.comparators[0]))
         op = type(node.ops[0])
+        if op in (ast.Is, ast.IsNot):  # identity of the compile-time objects (x is not None)
+            return (lhs is rhs) == (op is ast.Is)
         if not _is_tensor(lhs) and not _is_tensor(rhs):
             if op in (ast.In, ast.NotIn):
                 return (lhs in rhs) if op is ast.In else (lhs not in rhs)
@@ -896,7 +912,19 @@ class CodeGenerator(ast.NodeVisitor):
         cond = tl._unwrap(self.visit(node.test))
         if not _is_tensor(cond):
             return self.visit(node.body if cond else node.orelse)
-        return tl.where(cond, self.visit(node.body), self.visit(node.orelse), _builder=self.b)
+        if cond.shape and cond.numel != 1:  # elementwise, as tl.where
+            return tl.where(cond, self.visit(node.body), self.visit(node.orelse), _builder=self.b)
+        # A runtime scalar condition runs only the branch it picks (a branch may store).
+        name = f"@ifexp{id(node)}"
+
+        def branch(expr):
+            v = tl._unwrap(self.visit(expr))
+            self.scope[name] = None if v is None else tl.to_tensor(v, self.b)
+
+        self._structured_if(
+            node, self._scalar_condition(node.test, cond), lambda: branch(node.body), lambda: branch(node.orelse)
+        )
+        return self.scope.pop(name)
 
     def visit_JoinedStr(self, node):
         parts = []
@@ -925,6 +953,8 @@ class CodeGenerator(ast.NodeVisitor):
                 msg = tl._unwrap(args[1]) if len(args) > 1 else ast.unparse(node.args[0])
                 raise self.error(node, f"static_assert failed: {msg}")
             return None
+        if fn is tl.device_assert and self.compiler.debug is False:
+            return None
         if fn is tl.static_print:
             print(*[tl._unwrap(a) for a in args])
             return None
@@ -945,6 +975,11 @@ class CodeGenerator(ast.NodeVisitor):
             return tl.constexpr(fn(*[tl._unwrap(a) for a in args], **{k: tl._unwrap(v) for k, v in kwargs.items()}))
         if fn is _py.isinstance and len(args) == 2 and not kwargs:
             return _isinstance(*args)
+        if fn is _py.hasattr and len(args) == 2 and not kwargs and _is_tensor(tl._unwrap(args[0])):
+            return (
+                tl._unwrap(args[1]) in ("dtype", "shape", "numel", "type", "T")
+                or tl._unwrap(args[1]) in tl.TENSOR_METHODS
+            )
         if fn in (_py.min, _py.max) and len(args) >= 2 and not kwargs and any(_is_tensor(tl._unwrap(a)) for a in args):
             # As in Triton, Python's min/max of tensors are elementwise tl.minimum/tl.maximum.
             elementwise = tl.minimum if fn is _py.min else tl.maximum

@@ -8,6 +8,7 @@ import contextvars
 import functools
 import hashlib
 import inspect
+import itertools
 import os
 import textwrap
 from typing import NamedTuple
@@ -40,6 +41,79 @@ class Param(NamedTuple):
     spec: object = None
 
 
+class TensorWrapper:
+    """triton.reinterpret's result: `base`'s memory (a torch tensor or numpy array) read as
+    `dtype`, a tl.dtype of the same width (e.g. the bytes of a uint8 tensor as float8e4b15,
+    a type torch lacks). Kernels take it as a pointer to `dtype`."""
+
+    def __init__(self, base, dtype):
+        dtype = tl._unwrap(dtype)
+        if not isinstance(dtype, tl.dtype) or dtype.is_ptr():
+            raise TypeError(f"reinterpret takes a tl dtype, got {dtype!r}")
+        size = base.itemsize if isinstance(base, np.ndarray) else base.element_size()
+        if dtype.primitive_bitwidth != 8 * size:
+            raise TypeError(
+                f"reinterpret: {dtype!r} is {dtype.primitive_bitwidth} bits, the array's elements {8 * size}"
+            )
+        self.base, self.dtype = base, dtype
+        self.shape, self.device = tuple(base.shape), getattr(base, "device", "cpu")
+
+    def data_ptr(self):
+        return self.base.ctypes.data if isinstance(self.base, np.ndarray) else self.base.data_ptr()
+
+    def stride(self, *args):
+        return self.base.stride(*args)
+
+    def element_size(self):
+        return self.dtype.primitive_bitwidth // 8
+
+    def numel(self):
+        return int(np.prod(self.shape))
+
+    def __repr__(self):
+        return f"TensorWrapper[{self.dtype!r}]({self.base!r})"
+
+
+def reinterpret(tensor, dtype):
+    """Triton's triton.reinterpret: `tensor`'s memory read as `dtype` by kernels; the
+    wrapper itself when dtype is the base's own torch/numpy dtype."""
+    base = tensor.base if isinstance(tensor, TensorWrapper) else tensor
+    if not isinstance(tl._unwrap(dtype), tl.dtype):
+        return base  # a torch or numpy dtype: the base (the tensor as it is)
+    return TensorWrapper(base, dtype)
+
+
+def _flatten(bound: dict, constexprs) -> tuple[dict, dict]:
+    """Tuple arguments (Triton 3.x passes tuples of tensors and scalars, nested) as one
+    argument per leaf, named "t.0", "t.1.0", ...; and the tuples' structure, to rebuild them
+    in the kernel. Constexpr parameters keep their tuples whole."""
+    flat, tuples = {}, {}
+
+    def walk(name, v):
+        if isinstance(v, tuple) and name.split(".")[0] not in constexprs:
+            tuples[name] = (type(v), len(v))
+            for i, x in enumerate(v):
+                walk(f"{name}.{i}", x)
+        else:
+            flat[name] = v
+
+    for name, v in bound.items():
+        walk(name, v)
+    return flat, tuples
+
+
+def _rebuild(name, tuples, scope):
+    """The kernel's value of tuple argument `name` from its leaves in `scope`."""
+    kind, n = tuples[name]
+    parts = [
+        _rebuild(f"{name}.{i}", tuples, scope) if f"{name}.{i}" in tuples else scope[f"{name}.{i}"] for i in range(n)
+    ]
+    return kind._make(parts) if hasattr(kind, "_fields") else tuple(parts)
+
+
+_UPDATES = itertools.count()
+
+
 def _is_constexpr_param(p: inspect.Parameter) -> bool:
     a = p.annotation
     if a is tl.constexpr:
@@ -62,10 +136,11 @@ class CompiledKernel:
 class _Compiler:
     """Compiles one kernel specialization; generates device functions on demand."""
 
-    def __init__(self, module, builder):
+    def __init__(self, module, builder, debug=None):
         self.module = module
         self.b = builder
         self.funcs = {}
+        self.debug = debug  # the kernel's: debug=False compiles its device_asserts (and its callees') away
 
     def call_device_function(self, gen, fn, args, kwargs, node):
         try:
@@ -124,8 +199,11 @@ class JITFunction(_C.launcher.Launcher):
 
     __tilefuse_jit__ = True
 
-    def __init__(self, fn, *, do_not_specialize=(), noinline=False):
+    def __init__(self, fn, *, do_not_specialize=(), noinline=False, debug=None):
+        if debug not in (None, True, False):
+            raise TypeError(f"@jit(debug=...) takes True, False or None, got {debug!r}")
         self.fn = fn
+        self.debug = debug
         self.__name__ = fn.__name__
         self.__doc__ = fn.__doc__
         self.signature = inspect.signature(fn)
@@ -159,6 +237,24 @@ class JITFunction(_C.launcher.Launcher):
             self._source = FunctionSource(tree, file, first, indent, text)
         return self._source
 
+    @property
+    def src(self) -> str:
+        """The kernel's source text, dedented (Triton's JITFunction.src)."""
+        return "\n".join(self.source.lines) + "\n"
+
+    def _unsafe_update_src(self, new_src: str) -> None:
+        """Triton's: the kernel compiles from `new_src` from now on (same parameters and
+        globals); its diagnostics quote the new text. Triton's test harness patches kernels so."""
+        text = textwrap.dedent(new_src)
+        tree = next((n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)), None)
+        if tree is None:
+            raise ValueError(f"{self.__name__}: the new source defines no function")
+        file = f"<{self.__name__}: updated source {next(_UPDATES)}>"
+        _ir.register_source(file, text, 1)
+        self._source = FunctionSource(tree, file, 1, 0, text)
+        self.cache.clear()
+        self._cfast = None  # its remembered launches ran the old code
+
     def __call__(self, *args, **kwargs):
         raise RuntimeError(
             f"launch the kernel with {self.__name__}[grid](...); " "call it directly only from inside another kernel"
@@ -188,16 +284,21 @@ class JITFunction(_C.launcher.Launcher):
         return dict(bound.arguments)
 
     def _specialize(self, bound: dict):
-        """The cache key and a Param per parameter. Runtime arguments are specialized by the
-        rules of tilefuse._C.specialize, which the C++ fast path keys launches by."""
-        params, key = [], []
+        """The cache key, a Param per parameter (per leaf of a tuple argument) and the
+        tuples' structure. Runtime arguments are specialized by the rules of
+        tilefuse._C.specialize, which the C++ fast path keys launches by."""
+        bound, tuples = _flatten(bound, self.constexprs)
+        params, key = [], [(name, f"tuple{n}") for name, (_, n) in tuples.items()]
         for name, v in bound.items():
             if name in self.constexprs or v is None or isinstance(v, (tl.dtype, str)):
                 v = tl._unwrap(v)
                 params.append(Param(name, value=v))
                 key.append((name, repr(v)))
                 continue
-            array = array_arg(name, v)
+            if isinstance(v, TensorWrapper):
+                array = (v.dtype.ir, array_arg(name, v.base)[1])
+            else:
+                array = array_arg(name, v)
             if array is not None:
                 spec = _S.pointer(*array)
             else:
@@ -209,16 +310,16 @@ class JITFunction(_C.launcher.Launcher):
                     raise LaunchError(f"argument '{name}': cannot pass a {type(v).__name__} to a kernel")
             params.append(Param(name, value=1) if spec.kind == _S.ArgSpec.Kind.one else Param(name, spec=spec))
             key.append((name, spec.code))
-        return tuple(key), params
+        return tuple(key), params, tuples
 
-    def _compile(self, params) -> CompiledKernel:
+    def _compile(self, params, tuples=None) -> CompiledKernel:
         try:
-            return self._generate(params)
+            return self._generate(params, tuples or {})
         except CompilationError as e:
             # The error shows the kernel's line; the code generator's frames would only bury it.
             raise e.with_traceback(None) from None
 
-    def _generate(self, params) -> CompiledKernel:
+    def _generate(self, params, tuples) -> CompiledKernel:
         module = _ir.Module()
         b = _ir.Builder(module)
         src = self.source
@@ -231,9 +332,12 @@ class JITFunction(_C.launcher.Launcher):
             func.set_int_list_attr("aligned16", hinted)
         scope = {p.name: tl.constexpr(p.value) for p in params if p.spec is None}
         for p, a in zip(args, func.region(0).args):
-            a.name = p.name
+            a.name = p.name.replace(".", "_")
             scope[p.name] = tl.tensor(a)
-        gen = CodeGenerator(self, src, module, b, scope, self.fn.__globals__, _Compiler(module, b))
+        for name in tuples:
+            if "." not in name:
+                scope[name] = _rebuild(name, tuples, scope)
+        gen = CodeGenerator(self, src, module, b, scope, self.fn.__globals__, _Compiler(module, b, self.debug))
         gen.is_kernel = True
         gen.visit_body(src.tree.body)
         b.set_insertion_point_to_end(func.region(0))
@@ -252,10 +356,10 @@ class JITFunction(_C.launcher.Launcher):
         """Compiles (or fetches from the cache) the specialization for these arguments."""
         kwargs.pop("num_warps", None)
         kwargs.pop("num_stages", None)
-        key, params = self._specialize(self._bind(args, kwargs))
+        key, params, tuples = self._specialize(self._bind(args, kwargs))
         kernel = self.cache.get(key)
         if kernel is None:
-            kernel = self.cache[key] = self._compile(params)
+            kernel = self.cache[key] = self._compile(params, tuples)
         return kernel
 
     # --- launch ---
@@ -264,24 +368,31 @@ class JITFunction(_C.launcher.Launcher):
         if num_ctas != 1:
             raise LaunchError(f"{self.__name__}: num_ctas={num_ctas}: thread-block clusters are not supported (only 1)")
         bound = self._bind(args, kwargs)
-        key, params = self._specialize(bound)
+        key, params, tuples = self._specialize(bound)
         kernel = self.cache.get(key)
         if kernel is None:
             # A GPU launch of a prebuilt specialization generates no IR (tilefuse.prebuilt).
-            found = prebuilt.kernel(self, key, params) if select_backend(bound.values()) == "cuda" else None
-            kernel = self.cache[key] = found or self._compile(params)
+            found = (
+                prebuilt.kernel(self, key, params) if not tuples and select_backend(bound.values()) == "cuda" else None
+            )
+            kernel = self.cache[key] = found or self._compile(params, tuples)
         g = grid(dict(bound, num_warps=num_warps, num_stages=num_stages)) if callable(grid) else grid
         g = _check_grid(self.__name__, g)
-        if select_backend(bound.values()) == "cuda":
-            loaded = gpu.launch(kernel, bound, g, num_warps, num_stages)
+        flat = {
+            n: v.base if isinstance(v, TensorWrapper) else v for n, v in _flatten(bound, self.constexprs)[0].items()
+        }
+        # The fast path knows neither tuples nor wrappers: those launches stay on this path.
+        plain = not tuples and all(flat[n] is bound[n] for n in bound)
+        if select_backend(flat.values()) == "cuda":
+            loaded = gpu.launch(kernel, flat, g, num_warps, num_stages)
             if gpu.debug_mode():
                 self._cfast = None  # every debug launch checks its record: none on the fast path
-            elif not callable(grid):
+            elif not callable(grid) and plain:
                 fast = self._fast_path()
                 fast.add_tensor_types(list({type(v) for v in bound.values() if is_torch_tensor(v)}))
                 fast.remember(grid, args, dict(kwargs, num_warps=num_warps, num_stages=num_stages), loaded, kernel)
         else:
-            _launch_interp(kernel, params, bound, g)
+            _launch_interp(kernel, params, flat, g)
         return kernel
 
     def _fast_path(self):
@@ -413,10 +524,11 @@ def _launch_interp(kernel: CompiledKernel, params, bound, grid):
         raise KernelRuntimeError(e.message, e.file, e.line, e.col) from None
 
 
-def jit(fn=None, *, do_not_specialize=(), noinline=False):
-    """Decorator: `@tilefuse.jit` or `@tilefuse.jit(do_not_specialize=("n",))`."""
+def jit(fn=None, *, do_not_specialize=(), noinline=False, debug=None):
+    """Decorator: `@tilefuse.jit` or `@tilefuse.jit(do_not_specialize=("n",))`. debug=False
+    drops the kernel's tl.device_assert checks (Triton's default); None and True keep them."""
 
     def wrap(f):
-        return JITFunction(f, do_not_specialize=do_not_specialize, noinline=noinline)
+        return JITFunction(f, do_not_specialize=do_not_specialize, noinline=noinline, debug=debug)
 
     return wrap(fn) if fn is not None else wrap

@@ -3,6 +3,7 @@
 and triton/_internal_testing.py import; every test's outcome goes to $CONFORMANCE_RESULTS."""
 
 import builtins
+import collections
 import importlib
 import importlib.abc
 import importlib.util
@@ -13,75 +14,19 @@ import os
 import signal
 import sys
 import types
+import zlib
 from pathlib import Path
 
 import pytest
 import tilefuse
 import tilefuse.language as tl
-import torch
 from tilefuse.errors import TilefuseError
 
 _INTERNAL_TESTING = Path(os.environ["CONFORMANCE_INTERNAL_TESTING"])
 _RESULTS = Path(os.environ["CONFORMANCE_RESULTS"])
 _TIMEOUT = int(os.environ.get("CONFORMANCE_TIMEOUT", "0"))
-
-# A view of the same bytes where torch has the dtype; tilefuse reads the torch dtype.
-_TORCH_VIEW = {
-    "int1": torch.bool,
-    "uint8": torch.uint8,
-    "uint16": torch.uint16,
-    "uint32": torch.uint32,
-    "uint64": torch.uint64,
-    "int8": torch.int8,
-    "int16": torch.int16,
-    "int32": torch.int32,
-    "int64": torch.int64,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "float32": torch.float32,
-    "float64": torch.float64,
-    "float8e4nv": torch.float8_e4m3fn,
-    "float8e5": torch.float8_e5m2,
-}
-
-
-class TensorWrapper:
-    """Triton's wrapper of a tensor whose bytes hold a dtype torch does not have."""
-
-    def __init__(self, base, dtype):
-        self.dtype, self.base, self.data, self.device, self.shape = dtype, base, base.data, base.device, base.shape
-
-    def data_ptr(self):
-        return self.base.data_ptr()
-
-    def stride(self, *args):
-        return self.base.stride(*args)
-
-    def element_size(self):
-        return self.base.element_size()
-
-    def cpu(self):
-        return TensorWrapper(self.base.cpu(), self.dtype)
-
-    def copy_(self, other):
-        self.base.copy_(other.base)
-
-    def clone(self):
-        return TensorWrapper(self.base.clone(), self.dtype)
-
-    def to(self, device):
-        return TensorWrapper(self.base.to(device), self.dtype)
-
-    def new_empty(self, sizes):
-        return TensorWrapper(self.base.new_empty(sizes), self.dtype)
-
-
-def reinterpret(tensor, dtype):
-    base = tensor.base if isinstance(tensor, TensorWrapper) else tensor
-    view = _TORCH_VIEW.get(getattr(dtype, "name", None))
-    if view is not None and base.element_size() == torch.empty((), dtype=view).element_size():
-        return base.view(view)
-    return TensorWrapper(base, dtype)
+_SAMPLE = int(os.environ.get("CONFORMANCE_SAMPLE", "0"))
+_SHARD = os.environ.get("CONFORMANCE_SHARD", "0/1")
 
 
 def _load(name, path):
@@ -100,11 +45,36 @@ def _module(name, **attrs):
     return m
 
 
+class _Target(types.SimpleNamespace):
+    """Triton's GPUTarget: backend, arch (the compute capability as an int), warp_size."""
+
+
+class _Utils:
+    def get_device_properties(self, device):
+        import torch
+
+        p = torch.cuda.get_device_properties(device)
+        shared = getattr(p, "shared_memory_per_block_optin", 0)
+        return {"max_shared_mem": shared, "multiprocessor_count": p.multi_processor_count}
+
+
 class _Driver:
-    """Interpreter mode: _internal_testing never asks the driver for a target."""
+    """The target of the GPU the tests run on (--device cuda); the interpreter never asks."""
+
+    utils = _Utils()
+
+    def get_current_device(self):
+        import torch
+
+        return torch.cuda.current_device()
 
     def get_current_target(self):
-        return None
+        import torch  # here: Triton's tests import it anyway, a shim's own test need not
+
+        if not torch.cuda.is_available():
+            return None
+        major, minor = torch.cuda.get_device_capability()
+        return _Target(backend="cuda", arch=10 * major + minor, warp_size=32)
 
 
 class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -130,7 +100,6 @@ def _install():
     triton = _module("triton", **{k: v for k, v in vars(tilefuse).items() if not k.startswith("__")})
     triton.__getattr__ = lambda name: getattr(tilefuse, name)
     triton.TritonError = TilefuseError
-    triton.TensorWrapper, triton.reinterpret = TensorWrapper, reinterpret
     triton.knobs = _module("triton.knobs", language=types.SimpleNamespace(default_fp_fusion=True))
     sys.modules["triton.language"] = tl
     for name, mod in list(sys.modules.items()):
@@ -141,8 +110,8 @@ def _install():
     runtime.errors = _module("triton.runtime.errors", InterpreterError=TilefuseError)
     runtime.jit = _module(
         "triton.runtime.jit",
-        TensorWrapper=TensorWrapper,
-        reinterpret=reinterpret,
+        TensorWrapper=tilefuse.TensorWrapper,
+        reinterpret=tilefuse.reinterpret,
         JITFunction=tilefuse.JITFunction,
         type_canonicalisation_dict=utils.type_canonicalisation_dict,
     )
@@ -226,13 +195,34 @@ def pytest_collection_finish(session):
     del tl.__getattr__
 
 
+def _hash(nodeid):
+    return zlib.crc32(nodeid.encode())
+
+
+def _sample(items, k):
+    """About k of `items`, stratified by test function: each keeps its share (at least one),
+    the ids of smallest hash, so that every run and shard picks the same ones."""
+    groups = collections.defaultdict(list)
+    for it in items:
+        groups[it.nodeid.split("[")[0]].append(it)
+    keep = set()
+    for group in groups.values():
+        n = max(1, round(k * len(group) / len(items)))
+        keep.update(it.nodeid for it in sorted(group, key=lambda it: _hash(it.nodeid))[:n])
+    return keep
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k deselected theirs
 def pytest_collection_modifyitems(config, items):
+    keep = {it.nodeid for it in items}
+    if _SAMPLE and _SAMPLE < len(items):
+        keep = _sample(items, _SAMPLE)
+    shard, shards = map(int, _SHARD.split("/"))
+    keep = {i for i in keep if _hash(i) % shards == shard}
     # After a crash the run restarts: tests that have a result are not run again.
-    done = _done()
-    if done:
-        keep = [i for i in items if i.nodeid not in done]
-        config.hook.pytest_deselected(items=[i for i in items if i.nodeid in done])
-        items[:] = keep
+    keep -= _done()
+    config.hook.pytest_deselected(items=[i for i in items if i.nodeid not in keep])
+    items[:] = [i for i in items if i.nodeid in keep]
 
 
 class _Timeout(Exception):

@@ -1,9 +1,11 @@
 """tl.dot's variants on the GPU (issue 16 part 8), sm_90a here and sm_80 in a subprocess
 (TILEFUSE_TARGET=sm_80, the driver JIT-compiles it for the GPU at hand): f16 accumulators
-(mma.sync's f16 form; FMAs for small tiles, bit-identical to the interpreter's rule there),
+(wgmma's f16 form on sm_90a, in K loops too; mma.sync's on sm_80; FMAs for small tiles,
+bit-identical to the interpreter's rule there),
 3-D dots, input_precision ieee / tf32 / tf32x3 (operand rounding identical to the
-interpreter's), max_num_imprecise_acc, M, N or K below 16 (FMAs). Each result is checked
-against a float64 reference with the dtype's bound (tests/dot_variants_kernels.py)."""
+interpreter's; tf32 products on mma.sync m16n8k8 where the tile allows),
+max_num_imprecise_acc, M, N or K below 16 (FMAs). Each result is checked against a
+float64 reference with the dtype's bound (tests/dot_variants_kernels.py)."""
 
 import os
 import subprocess
@@ -24,6 +26,7 @@ from tests.dot_variants_kernels import (
     f32_bound,
     f64,
     magnitude,
+    matmul_f16_acc,
     random_operand,
     to_tf32,
 )
@@ -100,6 +103,26 @@ def test_f16_accumulator(mnk, has_acc, warps):
         np.testing.assert_array_equal(got.view(np.uint16), exact.view(np.uint16))
 
 
+@pytest.mark.parametrize("warps", [4, 8])
+@pytest.mark.parametrize("mnk", [(128, 128, 256), (256, 128, 512)])
+def test_f16_accumulator_k_loop(mnk, warps):
+    """A K loop of out_dtype=float16 dots: on sm_90a pipelined wgmma with the f16
+    accumulator in registers (wgmma's f16 form), on sm_80 mma.sync's f16 form."""
+    rng = np.random.default_rng(seed(("loop", mnk, warps)))
+    m, n, k = mnk
+    a, b = random_operand(rng, (m, k), np.float16), random_operand(rng, (k, n), np.float16)
+    out = cuda(np.zeros((m, n), np.float16))
+    kernel = matmul_f16_acc[(m // 128, n // 128)](
+        cuda(a), cuda(b), out, m, n, k, BM=128, BN=128, BK=64, num_warps=warps
+    )
+    check_close(host(out, np.float16), np.matmul(f64(a), f64(b)), TC * f16_bound(a, b))
+    ptx = kernel.asm["ptx"]
+    if os.environ.get("TILEFUSE_TARGET") == "sm_80":
+        assert "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16" in ptx
+    else:
+        assert "wgmma.mma_async.sync.aligned.m64n" in ptx and ".f16.f16.f16" in ptx and "mma.sync" not in ptx
+
+
 def test_fp8_f16_accumulator():
     rng = np.random.default_rng(3)
     a = random_operand(rng, (16, 64), ml_dtypes.float8_e4m3fn)
@@ -141,7 +164,7 @@ def test_batched_f16_accumulator():
     check_close(host(out, np.float16), np.matmul(f64(a), f64(b)) + f64(acc), TC * f16_bound(a, b, acc))
 
 
-@pytest.mark.parametrize("mnk", [(16, 16, 16), (64, 64, 64), (8, 4, 128)])
+@pytest.mark.parametrize("mnk", [(16, 16, 16), (64, 64, 64), (128, 64, 256), (8, 4, 128)])
 def test_input_precision(mnk):
     rng = np.random.default_rng(seed(mnk))
     m, n, k = mnk
@@ -149,11 +172,11 @@ def test_input_precision(mnk):
     exact = np.matmul(f64(a), f64(b))
     ieee = run2d(a, b, prec="ieee")
     check_close(ieee, exact, f32_bound(a, b, exact_products=False))
-    tf32 = run2d(a, b, prec="tf32")
-    check_close(tf32, np.matmul(f64(to_tf32(a)), f64(to_tf32(b))), f32_bound(a, b))
+    tf32 = run2d(a, b, prec="tf32")  # on tensor cores (mma.sync m16n8k8) where M, N, K allow
+    check_close(tf32, np.matmul(f64(to_tf32(a)), f64(to_tf32(b))), TC * f32_bound(a, b))
     assert np.abs(f64(tf32) - exact).max() > 10 * np.abs(f64(ieee) - exact).max()
     x3 = run2d(a, b, prec="tf32x3")
-    check_close(x3, exact, (3 * k + 6) * 2.0**-24 * magnitude(a, b) + 2.0**-20 * magnitude(a, b))
+    check_close(x3, exact, TC * (3 * k + 6) * 2.0**-24 * magnitude(a, b) + 2.0**-20 * magnitude(a, b))
 
 
 def test_tf32_rounding_matches_the_interpreter():

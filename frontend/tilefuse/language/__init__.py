@@ -82,6 +82,7 @@ from .core import (  # noqa: F401
     multiple_of,
     num_programs,
     permute,
+    pi32_t,
     pointer_type,
     program_id,
     range,

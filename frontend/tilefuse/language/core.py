@@ -66,6 +66,20 @@ class dtype:
     def int_bitwidth(self) -> int:
         return self.primitive_bitwidth
 
+    @property
+    def fp_mantissa_width(self) -> int:
+        return self._fp_format()[0]
+
+    @property
+    def exponent_bias(self) -> int:
+        return self._fp_format()[1]
+
+    def _fp_format(self):
+        fmt = _FP_FORMATS.get(self.ir)
+        if fmt is None:
+            raise AttributeError(f"{self!r} is not a floating-point type: it has no mantissa width or exponent bias")
+        return fmt
+
     def is_bool(self) -> bool:
         return self.ir == _D.i1
 
@@ -166,6 +180,19 @@ _BY_IR = {
     )
 }
 
+
+# (mantissa bits, exponent bias) of the float types, as Triton's dtype has them.
+_FP_FORMATS = {
+    _D.f8e4b15: (3, 15),
+    _D.f8e4m3: (3, 7),
+    _D.f8e5m2: (2, 15),
+    _D.f16: (10, 15),
+    _D.bf16: (7, 127),
+    _D.f32: (23, 127),
+    _D.f64: (52, 1023),
+    _D.e8m0: (0, 127),
+    _D.f4e2m1: (1, 1),
+}
 
 # Triton's canonical type names (triton._utils.type_canonicalisation_dict's values).
 _CANONICAL = {
@@ -268,6 +295,10 @@ def _unwrap(v):
     return v.value if isinstance(v, constexpr) else v
 
 
+# Triton's name of the pointer to int32 (x.to(tl.pi32_t) of an integer: an address).
+pi32_t = pointer_type(int32)
+
+
 class tensor:
     """A value inside a kernel: a scalar or a tile of static shape."""
 
@@ -348,6 +379,15 @@ class tensor:
     def sigmoid(self, _builder=None):
         return sigmoid(self, _builder=_builder)
 
+    def item(self, _builder=None):
+        """The element of a one-element tile (or a scalar itself) as a scalar."""
+        if self.numel != 1:
+            raise ValueError(f"item() needs a tile of one element, got shape {self.shape}")
+        if not self.shape:
+            return self
+        # The max of the one element is the element (i1 too), on every backend.
+        return max(reshape(self, [1], _builder=_builder), 0, _builder=_builder)
+
     def __getattr__(self, name):
         if name == "T":
             raise AttributeError("x.T is handled by the code generator")
@@ -372,6 +412,7 @@ TENSOR_METHODS = {
     "ravel",
     "abs",
     "sigmoid",
+    "item",
 }
 
 
@@ -463,9 +504,9 @@ def _dtype_arg(d) -> dtype:
 
 
 def _shape_arg(shape) -> list[int]:
-    shape = [
-        _unwrap(s) for s in (shape[0] if len(shape) == 1 and isinstance(_unwrap(shape[0]), (list, tuple)) else shape)
-    ]
+    if len(shape) == 1 and isinstance(_unwrap(shape[0]), (list, tuple)):  # one shape, maybe a constexpr tuple
+        shape = _unwrap(shape[0])
+    shape = [_unwrap(s) for s in shape]
     for s in shape:
         if not isinstance(_unwrap(s), int):
             raise TypeError(f"shapes must be compile-time integers, got {s!r}")
@@ -580,6 +621,8 @@ def store(pointer, value, mask=None, boundary_check=None, cache_modifier="", evi
         return block_ptr.store(_unwrap(pointer), value, mask, boundary_check, _builder)
     p = to_tensor(pointer, _builder)
     v = to_tensor(value, _builder, like=_PointeeProxy(p))
+    if v.type.is_ptr and p.type.is_ptr and p.dtype.element_ty in (int64, uint64):
+        v = cast(v, p.dtype.element_ty, _builder=_builder)  # addresses stored as 64-bit integers, as Triton
     mask = _unwrap(mask)
     m = to_tensor(mask, _builder).handle if mask is not None else None
     _builder.store(p.handle, v.handle, m)
@@ -762,7 +805,19 @@ sin = builtin(_unary(_K.Sin))
 cos = builtin(_unary(_K.Cos))
 floor = builtin(_unary(_K.Floor))
 ceil = builtin(_unary(_K.Ceil))
-abs = builtin(_unary(_K.Abs))
+_abs = _unary(_K.Abs)
+
+
+@builtin
+def abs(x, _builder=None):
+    t = to_tensor(x, _builder)
+    if t.dtype in (float8e4b15, float8e4nv, float8e5):  # storage types: |x| is x without its sign bit
+        bits = cast(t, uint8, bitcast=True, _builder=_builder)
+        mask = to_tensor(0x7F, _builder, like=bits)
+        return cast(tensor(_builder.binary(_K.And, bits.handle, mask.handle)), t.dtype, bitcast=True, _builder=_builder)
+    return _abs(t, _builder=_builder)
+
+
 for _name, _f in (
     ("exp", exp),
     ("exp2", exp2),
@@ -891,9 +946,17 @@ def broadcast(input, other, _builder=None):
 def expand_dims(input, axis, _builder=None):
     x = to_tensor(input, _builder)
     axes = _unwrap(axis)
-    axes = list(axes) if isinstance(axes, (list, tuple)) else [axes]
+    axes = [int(_unwrap(a)) for a in (axes if isinstance(axes, (list, tuple)) else [axes])]
+    # As Triton: negative axes count from the end of the result's dims.
+    ndim = len(x.shape) + len(axes)
+    for a in axes:
+        if not -ndim <= a < ndim:
+            raise ValueError(f"invalid axis {a}. Expected {-ndim} <= axis < {ndim}")
+    axes = [a % ndim for a in axes]
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"expand_dims received duplicate axes, normalized axes = {axes}")
     h = x.handle
-    for a in sorted(int(_unwrap(a)) for a in axes):
+    for a in sorted(axes):
         h = _builder.expand_dims(h, a)
     return tensor(h)
 
@@ -1004,11 +1067,15 @@ def dot(
 ):
     """Triton's tl.dot: 2-D [M, K] x [K, N] or 3-D [B, M, K] x [B, K, N] (one 2-D dot per
     batch index). input_precision ("ieee", "tf32", "tf32x3"; allow_tf32=True is "tf32")
-    applies to f32 operands; the default is "ieee", as f32 dots do not run on tensor cores
-    here (tf32 would only lose precision). out_dtype=float16 accumulates f16 and fp8
+    applies to f32 operands; the default is "ieee" (f32 products, on FMAs on the GPU); tf32
+    dots round the operands to tf32 and run on tf32 tensor cores (mma.sync) where the tile
+    allows. out_dtype=float16 accumulates f16 and fp8
     products in f16. max_num_imprecise_acc is accepted and checked; fp8 products
     accumulate in f32 (the GPU's wgmma accumulator over the whole K loop)."""
     a, b = to_tensor(input, _builder), to_tensor(other, _builder)
+    # float8e4b15 values are f16 values (its bits are f16's without the top exponent bit):
+    # its products run on f16 operands, exactly converted.
+    a, b = (cast(x, float16, _builder=_builder) if x.dtype == float8e4b15 else x for x in (a, b))
     precision, allow_tf32 = _unwrap(input_precision), _unwrap(allow_tf32)
     if precision is not None and allow_tf32 is not None:
         raise ValueError("Only one of input_precision and allow_tf32 can be specified")
