@@ -191,8 +191,9 @@ void verifyAsyncCopy(const Op& op) {
   const Type& p = op.operand(2)->type();
   Type want = Type::ptrTile(buf.elem, shape);
   if (p.withoutLayout() != want)
-    fail(op, std::string("pointers must be ") + want.str() + (transposed ? " (the buffer's tile transposed)" : " (the buffer's tile)") +
-                 ", got " + p.withoutLayout().str());
+    fail(op, std::string("pointers must be ") + want.str() +
+                 (transposed ? " (the buffer's tile transposed)" : " (the buffer's tile)") + ", got " +
+                 p.withoutLayout().str());
   bool masked = op.numOperands() == 4;
   if (masked && op.operand(3)->type() != Type::tile(DType::I1, p.shape).withLayout(p.layout))
     fail(op, "mask must be " + Type::tile(DType::I1, p.shape).withLayout(p.layout).str() + ", got " +
@@ -201,8 +202,8 @@ void verifyAsyncCopy(const Op& op) {
     intAttrAtLeast(op, "width", 1);
     int64_t bytes = op.intAttr("width") * bitWidth(buf.elem) / 8;
     if (bytes != 4 && bytes != 8 && bytes != 16)
-      fail(op, "width=" + std::to_string(op.intAttr("width")) + " of " + std::string(dtypeName(buf.elem)) +
-                   " copies " + std::to_string(bytes) + " bytes a run; cp.async moves 4, 8 or 16");
+      fail(op, "width=" + std::to_string(op.intAttr("width")) + " of " + std::string(dtypeName(buf.elem)) + " copies " +
+                   std::to_string(bytes) + " bytes a run; cp.async moves 4, 8 or 16");
   }
   if (op.hasAttr("prefix") && op.boolAttr("prefix") && !masked) fail(op, "prefix needs a mask");
   resultToken(op, 0);
