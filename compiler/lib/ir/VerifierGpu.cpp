@@ -175,6 +175,40 @@ void verifyWgmma(const Op& op) {
   resultToken(op, 1);
 }
 
+// cp.async of a pointer tile into a stage: runs of `width` elements (4, 8 or 16 bytes,
+// default 1 element), `prefix` (each run copies its mask's valid prefix) and
+// `transposed` (an [N, K] buffer filled from [K, N] pointers) as pipeline-schedule chose.
+void verifyAsyncCopy(const Op& op) {
+  const Type& buf = tileBuffer(op, 0, "buffer");
+  indexOperand(op, 1, "stage");
+  bool transposed = false;
+  for (const char* flag : {"prefix", "transposed"})
+    if (op.hasAttr(flag)) requireAttr(op, flag, 0);
+  if (op.hasAttr("transposed")) transposed = op.boolAttr("transposed");
+  if (transposed && buf.rank() != 2) fail(op, "transposed needs a 2-D buffer, got " + buf.str());
+  std::vector<int64_t> shape = buf.shape;
+  if (transposed) std::swap(shape[0], shape[1]);
+  const Type& p = op.operand(2)->type();
+  Type want = Type::ptrTile(buf.elem, shape);
+  if (p.withoutLayout() != want)
+    fail(op, std::string("pointers must be ") + want.str() +
+                 (transposed ? " (the buffer's tile transposed)" : " (the buffer's tile)") + ", got " +
+                 p.withoutLayout().str());
+  bool masked = op.numOperands() == 4;
+  if (masked && op.operand(3)->type() != Type::tile(DType::I1, p.shape).withLayout(p.layout))
+    fail(op, "mask must be " + Type::tile(DType::I1, p.shape).withLayout(p.layout).str() + ", got " +
+                 op.operand(3)->type().str());
+  if (op.hasAttr("width")) {
+    intAttrAtLeast(op, "width", 1);
+    int64_t bytes = op.intAttr("width") * bitWidth(buf.elem) / 8;
+    if (bytes != 4 && bytes != 8 && bytes != 16)
+      fail(op, "width=" + std::to_string(op.intAttr("width")) + " of " + std::string(dtypeName(buf.elem)) + " copies " +
+                   std::to_string(bytes) + " bytes a run; cp.async moves 4, 8 or 16");
+  }
+  if (op.hasAttr("prefix") && op.boolAttr("prefix") && !masked) fail(op, "prefix needs a mask");
+  resultToken(op, 0);
+}
+
 // plan-tma's decision on a make_desc: a box of the block's rank (each dim at most 256,
 // the last dividing the block's) with its swizzle, or the reason there is none.
 void checkTmaAttrs(const Op& op, bool gpu) {
@@ -289,6 +323,14 @@ void verifyGpuOp(const Op& op) {
       if (!op.result()->type().isSmem())
         fail(op, "result must be a shared-memory buffer smem<...>, got " + op.result()->type().str());
       if (op.hasAttr("smem_at")) intAttrAtLeast(op, "smem_at", 0);  // allocate-shared's placement
+      if (op.hasAttr("barrier_slot")) {  // of mbarriers: the first of their 8-byte slots below 1024 bytes
+        const Type& t = op.result()->type();
+        if (t.shared()) fail(op, "barrier_slot places mbarriers, but " + t.str() + " holds a tile");
+        intAttrAtLeast(op, "barrier_slot", 0);
+        if ((op.intAttr("barrier_slot") + t.shape[0]) * 8 > 1024)
+          fail(op, "barrier_slot " + std::to_string(op.intAttr("barrier_slot")) + " puts " + t.str() +
+                       " past the 128 mbarrier slots");
+      }
       return;
     case OpKind::LocalStore: {
       const Type& buf = tileBuffer(op, 0, "buffer");
@@ -309,18 +351,8 @@ void verifyGpuOp(const Op& op) {
       bufferTile(op, buf, op.result()->type(), "result");
       return;
     }
-    case OpKind::AsyncCopy: {
-      const Type& buf = tileBuffer(op, 0, "buffer");
-      indexOperand(op, 1, "stage");
-      const Type& p = op.operand(2)->type();
-      Type want = Type::ptrTile(buf.elem, buf.shape);
-      if (p.withoutLayout() != want)
-        fail(op, "pointers must be " + want.str() + " (the buffer's tile), got " + p.withoutLayout().str());
-      if (op.numOperands() == 4 && op.operand(3)->type() != Type::tile(DType::I1, p.shape).withLayout(p.layout))
-        fail(op, "mask must be " + Type::tile(DType::I1, p.shape).withLayout(p.layout).str() + ", got " +
-                     op.operand(3)->type().str());
-      return resultToken(op, 0);
-    }
+    case OpKind::AsyncCopy:
+      return verifyAsyncCopy(op);
     case OpKind::AsyncCommit:
       for (unsigned i = 0; i < op.numOperands(); ++i) token(op, i, {OpKind::AsyncCopy});
       return resultToken(op, 0);

@@ -15,7 +15,10 @@
 // buffer is live from its first use to its last, or to the wgmma_wait of a wgmma that
 // reads it (in program order; a use inside a loop or if below the buffer's block
 // counts as that whole op), and buffers whose live ranges overlap get disjoint bytes,
-// the others reuse them; `smem_staged` holds the bytes all of them need.
+// the others reuse them; `smem_staged` holds the bytes all of them need. The rings of
+// loops pipeline-expand rewrote are such buffers: live to the wgmma_wait after their
+// loop (a token the loop yields), so a later buffer (an epilogue's) reuses their bytes;
+// their mbarriers (smem<Nxi64>) get `barrier_slot`, after those of the loops above.
 //
 // before: two pipelined K loops of 3 x 32768 and 2 x 16384 bytes, a dot_scaled on
 // wgmma, then two dots staged by stage-dot-operands
@@ -79,8 +82,13 @@ int64_t placeBuffers(Op& f, int64_t base) {
     };
     for (const Use& u : o->result()->uses()) {
       reach(u.user);
-      if (u.user->kind() == OpKind::Wgmma)
-        for (const Use& t : u.user->result(1)->uses()) reach(t.user);
+      if (u.user->kind() != OpKind::Wgmma) continue;
+      for (const Use& t : u.user->result(1)->uses()) {
+        reach(t.user);
+        // A token a loop yields is waited for after it (insert-waits).
+        if (t.user->kind() == OpKind::Yield && t.user->parentOp()->kind() == OpKind::For)
+          for (const Use& w : t.user->parentOp()->result(t.index)->uses()) reach(w.user);
+      }
     }
     live.push_back(l);
   });
@@ -112,6 +120,12 @@ void allocate(Op& f) {
     if (o->kind() == OpKind::MakeDesc && o->hasAttr("tma_box")) slot = 1;
   });
   f.walk([&](Op* o) {
+    // The mbarriers of an expanded pipeline (pipeline-expand).
+    if (o->kind() == OpKind::SmemAlloc && !o->result()->type().shared() && !o->hasAttr("barrier_slot")) {
+      o->setAttr("barrier_slot", slot);
+      slot += o->result()->type().shape[0];
+      return;
+    }
     if (o->kind() == OpKind::For && o->hasAttr("pipeline_stages")) {
       int64_t stages = o->intAttr("pipeline_stages");
       o->setAttr("ring_at", int64_t{0});

@@ -1,0 +1,190 @@
+// insert-waits: the waits of the loops pipeline-expand rewrote, placed from the
+// tokens that link their copies and wgmma groups (the expander places none but the
+// mbarriers', which go with their phases). In a loop body whose wgmma groups read
+// ring stages (smem_alloc of stages > 1):
+//   - copies in: before the first of them, `async_wait` on the loop-carried token of
+//     the last copy group, leaving pending the groups of the iterations still ahead:
+//     (groups per iteration) x (stages - 1) - 1; then the fence that shows the copied
+//     bytes to the tensor cores and a barrier (cp.async bytes are only this thread's
+//     until then; an mbarrier's wait shows TMA bytes to each waiting thread).
+//   - a stage overwritten: before the first copy into a ring after the groups,
+//     `wgmma_wait` on the last group's token leaving this iteration's groups in flight
+//     (the previous iteration's read the stage being refilled), and a barrier, as every
+//     warpgroup must be done with it. fp8 groups complete as they promote: not counted.
+//   - after the loop: one `wgmma_wait {pending = 0}` on the carried wgmma token passing
+//     every accumulator the loop yields (their uses read the waited values), then the
+//     drain of the copies, `async_wait {pending = 0}` on the carried group token.
+//
+// before (pipeline-expand, 3 stages):
+//   %acc, ..., %groups_out, %tok_out = for ..., %g1, %g1 {
+//   ^(%k, %c, ..., %stage, %groups, %wt):
+//     %d, %t = wgmma %a_ring, %stage, %b_ring, %stage, %c
+//     ...
+//     %n = async_copy %a_ring, %next, ... ; %g = async_commit %n, ...
+//     yield %d, ..., %g, %t
+//   }
+//   %out = cast %acc
+// after:
+//     async_wait %groups {pending = 1}
+//     fence_async_shared
+//     barrier
+//     %d, %t = wgmma %a_ring, %stage, %b_ring, %stage, %c
+//     wgmma_wait %t {pending = 1}
+//     barrier
+//     %n = async_copy ...
+//   }
+//   %acc_done = wgmma_wait %tok_out, %acc {pending = 0}
+//   async_wait %groups_out {pending = 0}
+//   %out = cast %acc_done
+#include <algorithm>
+
+#include "../lower/Staging.h"
+#include "tilefuse/ir/Builder.h"
+#include "tilefuse/passes/Passes.h"
+
+namespace tilefuse::passes {
+namespace {
+
+namespace L = lower::detail;
+
+bool isRing(const Value* buf) {
+  const SharedLayout* s = buf->type().shared();
+  return s && s->stages > 1;
+}
+
+bool readsRing(const Op& op) { return op.kind() == OpKind::Wgmma && (isRing(op.operand(0)) || isRing(op.operand(2))); }
+
+// The op of `body` that is or holds a copy into a ring (a TMA load under its `if`).
+bool copiesIntoRing(Op& op) {
+  bool found = false;
+  op.walk([&](Op* o) {
+    found = found || ((o->kind() == OpKind::AsyncCopy && isRing(o->operand(0))) ||
+                      (o->kind() == OpKind::TmaLoad && isRing(o->operand(1))));
+  });
+  return found;
+}
+
+// The loop-carried value (block argument, and the loop's result) whose yielded value
+// `kind` produces; null when none.
+int carriedOf(const Op& loop, OpKind kind) {
+  const Op& y = *loop.region(0).terminator();
+  for (unsigned i = 0; i < y.numOperands(); ++i) {
+    const Op* d = y.operand(i)->definingOp();
+    if (d && d->kind() == kind && y.operand(i)->type().isToken()) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// Whether any op of `body` (at any depth) is of `kind`.
+bool holds(Block& body, OpKind kind) {
+  bool found = false;
+  for (auto& o : body.ops()) o->walk([&](Op* x) { found = found || x->kind() == kind; });
+  return found;
+}
+
+void loopWaits(Builder& b, Op& loop) {
+  Block& body = loop.region(0);
+  std::vector<Op*> groups;
+  for (auto& o : body.ops())
+    if (readsRing(*o)) groups.push_back(o.get());
+  if (groups.empty()) return;
+  b.setLoc(loop.loc());
+  int stages = 0;
+  for (Op* g : groups)
+    for (unsigned i : {0u, 2u})
+      stages = std::max<int>(stages, static_cast<int>(g->operand(i)->type().shared()->stages));
+  int copyToken = carriedOf(loop, OpKind::AsyncCommit);
+  int wgmmaToken = carriedOf(loop, OpKind::Wgmma);
+  if (wgmmaToken < 0)
+    throw UserError(loop.loc(), "insert-waits: a loop whose wgmma groups read ring stages must carry their token");
+  if (copyToken >= 0 && !holds(body, OpKind::AsyncWait)) {
+    int perIteration = 0;
+    for (auto& o : body.ops()) perIteration += o->kind() == OpKind::AsyncCommit;
+    // The first consumer: the mbarrier wait before the groups, if any, else the first group.
+    Op* first = groups.front();
+    for (auto& o : body.ops()) {
+      if (o.get() == first) break;
+      if (o->kind() == OpKind::MbarrierWait) {
+        first = o.get();
+        break;
+      }
+    }
+    b.setInsertionPointBefore(first);
+    b.create(OpKind::AsyncWait, {body.arg(1 + copyToken)}, {}, {{"pending", int64_t{perIteration * (stages - 1) - 1}}});
+    b.create(OpKind::FenceAsyncShared, {}, {});
+    b.setInsertionPointBefore(groups.front());
+    b.create(OpKind::Barrier, {}, {});
+  }
+  if (!holds(body, OpKind::WgmmaWait)) {
+    Op* refill = nullptr;
+    bool past = false;
+    int inFlight = 0;
+    Value* last = nullptr;
+    for (auto& o : body.ops()) {
+      if (o.get() == groups.front()) past = true;
+      if (readsRing(*o)) {
+        last = o->result(1);
+        inFlight += !L::isFp8(o->operand(0)->type().elem);
+      }
+      if (past && copiesIntoRing(*o)) {
+        refill = o.get();
+        break;
+      }
+    }
+    if (refill) {
+      b.setInsertionPointBefore(refill);
+      b.create(OpKind::WgmmaWait, {last}, {}, {{"pending", int64_t{inFlight}}});
+      b.create(OpKind::Barrier, {}, {});
+    }
+  }
+  // After the loop: the accumulators, then the drain.
+  Op* after = nullptr;
+  for (auto it = loop.parentBlock()->ops().begin(); it != loop.parentBlock()->ops().end(); ++it)
+    if (it->get() == &loop) after = std::next(it)->get();
+  b.setInsertionPointBefore(after);
+  const Op& y = *body.terminator();
+  std::vector<Value*> accs = {loop.result(wgmmaToken)};
+  std::vector<Type> types;
+  for (unsigned i = 0; i < y.numOperands(); ++i) {
+    const Op* d = y.operand(i)->definingOp();
+    bool inFlight = d && d->kind() == OpKind::Wgmma && y.operand(i) == d->result(0) &&
+                    !L::isFp8(d->operand(0)->type().elem) && !loop.result(i)->unused();
+    bool waited = std::any_of(loop.result(i)->uses().begin(), loop.result(i)->uses().end(),
+                              [](const Use& u) { return u.user->kind() == OpKind::WgmmaWait; });
+    if (!inFlight || waited) continue;
+    accs.push_back(loop.result(i));
+    types.push_back(loop.result(i)->type());
+  }
+  if (accs.size() > 1) {
+    Op* wait = b.create(OpKind::WgmmaWait, accs, types, {{"pending", int64_t{0}}});
+    for (unsigned i = 0; i < wait->numResults(); ++i) {
+      Value* r = accs[i + 1];
+      wait->result(i)->setName(r->name().empty() ? "" : r->name() + "_done");
+      std::vector<Use> uses = r->uses();
+      for (const Use& u : uses)
+        if (u.user != wait) u.user->setOperand(u.index, wait->result(i));
+    }
+  }
+  if (copyToken >= 0) {
+    Value* g = loop.result(copyToken);
+    bool drained = std::any_of(g->uses().begin(), g->uses().end(),
+                               [](const Use& u) { return u.user->kind() == OpKind::AsyncWait; });
+    if (!drained) b.create(OpKind::AsyncWait, {g}, {}, {{"pending", int64_t{0}}});
+  }
+}
+
+}  // namespace
+
+void insert_waits(Module& m) {
+  Builder b(m);
+  for (Op* f : m.funcs()) {
+    if (!isGpuStage(*f)) continue;
+    std::vector<Op*> loops;
+    f->walk([&](Op* o) {
+      if (o->kind() == OpKind::For) loops.push_back(o);
+    });
+    for (Op* loop : loops) loopWaits(b, *loop);
+  }
+}
+
+}  // namespace tilefuse::passes

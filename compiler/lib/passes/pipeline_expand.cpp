@@ -1,0 +1,349 @@
+// pipeline-expand: rewrites each K loop that pipeline-schedule annotated into the
+// explicit ring of its schedule. Every staged load gets a ring (an smem_alloc of
+// `pipeline_stages` stages in the #shared layout the schedule chose); a loop with TMA
+// copies gets one mbarrier per stage. The prologue copies iterations 0 .. S-2 into
+// stages 0 .. S-2 (clones of the pointer / mask / offset slice under the loop's
+// initial values, advanced an iteration at a time); the body runs its dots as wgmma
+// groups on the current stage and then copies iteration j + S - 1 (its slice cloned
+// with the loop-carried values advanced S - 1 times) into the stage iteration j - 1
+// read. A copy past the last iteration copies nothing: cp.async masked off (zero
+// fill, no access), TMA not issued. The loop carries the stage index, the last copy
+// group's token (cp.async), the mbarriers' phase bits (bit s: the parity stage s
+// waits for next; TMA) and the last wgmma's token.
+//
+// The waits that order copies and reads are left to insert-waits (async_wait before
+// the dots, wgmma_wait before a stage is overwritten and after the loop, the drain),
+// except an mbarrier's wait, which belongs to the phase bookkeeping done here.
+// allocate-shared then places the rings like any buffer. Loops of dot_scaled, or of
+// operands bitcast after their load, keep their schedule: the lowering expands them
+// (LowerPipeline.cpp).
+//
+// before (pipeline-schedule, 3 stages):
+//   %acc = for %lb, %n, %st, %zero, %ap0 : ... {pipeline_stage_bytes = 32768, pipeline_stages = 3} {
+//   ^(%k: i32, %c: ..., %ap: ...):
+//     %av = load %ap {staged_at = 0, staged_copy = "cp.async", staged_width = 8, ...}
+//     %d = dot %av, %bv, %c
+//     %ap_next = ptr_add %ap, %step
+//     yield %d, %ap_next
+// after:
+//   %av_ring = smem_alloc : smem<128x64xbf16, #shared<swizzle=128, rows=128, cols=64, eb=2, stages=3>>
+//   (stage 0 and 1: %v = cmp %k_i, %n; async_copy %av_ring, %s_i, %ap_i, splat %v {width = 8};
+//    %g_i = async_commit ...)
+//   %acc, %ap_out, %stage_out, %groups_out, %wgmma_out = for ..., %s0, %g_1, %g_1 {
+//   ^(%k, %c, %ap, %stage, %groups, %wt):
+//     %d, %t = wgmma %av_ring, %stage, %bv_ring, %stage, %c
+//     (the slice of iteration k + 2: %ap_2 = ptr_add (ptr_add %ap, ..), ..)
+//     async_copy %av_ring, %next, %ap_2, ... ; %g = async_commit ...
+//     yield %d, %ap_next, %stage_next, %g, %t
+#include <functional>
+#include <map>
+#include <set>
+
+#include "../lower/PipelinePlan.h"
+#include "tilefuse/ir/Builder.h"
+#include "tilefuse/passes/Passes.h"
+
+namespace tilefuse::passes {
+namespace {
+
+namespace L = lower::detail;
+
+Type i32() { return Type::scalar(DType::I32); }
+
+// Body block argument -> its value in the iteration being copied.
+using Env = std::map<const Value*, Value*>;
+
+struct Ring {
+  Op* load;
+  Value* buf;
+};
+
+// The op after `op` in its block (its block always ends in a terminator after it).
+Op* nextOp(const Op* op) {
+  auto& ops = op->parentBlock()->ops();
+  for (auto it = ops.begin(); it != ops.end(); ++it)
+    if (it->get() == op) return std::next(it)->get();
+  throw InternalError("pipeline-expand: an op not in its block");
+}
+
+// The loop values the copies of `rings` depend on: the induction variable and the
+// carried values reachable from the loads' operands, through the yields.
+std::vector<const Value*> copyArgs(const std::vector<Ring>& rings, const Block& body) {
+  std::set<const Value*> seen;
+  std::function<void(const Value*)> visit = [&](const Value* v) {
+    if (v->ownerBlock() != &body || !seen.insert(v).second) return;
+    if (const Op* def = v->definingOp()) {
+      for (Value* o : def->operands()) visit(o);
+    } else if (v != body.arg(0)) {
+      visit(body.terminator()->operand(v->index() - 1));
+    }
+  };
+  for (const Ring& r : rings)
+    for (const Value* x : L::copyInputs(*r.load)) visit(x);
+  std::vector<const Value*> args = {body.arg(0)};
+  for (unsigned i = 1; i < body.numArgs(); ++i)
+    if (seen.count(body.arg(i))) args.push_back(body.arg(i));
+  return args;
+}
+
+class Expander {
+ public:
+  Expander(Builder& b, Op& loop, int threads) : b_(b), loop_(loop), body_(loop.region(0)), threads_(threads) {}
+
+  // False: the loop keeps its schedule for the lowering (see the file comment).
+  bool expandable() const {
+    for (const auto& o : body_.ops()) {
+      if (o->kind() == OpKind::DotScaled && L::onWgmmaLayout(*o)) return false;
+      if (o->kind() == OpKind::Bitcast && o->operand(0)->definingOp() &&
+          o->operand(0)->definingOp()->hasAttr("staged_at"))
+        return false;
+    }
+    return true;
+  }
+
+  void run();
+
+ private:
+  bool reused() const;
+  Value* clone(Value* v, Env& env, std::map<const Value*, Value*>& memo);
+  Env advance(const Env& env);
+  Value* copies(Env& env, Value* stage, Value* valid, Op* before);
+  void addCarried(Value* init, Value* next);
+
+  Builder& b_;
+  Op& loop_;
+  Block& body_;
+  int threads_;
+  int stages_ = 0;
+  std::vector<Ring> rings_;
+  Value* bars_ = nullptr;
+  std::vector<const Value*> args_;  // the loop values the copies depend on
+};
+
+// Whether the loop may run after other users of shared memory: it is in a loop, or a
+// buffer or pipelined loop comes before it.
+bool Expander::reused() const {
+  for (const Op* p = loop_.parentOp(); p; p = p->parentOp())
+    if (p->kind() == OpKind::For || p->kind() == OpKind::While) return true;
+  bool before = false, done = false;
+  const Op* f = &loop_;
+  while (f->parentOp()) f = f->parentOp();
+  const_cast<Op*>(f)->walk([&](Op* o) {
+    if (o == &loop_) done = true;
+    if (done || o == &loop_) return;
+    before = before || o->kind() == OpKind::SmemAlloc || (o->kind() == OpKind::For && o->hasAttr("pipeline_stages"));
+  });
+  return before;
+}
+
+// `v` (a value of the body) in the iteration of `env`: its slice of index math cloned
+// at the insertion point.
+Value* Expander::clone(Value* v, Env& env, std::map<const Value*, Value*>& memo) {
+  if (auto it = env.find(v); it != env.end()) return it->second;
+  if (v->ownerBlock() != &body_) return v;
+  if (auto it = memo.find(v); it != memo.end()) return it->second;
+  Op* def = v->definingOp();
+  if (!def) throw UserError(loop_.loc(), "pipeline-expand: a staged copy depends on a loop value it cannot advance");
+  std::vector<Value*> ins;
+  for (Value* o : def->operands()) ins.push_back(clone(o, env, memo));
+  std::vector<Type> types;
+  for (Value* r : def->results()) types.push_back(r->type());
+  Op* c = b_.create(def->kind(), ins, types, def->attrs());
+  for (unsigned i = 0; i < def->numResults(); ++i) memo[def->result(i)] = c->result(i);
+  return memo.at(v);
+}
+
+// `env` one iteration ahead: the induction variable grows by the step, each carried
+// value becomes what the body yields for it.
+Env Expander::advance(const Env& env) {
+  Env cur = env, next;
+  std::map<const Value*, Value*> memo;
+  for (const Value* a : args_) {
+    if (a == body_.arg(0)) {
+      next[a] = b_.binary(OpKind::Add, cur.at(a), loop_.operand(2));
+      continue;
+    }
+    next[a] = clone(body_.terminator()->operand(a->index() - 1), cur, memo);
+  }
+  return next;
+}
+
+// Copies every staged operand of the iteration of `env` into `stage` when `valid`;
+// returns the cp.async group's token (null for TMA copies only). Inserts before `before`.
+Value* Expander::copies(Env& env, Value* stage, Value* valid, Op* before) {
+  std::map<const Value*, Value*> memo;
+  int64_t tmaBytes = 0;
+  for (const Ring& r : rings_)
+    if (r.load->kind() == OpKind::DescLoad) tmaBytes += r.load->result()->type().numel() * r.buf->type().shared()->eb;
+  if (tmaBytes) {
+    std::vector<std::vector<Value*>> coords;
+    for (const Ring& r : rings_) {
+      if (r.load->kind() != OpKind::DescLoad) continue;
+      std::vector<Value*> c;
+      for (unsigned i = 1; i < r.load->numOperands(); ++i) {
+        Value* x = clone(r.load->operand(i), env, memo);
+        c.push_back(x->type() == i32() ? x : b_.cast(x, DType::I32));
+      }
+      coords.push_back(std::move(c));
+    }
+    // Thread 0 of the emitters issues both; an iteration past the end issues nothing.
+    Op* when = b_.createIf(valid, {});
+    b_.setInsertionPointToEnd(when->region(0));
+    b_.create(OpKind::MbarrierExpect, {bars_, stage}, {}, {{"bytes", tmaBytes}});
+    size_t at = 0;
+    for (const Ring& r : rings_) {
+      if (r.load->kind() != OpKind::DescLoad) continue;
+      std::vector<Value*> ops = {r.load->operand(0), r.buf, stage, bars_, stage};
+      ops.insert(ops.end(), coords[at].begin(), coords[at].end());
+      ++at;
+      b_.create(OpKind::TmaLoad, ops, {});
+    }
+    b_.yield({});
+    b_.setInsertionPointToEnd(when->region(1));
+    b_.yield({});
+    b_.setInsertionPointBefore(before);
+  }
+  std::vector<Value*> group;
+  for (const Ring& r : rings_) {
+    const Op& ld = *r.load;
+    if (ld.kind() != OpKind::Load) continue;
+    Value* ptrs = clone(ld.operand(0), env, memo);
+    const Type& pt = ptrs->type();
+    Value* mask = b_.create(OpKind::Splat, {valid}, {Type::tile(DType::I1, pt.shape).withLayout(pt.layout)})->result();
+    if (ld.numOperands() > 1)
+      mask = b_.create(OpKind::And, {clone(ld.operand(1), env, memo), mask}, {mask->type()})->result();
+    std::map<std::string, Attr> attrs = {{"width", ld.intAttr("staged_width")}};
+    for (const char* flag : {"prefix", "transposed"})
+      if (std::string name = std::string("staged_") + flag; ld.hasAttr(name) && ld.boolAttr(name)) attrs[flag] = true;
+    group.push_back(b_.create(OpKind::AsyncCopy, {r.buf, stage, ptrs, mask}, {Type::token()}, attrs)->result());
+  }
+  if (group.empty()) return nullptr;
+  return b_.create(OpKind::AsyncCommit, group, {Type::token()})->result();
+}
+
+// A new loop-carried value: `init` into the loop, `next` yielded.
+void Expander::addCarried(Value* init, Value* next) {
+  loop_.addOperand(init);
+  loop_.addResult(init->type())->setName(body_.arg(loop_.numResults())->name() + "_out");
+  body_.terminator()->addOperand(next);
+}
+
+void Expander::run() {
+  stages_ = static_cast<int>(loop_.intAttr("pipeline_stages"));
+  bool sync = reused();
+  b_.setLoc(loop_.loc());
+  b_.setInsertionPointBefore(&loop_);
+  // The ring of every staged load, in body order.
+  bool tma = false;
+  for (const auto& o : body_.ops()) {
+    if (!o->hasAttr("staged_at")) continue;
+    const std::vector<int64_t>& t = o->intsAttr("staged_tile");
+    SharedLayout s{.swizzle = t[3], .rows = t[0], .cols = t[1], .eb = t[2], .stages = stages_};
+    Value* buf = b_.create(OpKind::SmemAlloc, {}, {Type::smem(o->result()->type().elem, {t[0], t[1]}, s)})->result();
+    buf->setName((o->result()->name().empty() ? "staged" : o->result()->name()) + "_ring");
+    rings_.push_back({o.get(), buf});
+    tma = tma || o->kind() == OpKind::DescLoad;
+  }
+  // Shared memory used before (this loop entered again, or earlier buffers whose bytes
+  // the ring may reuse): no warpgroup may still read what the first copies overwrite,
+  // nor wait on an mbarrier initialized again.
+  if (sync) b_.create(OpKind::Barrier, {}, {});
+  if (tma) {
+    bars_ = b_.create(OpKind::SmemAlloc, {}, {Type::smem(DType::I64, {stages_})})->result();
+    bars_->setName("bars");
+    for (int s = 0; s < stages_; ++s) b_.create(OpKind::MbarrierInit, {bars_, b_.i32(s)}, {}, {{"count", int64_t{1}}});
+    b_.create(OpKind::Barrier, {}, {});  // every thread sees them initialized
+  }
+  args_ = copyArgs(rings_, body_);
+
+  // Prologue: iterations 0 .. S-2.
+  Env env;
+  for (const Value* a : args_) env[a] = a == body_.arg(0) ? loop_.operand(0) : loop_.operand(3 + a->index() - 1);
+  Value* groups = nullptr;
+  for (int d = 0; d + 1 < stages_; ++d) {
+    if (d) env = advance(env);
+    Value* valid = b_.cmp("lt", env.at(body_.arg(0)), loop_.operand(1));
+    if (Value* g = copies(env, b_.i32(d), valid, &loop_)) groups = g;
+  }
+  // The carried wgmma token needs a value before the first group: an empty copy group.
+  Value* noWgmma = groups ? groups : b_.create(OpKind::AsyncCommit, {}, {Type::token()})->result();
+
+  // The body: the dots on the current stage, then the copy of iteration j + S - 1.
+  Value* stage = body_.addArg(i32());
+  stage->setName("stage");
+  if (groups) body_.addArg(Type::token())->setName("groups");
+  Value* phases = tma ? body_.addArg(i32()) : nullptr;
+  if (phases) phases->setName("phases");
+  body_.addArg(Type::token())->setName("wgmma_token");
+  std::map<const Op*, Value*> ringOf;
+  for (const Ring& r : rings_) ringOf[r.load] = r.buf;
+  std::vector<Op*> dots;
+  for (const auto& o : body_.ops())
+    if (L::onWgmmaLayout(*o)) dots.push_back(o.get());
+  Op* afterDots = nextOp(dots.back());
+  b_.setInsertionPointBefore(dots.front());
+  Value* phasesNext = nullptr;
+  if (tma) {
+    Value* parity = b_.binary(OpKind::And, b_.binary(OpKind::Shr, phases, stage), b_.i32(1));
+    b_.create(OpKind::MbarrierWait, {bars_, stage, parity}, {});
+    phasesNext = b_.binary(OpKind::Xor, phases, b_.binary(OpKind::Shl, b_.i32(1), stage));
+  }
+  Value* tok = nullptr;
+  for (Op* dot : dots) {
+    L::WgmmaB bs = L::wgmmaB(*dot, threads_);
+    Op* trans = bs.value != dot->operand(1) ? dot->operand(1)->definingOp() : nullptr;
+    b_.setInsertionPointBefore(dot);
+    b_.setLoc(dot->loc());
+    Value* a = ringOf.at(dot->operand(0)->definingOp());
+    Value* bb = ringOf.at(bs.value->definingOp());
+    Op* mma = b_.create(OpKind::Wgmma, {a, stage, bb, stage, dot->operand(2)}, {dot->result()->type(), Type::token()});
+    if (bs.kMajor) mma->setAttr("b_kmajor", true);
+    mma->result(0)->setName(dot->result()->name());
+    tok = mma->result(1);
+    dot->result()->replaceAllUsesWith(mma->result(0));
+    dot->erase();
+    if (trans && trans->result()->unused()) trans->erase();
+  }
+  b_.setLoc(loop_.loc());
+  b_.setInsertionPointBefore(afterDots);
+  Env ahead;
+  for (const Value* a : args_) ahead[a] = const_cast<Value*>(a);
+  for (int s = 1; s < stages_; ++s) ahead = advance(ahead);
+  Value* valid = b_.cmp("lt", ahead.at(body_.arg(0)), loop_.operand(1));
+  Value* later = b_.binary(OpKind::Add, stage, b_.i32(stages_ - 1));
+  Value* wrapped =
+      b_.select(b_.cmp("uge", later, b_.i32(stages_)), b_.binary(OpKind::Sub, later, b_.i32(stages_)), later);
+  Value* groupsNext = copies(ahead, wrapped, valid, afterDots);
+  Value* next = b_.binary(OpKind::Add, stage, b_.i32(1));
+  Value* stageNext = b_.select(b_.cmp("eq", next, b_.i32(stages_)), b_.i32(0), next);
+  b_.setInsertionPointBefore(&loop_);
+  addCarried(b_.i32(0), stageNext);
+  if (groups) addCarried(groups, groupsNext);
+  if (tma) addCarried(b_.i32(0), phasesNext);
+  addCarried(noWgmma, tok);
+  for (const Ring& r : rings_) {
+    if (!r.load->result()->unused())
+      throw UserError(r.load->loc(), "pipeline-expand: a staged load is read by other ops than its loop's wgmma dots");
+    r.load->erase();
+  }
+  loop_.removeAttr("pipeline_stages");
+  loop_.removeAttr("pipeline_stage_bytes");
+}
+
+}  // namespace
+
+void pipeline_expand(Module& m) {
+  Builder b(m);
+  for (Op* f : m.funcs()) {
+    if (!isGpuStage(*f) || f->strAttr("arch") != "sm_90a") continue;
+    int threads = 32 * static_cast<int>(f->intAttr("num_warps"));
+    std::vector<Op*> loops;
+    f->walk([&](Op* o) {
+      if (o->kind() == OpKind::For && o->hasAttr("pipeline_stages")) loops.push_back(o);
+    });
+    for (Op* loop : loops)
+      if (Expander e(b, *loop, threads); e.expandable()) e.run();
+  }
+}
+
+}  // namespace tilefuse::passes
