@@ -136,7 +136,7 @@ fuzz-lib: build-asan-cpp
 	  bin=$(ASAN_BUILD)/tests/fuzz/fuzz_$$t; out=$(ASAN_BUILD)/fuzz/$$t; mkdir -p $$out/corpus; \
 	  if [ -n "$$(ls tests/fuzz/regressions/$$t 2>/dev/null)" ]; then \
 	    $(SAN_ENV) $$bin tests/fuzz/regressions/$$t/* || exit 1; fi; \
-	  $(SAN_ENV) $$bin -max_total_time=$(FUZZ_SECONDS) -max_len=16384 -timeout=20 -rss_limit_mb=4096 \
+	  $(SAN_ENV) $$bin -max_total_time=$(FUZZ_SECONDS) -seed=1 -max_len=16384 -timeout=20 -rss_limit_mb=4096 \
 	    -print_final_stats=1 -artifact_prefix=$$out/ $$out/corpus tests/fuzz/corpus/ir || exit 1; \
 	done
 
