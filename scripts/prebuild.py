@@ -61,7 +61,7 @@ def recording():
     launches = {}
 
     def run(self, *args, grid, num_warps=jit.NUM_WARPS, num_stages=jit.NUM_STAGES, num_ctas=1, **kwargs):
-        key, params = self._specialize(self._bind(args, kwargs))
+        key, params, _ = self._specialize(self._bind(args, kwargs))
         launches.setdefault((self, key, num_warps, num_stages), params)
 
     def kind_of(name, a):
