@@ -451,7 +451,8 @@ def fc2_dgrad_kernel(
     )  # fmt: skip
 
 
-@tf.jit
+# The key words change every call: one compiled kernel for all of them.
+@tf.jit(do_not_specialize=("k0", "k1", "k2", "k3"))
 def fc2_nvfp4_kernel(
     g_ptr,
     c_ptr,

@@ -252,7 +252,8 @@ def e2m1_codes(v, rbits, STOCHASTIC: tl.constexpr):
     return q.to(tl.int8, bitcast=True) & 0xF
 
 
-@tf.jit
+# The seed halves change every call: one compiled kernel for all of them.
+@tf.jit(do_not_specialize=("seed_lo", "seed_hi"))
 def nvfp4_quantize(
     x_ptr,
     ts_ptr,

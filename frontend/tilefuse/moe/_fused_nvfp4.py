@@ -19,6 +19,8 @@ zeros gives.
 
 from __future__ import annotations
 
+import numpy as np
+
 from kernels_dsl.moe import fused as K
 
 from .. import cdiv
@@ -118,7 +120,8 @@ def _keys(seeds):
     if seeds is None:
         return False, (0, 0, 0, 0)
     r, c = seeds
-    return True, (r & _M32, r >> 32, c & _M32, c >> 32)
+    # int64 whatever the value: the key words' type must not depend on the seed.
+    return True, tuple(np.int64(w) for w in (r & _M32, r >> 32, c & _M32, c >> 32))
 
 
 def fc2_dgrad(dy, w2, splits, c, probs, act, a, n, k, glu, recompute, seeds, cfg):

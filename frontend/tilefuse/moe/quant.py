@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from kernels_dsl.moe import quantize as K
 
 from .. import language as tl
@@ -156,7 +158,7 @@ def _nvfp4(x, rows, cols, s_r, s_c, axis, tile2d, rht, stochastic, seed):
     _launch(K.nvfp4_amax, g, x, partials, rows, cols, s_r, s_c, RHT=rht, TR=TILE_ROWS)
     n = g[0] * g[1]
     _launch(K.nvfp4_tensor_scale, (1, 1), partials, n, tensor_scale, BLOCK=_SCALE_PARTIALS_BLOCK)
-    seeds = (seed & 0xFFFFFFFF, seed >> 32)
+    seeds = (np.int64(seed & 0xFFFFFFFF), np.int64(seed >> 32))  # one type whatever the seed
     meta = dict(BR=br, RHT=rht, STOCHASTIC=stochastic, TR=TILE_ROWS)
     _launch(K.nvfp4_quantize, g, x, tensor_scale, data, _arrays.as_int8(scale), rows, cols, s_r, s_c, *seeds, **meta)
     return Quantized(

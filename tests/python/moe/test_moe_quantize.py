@@ -276,3 +276,15 @@ def test_empty_inputs():
 )
 def test_float16_inputs(rng, recipe, options):
     check(random_input(rng, (128, 128), np.float16, spread=4), recipe, **options)
+
+
+def test_stochastic_seeds_share_one_kernel():
+    # A fresh seed each call (the MLP's backward) must not compile anew: the seed halves are
+    # int64 and not specialized (a value's type and divisibility would otherwise key them).
+    from kernels_dsl.moe import quantize as kernels
+
+    x = np.random.default_rng().standard_normal((32, 64)).astype(ml_dtypes.bfloat16)
+    kernels.nvfp4_quantize.cache.clear()
+    for seed in (0, 1, 16, 2**31 + 5, 2**40 + 17, 2**63 + 3):
+        moe.quantize(x, "nvfp4", stochastic=True, seed=seed)
+    assert len(kernels.nvfp4_quantize.cache) == 1
