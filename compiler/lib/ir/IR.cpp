@@ -244,8 +244,10 @@ std::vector<Op*> Module::funcs() const {
 std::string funcName(const Op& func) { return func.strAttr("sym_name"); }
 
 std::vector<Type> funcResultTypes(const Op& func) {
+  // Not a type list (hand-written IR: `{results = 1}`): none here; the verifier says what is wrong.
   const Attr* a = func.attr("results");
-  return a ? std::get<std::vector<Type>>(*a) : std::vector<Type>{};
+  const auto* types = a ? std::get_if<std::vector<Type>>(a) : nullptr;
+  return types ? *types : std::vector<Type>{};
 }
 
 bool isGpuStage(const Op& func) {

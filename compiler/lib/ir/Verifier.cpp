@@ -497,6 +497,13 @@ void checkFuncAttrs(const Op& func) {
   requireAttr(func, "sym_name", 3);
   if (func.hasAttr("results")) requireAttr(func, "results", 5);
   if (func.hasAttr("kernel")) requireAttr(func, "kernel", 0);
+  if (func.hasAttr("aligned16")) {  // the specialization's hints: indices of the arguments
+    requireAttr(func, "aligned16", 4);
+    auto n = static_cast<int64_t>(func.region(0).numArgs());
+    for (int64_t i : std::get<std::vector<int64_t>>(*func.attr("aligned16")))
+      if (i < 0 || i >= n)
+        fail(func, "'aligned16' names argument " + std::to_string(i) + ", but the function has " + std::to_string(n));
+  }
 }
 
 void verifyCall(const Op& op) {

@@ -284,7 +284,10 @@ void Expander::run() {
   b_.setInsertionPointBefore(dots.front());
   Value* phasesNext = nullptr;
   if (tma) {
-    Value* parity = b_.binary(OpKind::And, b_.binary(OpKind::Shr, phases, stage), b_.i32(1));
+    // One builder call per statement where a call has two: C++ leaves the order of arguments
+    // open, and the order of the ops made must not depend on the compiler.
+    Value* one = b_.i32(1);
+    Value* parity = b_.binary(OpKind::And, b_.binary(OpKind::Shr, phases, stage), one);
     b_.create(OpKind::MbarrierWait, {bars_, stage, parity}, {});
     phasesNext = b_.binary(OpKind::Xor, phases, b_.binary(OpKind::Shl, b_.i32(1), stage));
   }
@@ -311,11 +314,12 @@ void Expander::run() {
   for (int s = 1; s < stages_; ++s) ahead = advance(ahead);
   Value* valid = b_.cmp("lt", ahead.at(body_.arg(0)), loop_.operand(1));
   Value* later = b_.binary(OpKind::Add, stage, b_.i32(stages_ - 1));
-  Value* wrapped =
-      b_.select(b_.cmp("uge", later, b_.i32(stages_)), b_.binary(OpKind::Sub, later, b_.i32(stages_)), later);
+  Value* less = b_.binary(OpKind::Sub, later, b_.i32(stages_));
+  Value* wrapped = b_.select(b_.cmp("uge", later, b_.i32(stages_)), less, later);
   Value* groupsNext = copies(ahead, wrapped, valid, afterDots);
   Value* next = b_.binary(OpKind::Add, stage, b_.i32(1));
-  Value* stageNext = b_.select(b_.cmp("eq", next, b_.i32(stages_)), b_.i32(0), next);
+  Value* zero = b_.i32(0);
+  Value* stageNext = b_.select(b_.cmp("eq", next, b_.i32(stages_)), zero, next);
   b_.setInsertionPointBefore(&loop_);
   addCarried(b_.i32(0), stageNext);
   if (groups) addCarried(groups, groupsNext);
