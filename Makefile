@@ -89,6 +89,9 @@ SAN_ENV = ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stack
 # differs from the golden (gcc-built) files in 10 matmul cases (not a sanitizer report).
 ASAN_PYTESTS ?= tests/python --ignore=tests/python/test_golden_ptx.py
 FUZZ_SECONDS ?= 60
+# At most this many inputs per target too (-1: no limit). With the fixed seed, a run of N inputs
+# replays exactly on another machine: CI's findings can be reproduced here.
+FUZZ_RUNS ?= -1
 
 deps-clang:
 	@missing=$$(for p in $(CLANG_APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -136,7 +139,7 @@ fuzz-lib: build-asan-cpp
 	  bin=$(ASAN_BUILD)/tests/fuzz/fuzz_$$t; out=$(ASAN_BUILD)/fuzz/$$t; mkdir -p $$out/corpus; \
 	  if [ -n "$$(ls tests/fuzz/regressions/$$t 2>/dev/null)" ]; then \
 	    $(SAN_ENV) $$bin tests/fuzz/regressions/$$t/* || exit 1; fi; \
-	  $(SAN_ENV) $$bin -max_total_time=$(FUZZ_SECONDS) -seed=1 -max_len=16384 -timeout=20 -rss_limit_mb=4096 \
+	  $(SAN_ENV) $$bin -max_total_time=$(FUZZ_SECONDS) -runs=$(FUZZ_RUNS) -seed=1 -max_len=16384 -timeout=20 -rss_limit_mb=4096 \
 	    -print_final_stats=1 -artifact_prefix=$$out/ $$out/corpus tests/fuzz/corpus/ir || exit 1; \
 	done
 

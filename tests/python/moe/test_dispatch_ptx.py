@@ -12,23 +12,10 @@ from tilefuse import gpu, moe
 from kernels_dsl.moe import dispatch as kernels
 from tests.ptxas import PTXAS, assert_assembles
 from tests.python.moe.gemm_reference import BF16
+from tests.python.moe.recorder import Recorder
 
 D = importlib.import_module("tilefuse.moe.dispatch")
 NAMES = ("block_counts", "expert_offsets", "permute", "segment_ids", "gather_rows", "combine_rows", "combine_dweights")
-
-
-class Recorder:
-    """Runs a kernel of kernels_dsl.moe.dispatch and records each launch's arguments."""
-
-    def __init__(self, kernel, seen):
-        self.kernel, self.seen = kernel, seen
-
-    def __getitem__(self, grid):
-        def launch(*args, **meta):
-            self.seen.append((self.kernel, args, dict(meta)))
-            return self.kernel[grid](*args, **meta)
-
-        return launch
 
 
 def launches(monkeypatch, experts):

@@ -12,24 +12,11 @@ from kernels_dsl.moe import mlp as kernels
 from tests.ptxas import PTXAS, assert_assembles
 from tests.python.moe import mlp_cases as cases
 from tests.python.moe import mlp_reference as ref
+from tests.python.moe.recorder import Recorder
 
 NAMES = ("cast_rows", "grouped_bias_grad", "scaled_bias_dprobs", "check_splits")
 # bf16's FC1 epilogue is moe.fused's kernel, which stores C in bf16 itself: no cast_rows.
 LAUNCHED = {"bf16": set(NAMES) - {"cast_rows"}, "mxfp8": set(NAMES)}
-
-
-class Recorder:
-    """Runs a kernel of kernels_dsl.moe.mlp and records each launch's arguments."""
-
-    def __init__(self, kernel, seen):
-        self.kernel, self.seen = kernel, seen
-
-    def __getitem__(self, grid):
-        def launch(*args, **meta):
-            self.seen.append((self.kernel, args, dict(meta)))
-            return self.kernel[grid](*args, **meta)
-
-        return launch
 
 
 def launches(monkeypatch, recipe):
