@@ -16,7 +16,7 @@ from __future__ import annotations
 from kernels_dsl.moe import gemm_nvfp4 as K
 
 from .. import cdiv
-from .grouped_gemm import _check_bias, _check_splits, _config, _out, _schedule, _wgrad_setup
+from .grouped_gemm import _check_bias, _check_splits, _config, _out, _schedule, _wgrad_setup, bias_kind
 from .quant import Quantized
 
 
@@ -69,7 +69,7 @@ def gemm(fn, a, w, splits, bias, bias_scale, out, out_dtype, config, dgrad):
         o,
         n,
         DGRAD=dgrad,
-        BIAS=0 if bias is None else 1 if bias_scale is None else 2,
+        BIAS=bias_kind(bias, bias_scale),
         BM=cfg.block_m,
         BO=cfg.block_n,
         BC=_step(c, cfg.block_k),

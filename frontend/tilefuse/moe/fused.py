@@ -28,7 +28,7 @@ from ..jit import interp_buffers
 from . import _arrays
 from . import _fused_nvfp4 as NV
 from .activations import _activation, _layout, _params
-from .grouped_gemm import GemmConfig, _check, _check_fp8, _check_splits, _config, _schedule, _weights
+from .grouped_gemm import GemmConfig, _check, _check_fp8, _check_splits, _config, _schedule, _weights, bias_kind
 from .grouped_gemm import _check_bias as _check_gemm_bias
 from .quant import Quantized
 
@@ -248,7 +248,7 @@ def fc1_forward(
             *strides,
             *params,
             ACT=act,
-            BIAS=0 if bias is None else 1 if bias_scale is None else 2,
+            BIAS=bias_kind(bias, bias_scale),
             EXACT=mode == "exact",
             OUT=OUT[recipe] if quantized else 0,
             **w_meta,

@@ -178,6 +178,11 @@ PERSISTENT_GROUP_M = 8  # row tiles side by side in the persistent order (Triton
 PERSISTENT_PROGRAMS_PER_SM = 1
 
 
+def bias_kind(bias, scale) -> int:
+    """The kernels' BIAS constexpr: 0 no bias, 1 a bias, 2 a bias scaled by `scale` (the probs)."""
+    return 0 if bias is None else 1 if scale is None else 2
+
+
 @functools.lru_cache(maxsize=8)
 def _sm_count(device) -> int:
     import torch
@@ -230,7 +235,7 @@ def _persistent_gemm(a, wt: _Weights, splits, out, bias, scale, c, o, dgrad, cfg
         c,
         o,
         DGRAD=dgrad,
-        BIAS=0 if bias is None else 1 if scale is None else 2,
+        BIAS=bias_kind(bias, scale),
         BM=cfg.block_m,
         BO=cfg.block_n,
         BC=cfg.block_k,
@@ -252,7 +257,6 @@ def _gemm(fn, a, wt: _Weights, splits, out, bias, scale, c, o, strides, cfg, dgr
     if fits and use_persistent(a, rows, wt.groups, o, cfg):
         return _persistent_gemm(a, wt, splits, out, bias, scale, c, o, dgrad, cfg)
     sched = _schedule(a, splits, rows, cfg.block_m)
-    bias_kind = 0 if bias is None else 1 if scale is None else 2
     grid = (sched.slots, cdiv(o, cfg.block_n))
     with interp_buffers(*(x for x in wt.arrays if isinstance(x, np.ndarray))):
         K.grouped_gemm_kernel[grid](
@@ -271,7 +275,7 @@ def _gemm(fn, a, wt: _Weights, splits, out, bias, scale, c, o, strides, cfg, dgr
             *strides,
             W_LIST=wt.offsets is not None,
             W_ALIGNED=wt.aligned,
-            BIAS=bias_kind,
+            BIAS=bias_kind(bias, scale),
             BM=cfg.block_m,
             BO=cfg.block_n,
             BC=cfg.block_k,
@@ -378,7 +382,7 @@ def _fp8_gemm(fn, a, w, splits, bias, bias_scale, out, out_dtype, config, dgrad)
         FW=w.fmt,
         SA_ROWS=sa_rows,
         SW_ROWS=sw_rows,
-        BIAS=0 if bias is None else 1 if bias_scale is None else 2,
+        BIAS=bias_kind(bias, bias_scale),
         BM=cfg.block_m,
         BO=cfg.block_n,
         BC=block_c,
