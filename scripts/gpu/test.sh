@@ -8,6 +8,7 @@ cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD/.gpu/pkg:$PWD" PYTHONUNBUFFERED=1 TILEFUSE_CACHE_DIR=${TILEFUSE_CACHE_DIR:-/tmp/tilefuse-cache}
 OUT=${OUT:-/tmp/tilefuse-out}
 mkdir -p "$OUT"
+export TILEFUSE_FAIL_LOG=${TILEFUSE_FAIL_LOG:-$OUT/gpu-failures.log}
 jobs=${GPU_TEST_JOBS:-$(nproc)}
 args=("$@")
 [ ${#args[@]} -eq 0 ] && args=(tests/gpu)

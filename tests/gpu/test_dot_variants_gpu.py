@@ -5,6 +5,7 @@
 interpreter's), max_num_imprecise_acc, M, N or K below 16 (FMAs). Each result is checked
 against a float64 reference with the dtype's bound (tests/dot_variants_kernels.py)."""
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -193,12 +194,15 @@ def test_small_dims(mnk, dtype):
         check_close(got, ref, f32_bound(a, b, exact_products=dtype != "float32"))
 
 
+@pytest.mark.timeout(900)
 @pytest.mark.skipif(os.environ.get("TILEFUSE_TARGET") == "sm_80", reason="this is the sm_80 run")
 def test_sm80():
     # fp8 needs sm_89: the sm_80 run leaves those cases out (fp8 operands, max_num_imprecise_acc).
     env = dict(os.environ, TILEFUSE_TARGET="sm_80")
     k = "not fp8 and not float8 and not imprecise"
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k", k]
+    if importlib.util.find_spec("xdist"):  # its cold compiles, in parallel as the whole run's are
+        cmd += ["-n", "4"]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert " passed" in r.stdout

@@ -6,8 +6,10 @@ max, mul and add, which the two backends compute bit for bit, and dprobs' fixed 
 a tree of elementwise adds, so y, dh and dprobs match bit for bit. The other activations
 call exp, tanh or erf (libdevice on the GPU, within 2 fp32 ulps; the interpreter rounds
 the host's double result): their outputs differ from the interpreter's by at most one ulp
-of the stored dtype plus that error carried through the formula (8 · 2^-24 · M, M the
-magnitude act_reference.py derives), and meet the same float64 bounds. dprobs is bitwise
+of the stored dtype plus that error carried through the formula, 16 · 2^-24 · M (M the
+magnitude act_reference.py derives: 2 ulps are up to 2^-22 relative, doubled where the
+result is squared, as tanh_srelu's c², and the formula's other roundings on either side),
+and meet the same float64 bounds. dprobs is bitwise
 reproducible on the GPU across runs and launch configs (tile sizes, warps, grids).
 """
 
@@ -83,17 +85,20 @@ def run_both(name, params, interleave, h, s, g):
     return tuple(host(t) for t in gpu), cpu
 
 
+LIBDEVICE = 16  # the module docstring's allowance, in units of 2^-24 · M
+
+
 def libdevice_floor(name, a, b, s, g, p, interleave):
     """Per-element allowances for the GPU-interpreter difference of y and dh (h's layout)."""
     _, mf, _, md = evaluate(name, a, b, p)
     s64 = s.astype(np.float64)[:, None]
     gs = np.abs(g.astype(np.float64) * s64)
     tiny = TINY * 64 * (1.0 + np.abs(a)) ** 2 * (1.0 + (0.0 if b is None else np.abs(b)))
-    fy = s64 * (8 * U32 * mf + tiny)
+    fy = s64 * (LIBDEVICE * U32 * mf + tiny)
     fdh = (
-        gs * (8 * U32 * md + tiny)
+        gs * (LIBDEVICE * U32 * md + tiny)
         if b is None
-        else as_h(gs * (8 * U32 * md[0] + tiny), gs * (8 * U32 * md[1] + tiny), interleave, np.float64)
+        else as_h(gs * (LIBDEVICE * U32 * md[0] + tiny), gs * (LIBDEVICE * U32 * md[1] + tiny), interleave, np.float64)
     )
     return fy, fdh
 

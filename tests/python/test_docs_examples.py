@@ -34,7 +34,9 @@ def run_page(page, allowed, where):
         return False
     script = where / f"guide_{page.stem}.py"
     script.write_text(code)
-    path = os.pathsep.join([str(ROOT / "frontend"), str(ROOT), os.environ.get("PYTHONPATH", "")])
+    # The tilefuse this test imported (frontend/ here, a staged package on the GPU machine).
+    pkg = pathlib.Path(importlib.util.find_spec("tilefuse").origin).parents[1]
+    path = os.pathsep.join([str(pkg), str(ROOT), os.environ.get("PYTHONPATH", "")])
     env = dict(os.environ, PYTHONPATH=path, TILEFUSE_CACHE_DIR=str(where / "cache"))
     r = subprocess.run([sys.executable, script.name], cwd=where, env=env, capture_output=True, text=True)
     assert r.returncode == 0, f"docs/guide/{page.name}:\n{r.stdout}\n{r.stderr}"
