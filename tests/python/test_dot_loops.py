@@ -1,6 +1,8 @@
 """The K-loop kernels of tests/shared_kernels.py (masked edges with other=0.0, two dots
 sharing A) on the interpreter against float64: what the GPU pipelines must match."""
 
+import re
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -61,8 +63,10 @@ def test_two_dot_loops():
 
 
 def test_two_dot_loops_share_one_ring():
-    # Both K loops pipeline (sm_90a), in one ring of 3 stages x (A + B tiles) that their
-    # loops use in turn: the kernel needs one ring's bytes and the scratch after it, not two rings.
+    # Both K loops pipeline (sm_90a), each in rings of 3 stages of its A and B tiles
+    # (pipeline-expand); the second loop's rings reuse the first's bytes, dead after its
+    # loop (allocate-shared), so the kernel needs one loop's rings and the scratch after
+    # them, not two; the second prologue synchronizes the block before its copies.
     bf = np.zeros((128, 128), ml_dtypes.bfloat16)
     meta = dict(BM=128, BN=128, BK=64)
     kernel = two_dot_loops.warmup(
@@ -71,7 +75,11 @@ def test_two_dot_loops_share_one_ring():
     low = gpu.lower(kernel, "sm_90a", 8, 3)
     assert not low["hints"]
     ring = 3 * (128 * 64 * 2 + 128 * 64 * 2)
-    assert low["gpu"].count("ring_at = 0") == 2 and "ring_sync = true" in low["gpu"]
+    rings = re.findall(r"smem_alloc \{smem_at = (\d+)\} : smem<128x64xbf16, #shared<[^>]*stages=3>>", low["gpu"])
+    assert len(rings) == 4 and rings[:2] == rings[2:], rings
+    # from the first loop's drain to the second's first copy
+    between = re.search(r"async_wait %groups_out \{pending = 0\}(.*?)async_copy", low["gpu"], re.S).group(1)
+    assert "\n  barrier\n" in between
     assert ring <= low["spec"].shared_bytes < 2 * ring
     assert low["ptx"].count("cp.async.wait_group 0;") == 2  # each loop drains its copies
 

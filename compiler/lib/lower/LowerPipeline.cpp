@@ -1,5 +1,8 @@
-// Software pipelining of K loops on sm_90a, expanded from the schedule the
-// pipeline-schedule pass wrote into the loop (PipelinePlan.h): a for loop whose wgmma dots read loads of
+// Software pipelining of K loops on sm_90a. Loops of wgmma dots are expanded in IR
+// (pipeline-expand, insert-waits): their ops have the per-op emitters at the end of
+// this file. Loops of dot_scaled (and of operands bitcast after their load) keep their
+// schedule and are still expanded here, from what pipeline-schedule wrote into the
+// loop (PipelinePlan.h): a for loop whose wgmma dots read loads of
 // the loop (no other use of the loaded tiles; one A may feed several dots, as the gate
 // and up projections of an MoE FC1 share their input) copies the operand tiles of
 // iteration j + S - 1 into a ring of S shared-memory stages while the tensor cores
@@ -266,6 +269,99 @@ void Lowering::lowerPipelinedDot(const Op& op, const WgmmaShape& w, const Pipeli
   copyStage(p, body, ahead, wrap, b_.CreateICmpSLT(ahead[body.arg(0)].e[0], p.ub));
   LVal* next = b_.CreateAdd(stage, idx(1));
   b_.CreateStore(b_.CreateSelect(b_.CreateICmpEQ(next, idx(p.stages)), idx(0), next), p.counter);
+}
+
+}  // namespace tilefuse::lower::detail
+
+namespace tilefuse::lower::detail {
+
+// Shared byte (32-bit shared address) of stage `stage` of tile buffer `buf`.
+LVal* Lowering::sharedStage(const Value* buf, const Value* stage) {
+  LVal* smem32 = b_.CreatePtrToInt(smem(), b_.getInt32Ty());
+  int64_t bytes = buf->type().shared()->stageBytes();
+  return b_.CreateAdd(smem32, b_.CreateAdd(get(buf).e[0], b_.CreateMul(get(stage).e[0], idx(bytes))));
+}
+
+// The ops of an expanded pipeline (pipeline-expand, insert-waits): each takes its
+// addresses from its buffer's #shared layout and allocate-shared's placement, and its
+// instruction from its attributes. TMA loads and mbarrier updates are thread 0's.
+void Lowering::lowerAsyncOp(const Op& op) {
+  LVal* first = b_.CreateICmpEQ(tid_, idx(0));
+  auto bar = [&](unsigned at) {
+    return barrierAddr(b_.CreateAdd(get(op.operand(at)).e[0], get(op.operand(at + 1)).e[0]));
+  };
+  switch (op.kind()) {
+    case OpKind::AsyncCopy:
+      return asyncCopy(op);
+    case OpKind::AsyncCommit:
+      vals_[op.result()] = Regs{{}, layoutOf(op.result())};
+      return ptx("cp.async.commit_group;");
+    case OpKind::AsyncWait:
+      return ptx("cp.async.wait_group " + std::to_string(op.intAttr("pending")) + ";");
+    case OpKind::TmaLoad: {
+      const Type& d = op.operand(0)->type();
+      int map = tensorMapOf(op.operand(0));
+      if (map < 0) throw InternalError("lowering: a tma_load of a descriptor not on TMA");
+      return tmaCopy(map, Type::tile(d.elem, d.shape), sharedStage(op.operand(1), op.operand(2)), descCoords(op, 5),
+                     bar(3), first);
+    }
+    case OpKind::MbarrierInit: {
+      std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $0, 0;\n@p mbarrier.init.shared::cta.b64 [$1], " +
+                         std::to_string(op.intAttr("count")) + ";\n@p fence.mbarrier_init.release.cluster;\n}";
+      auto* ty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt32Ty(), b_.getInt32Ty()}, false);
+      b_.CreateCall(llvm::InlineAsm::get(ty, text, "r,r,~{memory}", true),
+                    {b_.CreateZExt(first, b_.getInt32Ty()), bar(0)});
+      return;
+    }
+    case OpKind::MbarrierExpect:
+      return armBarrier(bar(0), op.intAttr("bytes"), first);
+    case OpKind::MbarrierWait:
+      return waitBarrier(bar(0), get(op.operand(2)).e[0]);
+    default:
+      throw InternalError("lowering: no emitter for " + std::string(op.mnemonic()));
+  }
+}
+
+// async_copy: each thread's runs of `width` elements, each one cp.async of its bytes
+// (or of its mask's valid prefix) to its address in the buffer's #shared layout,
+// zero-filled where masked off.
+void Lowering::asyncCopy(const Op& op) {
+  const Type& bt = op.operand(0)->type();
+  const SharedLayout& sl = *bt.shared();
+  SharedTile tile{sl.rows, sl.cols, sl.eb, sl.swizzle};
+  const Regs& ptrs = get(op.operand(2));
+  const Type& t = op.operand(2)->type();
+  const Layout& L = ptrs.L;
+  Regs mask;
+  if (op.numOperands() > 3) {
+    mask = get(op.operand(3));
+    if (!(mask.L == L)) mask = convert(mask, op.operand(3)->type(), L);
+  }
+  int64_t width = op.hasAttr("width") ? op.intAttr("width") : 1;
+  bool transposed = op.hasAttr("transposed") && op.boolAttr("transposed");
+  bool prefix = op.hasAttr("prefix") && op.boolAttr("prefix");
+  int64_t bytes = width * tile.eb;
+  std::string text = std::string("cp.async.") + (bytes == 16 ? "cg" : "ca") + ".shared.global [$0], [$1], " +
+                     std::to_string(bytes) + ", $2;";
+  auto* ty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt32Ty(), b_.getInt64Ty(), b_.getInt32Ty()}, false);
+  auto* copy = llvm::InlineAsm::get(ty, text, "r,l,r,~{memory}", true);
+  LVal* base = sharedStage(op.operand(0), op.operand(1));
+  for (int s = 0; s < slots(L); s += static_cast<int>(width)) {
+    if (!slotOwned(L, s)) continue;
+    LVal* e = flatIndex(L, s);
+    LVal *row = coord(e, t.shape, 0), *col = coord(e, t.shape, 1);
+    LVal* dst = b_.CreateAdd(base, transposed ? swizzledOffset(col, row, tile) : swizzledOffset(row, col, tile));
+    LVal* size = idx(bytes);
+    if (prefix) {  // the bytes of the run's valid prefix
+      LVal* n = idx(0);
+      for (int i = 0; i < width; ++i) n = b_.CreateAdd(n, b_.CreateZExt(mask.e[s + i], b_.getInt32Ty()));
+      size = b_.CreateMul(n, idx(tile.eb));
+    } else if (!mask.e.empty()) {
+      size = b_.CreateSelect(mask.e[s], idx(bytes), idx(0));
+    }
+    b_.CreateCall(copy, {dst, b_.CreatePtrToInt(ptrs.e[s], b_.getInt64Ty()), size});
+  }
+  vals_[op.result()] = Regs{{}, layoutOf(op.result())};
 }
 
 }  // namespace tilefuse::lower::detail

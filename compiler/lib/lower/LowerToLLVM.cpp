@@ -362,6 +362,11 @@ void Lowering::lowerFor(const Op& op) {
   carried.erase(carried.begin());
   auto inits = inLayouts(std::vector<Value*>(op.operands().begin() + 3, op.operands().end()), carried);
   auto pipe = pipelines_.find(&op);
+  // An expanded pipeline's copies are in flight while it runs (scratchBase()).
+  bool rings = std::any_of(body.ops().begin(), body.ops().end(), [](const auto& o) {
+    return o->kind() == OpKind::Wgmma && o->operand(0)->type().shared()->stages > 1;
+  });
+  pipelinedLoops_ += rings;
   if (pipe != pipelines_.end()) {
     ++pipelinedLoops_;
     pipelinePrologue(pipe->second, op, lb, ub, step, inits);
@@ -417,6 +422,7 @@ void Lowering::lowerFor(const Op& op) {
     ptx("cp.async.wait_group 0;");
     --pipelinedLoops_;
   }
+  pipelinedLoops_ -= rings;
 }
 
 void Lowering::lowerIf(const Op& op) {
@@ -682,6 +688,14 @@ void Lowering::lowerOp(const Op& op) {
     case OpKind::Wgmma:
     case OpKind::WgmmaWait:
       return lowerSmemOp(op);
+    case OpKind::AsyncCopy:
+    case OpKind::AsyncCommit:
+    case OpKind::AsyncWait:
+    case OpKind::TmaLoad:
+    case OpKind::MbarrierInit:
+    case OpKind::MbarrierExpect:
+    case OpKind::MbarrierWait:
+      return lowerAsyncOp(op);
     case OpKind::Assert:
       return lowerAssert(op);
     default:

@@ -181,6 +181,10 @@ LVal* Lowering::stageAddr(const Op& op, unsigned buf) {
 void Lowering::lowerSmemOp(const Op& op) {
   switch (op.kind()) {
     case OpKind::SmemAlloc:
+      if (op.hasAttr("barrier_slot")) {  // mbarriers: their first slot
+        vals_[op.result()] = Regs{{idx(op.intAttr("barrier_slot"))}, layoutOf(op.result())};
+        return;
+      }
       // Only hand-written GPU-stage IR lacks the placement (the pipeline always places).
       if (!op.hasAttr("smem_at"))
         throw UserError(op.loc(), "smem_alloc has no smem_at: run allocate-shared on GPU-stage IR before lowering");
@@ -224,7 +228,14 @@ void Lowering::lowerSmemOp(const Op& op) {
         all.e.insert(all.e.end(), r.e.begin(), r.e.end());
         all.L = r.L;
       }
-      Regs done = waitWgmma(all, static_cast<int>(op.intAttr("pending")));
+      // Right after a loop, the wait ends its block (waitWgmma's `alone`).
+      const Op* prev = nullptr;
+      for (const auto& o : op.parentBlock()->ops()) {
+        if (o.get() == &op) break;
+        prev = o.get();
+      }
+      bool alone = prev && prev->kind() == OpKind::For && !all.e.empty();
+      Regs done = waitWgmma(all, static_cast<int>(op.intAttr("pending")), alone);
       size_t at = 0;
       for (unsigned i = 0; i < op.numResults(); ++i) {
         size_t n = get(op.operand(i + 1)).e.size();

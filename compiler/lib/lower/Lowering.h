@@ -369,6 +369,10 @@ class Lowering {
   void copyStage(const Pipeline& p, const Block& body, const Env& env, LVal* stage, LVal* valid);
   void pipelinePrologue(Pipeline& p, const Op& loop, LVal* lb, LVal* ub, LVal* step, const std::vector<Regs>& inits);
   void lowerPipelinedDot(const Op& op, const WgmmaShape& w, const Pipeline& p);
+  // The ops of expanded pipelines (LowerPipeline.cpp).
+  void lowerAsyncOp(const Op& op);
+  void asyncCopy(const Op& op);
+  LVal* sharedStage(const Value* buf, const Value* stage);
   void ptx(const std::string& text);
   Regs waitWgmma(const Regs& r, int pending, bool alone = false);
   void waitPending(const Op& user);

@@ -15,8 +15,8 @@
 // the dots, wgmma_wait before a stage is overwritten and after the loop, the drain),
 // except an mbarrier's wait, which belongs to the phase bookkeeping done here.
 // allocate-shared then places the rings like any buffer. Loops of dot_scaled, or of
-// operands bitcast after their load, keep their schedule: the lowering expands them
-// (LowerPipeline.cpp).
+// operands bitcast after their load, keep their schedule: the lowering still expands
+// them (LowerPipeline.cpp).
 //
 // before (pipeline-schedule, 3 stages):
 //   %acc = for %lb, %n, %st, %zero, %ap0 : ... {pipeline_stage_bytes = 32768, pipeline_stages = 3} {
