@@ -118,3 +118,23 @@ def test_scaled_dot_loop(fa, fb, k_contiguous):
     scaled_dot_loop[GRID](a, sa, b, sb, c, M, N, 128, *strides, FA=fa, FB=fb, BM=32, BN=32, BK=64)
     # Dequantized products are exact in fp32; the K-term sums round.
     np.testing.assert_allclose(c, A @ Bt.T, rtol=0, atol=128 * 2**-23 * (np.abs(A) @ np.abs(Bt).T).max())
+
+
+def test_prologue_conversions_stay_clear_of_the_rings():
+    """A pipeline's prologue issues copies into its rings and then converts the next
+    copies' masks through shared memory: that scratch must lie past the rings
+    (smem_staged), as in the loop, or it overwrites stage 0 while its copy is in flight
+    (block-pointer matmul, K-contiguous B: wrong results on the H200 before the fix)."""
+    from tests.pointer_kernels import block_matmul
+
+    a = np.zeros((256, 256), ml_dtypes.bfloat16)
+    args = (a, a, a, 256, 256, 256, 256, 1, 1, 256, 256, 1)
+    k = block_matmul.warmup(*args, BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, target="sm_90a")
+    staged = int(re.search(r"smem_staged = (\d+)", k.asm["gpu"]).group(1))
+    ptx = k.asm["ptx"]
+    prologue = ptx[ptx.index("cp.async.cg") : ptx.index("cp.async.wait_group")]
+    offsets = [
+        int(m.group(1) or 0) for m in re.finditer(r"(?:st|ld)\.shared\.\w+\s+[^\[]*\[%\w+(?:\+(\d+))?\]", prologue)
+    ]
+    assert offsets, "the prologue converts no mask through shared memory: the test no longer covers the case"
+    assert min(offsets) >= staged, f"prologue scratch at offsets {sorted(set(offsets))} inside the rings [0, {staged})"

@@ -292,13 +292,16 @@ void Lowering::lowerAsyncOp(const Op& op) {
   };
   switch (op.kind()) {
     case OpKind::AsyncCopy:
+      cpAsyncInFlight_ = true;
       return asyncCopy(op);
     case OpKind::AsyncCommit:
       vals_[op.result()] = Regs{{}, layoutOf(op.result())};
       return ptx("cp.async.commit_group;");
     case OpKind::AsyncWait:
+      if (op.intAttr("pending") == 0) cpAsyncInFlight_ = false;
       return ptx("cp.async.wait_group " + std::to_string(op.intAttr("pending")) + ";");
     case OpKind::TmaLoad: {
+      tmaInFlight_ = true;
       const Type& d = op.operand(0)->type();
       int map = tensorMapOf(op.operand(0));
       if (map < 0) throw InternalError("lowering: a tma_load of a descriptor not on TMA");

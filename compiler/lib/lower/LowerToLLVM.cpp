@@ -423,6 +423,9 @@ void Lowering::lowerFor(const Op& op) {
     --pipelinedLoops_;
   }
   pipelinedLoops_ -= rings;
+  // Its iterations waited for every TMA load it and its prologue issued (invalid ones
+  // are not issued); its cp.async zero-fills stay in flight until its async_wait.
+  if (rings) tmaInFlight_ = false;
 }
 
 void Lowering::lowerIf(const Op& op) {

@@ -468,7 +468,14 @@ class Lowering {
   int64_t scratch_ = 0;
   int64_t floor_ = 0;       // a callee's shared memory starts here
   int pipelinedLoops_ = 0;  // pipelined loops being lowered (their copies in flight)
-  int64_t scratchBase() const { return pipelinedLoops_ || !wgmmaPending_.empty() || staging_ ? scratch_ : floor_; }
+  // An expanded pipeline's copies issued and not yet complete: cp.async ones until an
+  // async_wait {pending = 0}, TMA ones until the end of the loop that consumes them (a
+  // prologue's copies are in flight before its loop starts, while its masks convert).
+  bool cpAsyncInFlight_ = false, tmaInFlight_ = false;
+  int64_t scratchBase() const {
+    bool busy = pipelinedLoops_ || cpAsyncInFlight_ || tmaInFlight_ || !wgmmaPending_.empty() || staging_;
+    return busy ? scratch_ : floor_;
+  }
   bool staging_ = false;  // staged operands written, their wgmma not yet waited for
   int64_t wgmmaStageBytes_ = 0, wgmmaBase_ = 0;
   std::unordered_map<const Op*, Pipeline> pipelines_;  // by for op
