@@ -77,6 +77,25 @@ class _Driver:
         return _Target(backend="cuda", arch=10 * major + minor, warp_size=32)
 
 
+class _Ptxas:
+    @property
+    def version(self):
+        """ "major.minor" of the ptxas tilefuse runs (_internal_testing's TMA check)."""
+        import re
+        import subprocess
+
+        from tilefuse import gpu
+
+        exe = gpu.ptxas_path()
+        text = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout if exe else ""
+        found = re.search(r"release (\d+\.\d+)", text)
+        return found.group(1) if found else "0.0"
+
+
+class _Nvidia(types.SimpleNamespace):
+    ptxas = _Ptxas()
+
+
 class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """`import triton.X` is `import tilefuse.X` for every X not shimmed here."""
 
@@ -100,7 +119,7 @@ def _install():
     triton = _module("triton", **{k: v for k, v in vars(tilefuse).items() if not k.startswith("__")})
     triton.__getattr__ = lambda name: getattr(tilefuse, name)
     triton.TritonError = TilefuseError
-    triton.knobs = _module("triton.knobs", language=types.SimpleNamespace(default_fp_fusion=True))
+    triton.knobs = _module("triton.knobs", language=types.SimpleNamespace(default_fp_fusion=True), nvidia=_Nvidia())
     sys.modules["triton.language"] = tl
     for name, mod in list(sys.modules.items()):
         if name.startswith("tilefuse.language."):
@@ -131,6 +150,20 @@ class _Missing:
         return f"<tl.{self.name}: not in tilefuse.language>"
 
 
+def _init_cuda_first():
+    """torch initializes CUDA lazily, then runs queued calls that look `triton` up
+    (importlib.util.find_spec fails on the shim, which has no __spec__): on the GPU,
+    initialize it before the shim exists, and drop the real triton it may have imported."""
+    if os.environ.get("TILEFUSE_BACKEND") != "cuda":
+        return
+    import torch
+
+    torch.cuda.init()
+    for name in [n for n in sys.modules if n == "triton" or n.startswith("triton.")]:
+        del sys.modules[name]
+
+
+_init_cuda_first()
 _install()
 
 _exec = builtins.exec
