@@ -34,6 +34,7 @@ _CONTEXTS = {}  # handle value -> (MLPContext, owner)
 _DELAYED = {}  # owner -> [MLPContext] whose wgrads backward_dw runs
 _HANDLES = itertools.count(1)
 _OWNERS = itertools.count(1)
+_SEEDS = {}  # owner -> [seed, backward count] of a GroupedMLP built with seed=
 _REQUIRES = ("x", "probs", "w1", "w2", "b1", "b2")
 
 
@@ -99,6 +100,17 @@ def _(x, probs, splits, w1, w2, b1, b2, cfg, needs, owner):
     return torch.empty(x.shape, dtype=torch.bfloat16, device=x.device), torch.empty(1, dtype=torch.int64)
 
 
+def _step_seed(owner):
+    """The seed of this backward of a GroupedMLP: None without seed= (fresh entropy per
+    call), else seed + k mod 2^64 for its k-th backward (k = 0, 1, ...)."""
+    entry = _SEEDS.get(owner)
+    if entry is None:
+        return None
+    seed = (entry[0] + entry[1]) % 2**64
+    entry[1] += 1
+    return seed
+
+
 # The backward op's spec: [rows, d, G, n1, n, b1's, b2's] (0: no bias, 1: bf16, 2: fp32).
 _BIAS_DTYPES = {1: torch.bfloat16, 2: torch.float32}
 
@@ -127,7 +139,7 @@ def _backward_op(
     if entry is None:
         raise RuntimeError("GroupedMLP: the backward already ran on this forward's context")
     ctx, owner = entry
-    grads = mlp_backward(ctx, _to_api(dy))
+    grads = mlp_backward(ctx, _to_api(dy), seed=_step_seed(owner))
     if ctx.stage == "backward":  # wgrads queued (delay_wgrad)
         _DELAYED.setdefault(owner, []).append(ctx)
     out = []
@@ -189,6 +201,9 @@ class GroupedMLP(torch.nn.Module):
     torch.no_grad). delay_wgrad_compute: the backward leaves the weight gradients to
     backward_dw(), which adds them to .grad as autograd would. recompute_activation: the
     FC2 input is regenerated in the backward instead of kept (recompute_mode: MLPConfig's).
+    seed (NVFP4's stochastic rounding of gradients): None draws fresh bits each backward;
+    an int makes the k-th backward of this module use mlp_backward's seed + k, so that a
+    run replays bit for bit (a captured CUDA graph replays the seed it captured).
     """
 
     def __init__(
@@ -207,6 +222,7 @@ class GroupedMLP(torch.nn.Module):
         interleave: int = 0,
         act_params: dict | None = None,
         recompute_mode: str = "exact",
+        seed: int | None = None,
         device=None,
     ):
         super().__init__()
@@ -245,7 +261,12 @@ class GroupedMLP(torch.nn.Module):
         for name, cols in (("fc1_bias", n1), ("fc2_bias", hidden)):
             b = torch.nn.Parameter(torch.empty(num_experts, cols, device=device)) if bias else None
             self.register_parameter(name, b)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64):
+            raise ValueError(f"GroupedMLP: seed must be an int in [0, 2^64) or None, got {seed!r}")
         self._owner = next(_OWNERS)
+        if seed is not None:
+            _SEEDS[self._owner] = [seed, 0]
+            weakref.finalize(self, _SEEDS.pop, self._owner, None)
         self.reset_parameters()
 
     def weights(self) -> tuple[list, list]:

@@ -21,7 +21,7 @@ from tests.python.moe import mlp_reference as ref  # noqa: E402
 BF16 = ref.BF16
 # (T rows, splits): partial tiles, empty experts in the middle and last, pad rows.
 CASES = {"ragged": (100, [30, 0, 45, 20, 0]), "one_owns_all": (40, [0, 40, 0])}
-DIMS = {"bf16": (64, 32), "mxfp8": (64, 32)}
+DIMS = {"bf16": (64, 32), "mxfp8": (64, 32), "nvfp4": (64, 32)}
 
 
 @pytest.fixture(scope="module")
@@ -97,12 +97,12 @@ def stacked_grad(ws):
     return torch.stack([torch.zeros_like(w) if w.grad is None else w.grad for w in ws])
 
 
-def run_functional(m, inp, needs=None):
+def run_functional(m, inp, needs=None, seed=None):
     params = {k: inp[k] for k in ("w1", "w2", "b1", "b2") if k in inp}
     if not m.single_grouped_weight:
         params["w1"], params["w2"] = list(params["w1"]), list(params["w2"])
     out, ctx = moe.mlp_forward(inp["x"], inp["probs"], inp["splits"], params, m.cfg, needs)
-    grads = moe.mlp_backward(ctx, inp["dy"])
+    grads = moe.mlp_backward(ctx, inp["dy"], seed=seed)
     if m.cfg.delay_wgrad and ctx.stage == "backward":
         grads |= moe.backward_dw(ctx)
     return out, {k: np.stack(v) if isinstance(v, list) else v for k, v in grads.items()}
@@ -141,6 +141,22 @@ def check_bitwise(m, inp, needs=None):
 def test_bitwise_against_functional(rng, activation, recipe, case, bias, grouped):
     m, inp = make(rng, activation, recipe, case, bias, grouped, scaled_bias=bias)
     check_bitwise(m, inp)
+
+
+def test_seed_replays_nvfp4_gradients(rng):
+    """GroupedMLP(seed=s): its k-th backward rounds NVFP4's gradients as mlp_backward with
+    seed s + k (mod 2^64) does, bit for bit (without seed= each backward draws fresh bits)."""
+    seed = 2**64 - 1  # the second backward wraps to 0
+    m, inp = make(rng, "swiglu", "nvfp4", "ragged", False, True, seed=seed)
+    for k in range(2):
+        m.zero_grad()
+        out, grads = run_module(m, inp)
+        want_out, want = run_functional(m, inp, seed=(seed + k) % 2**64)
+        assert_same_bits(out, want_out, "out")
+        for name in ref.GRADS:
+            assert_same_bits(grads[name], want[name], f"backward {k}: {name}")
+    with pytest.raises(ValueError, match="seed must be an int"):
+        moe.GroupedMLP(2, 32, 32, seed=-1)
 
 
 # --- gradients against torch autograd in float64 ---
