@@ -69,30 +69,30 @@ def _tensor(a):
     return torch.from_numpy(a)
 
 
-class _Dispatch(torch.autograd.Function):
-    """rows = moe.dispatch(x, routing); dx = moe.dispatch_backward(drows)."""
+def _routed(name, forward, backward, doc):
+    """An autograd Function y = forward(x, routing), dx = backward(dy, routing)."""
 
-    @staticmethod
-    def forward(ctx, x, r):
+    def fwd(ctx, x, r):
         ctx.r = r
-        return _tensor(dispatch(_api(x), r))
+        return _tensor(forward(_api(x), r))
 
-    @staticmethod
-    def backward(ctx, drows):
-        return _tensor(dispatch_backward(_api(drows), ctx.r)), None
+    def bwd(ctx, g):
+        return _tensor(backward(_api(g), ctx.r)), None
+
+    return type(
+        name, (torch.autograd.Function,), {"__doc__": doc, "forward": staticmethod(fwd), "backward": staticmethod(bwd)}
+    )
 
 
-class _DispatchWeights(torch.autograd.Function):
-    """Each row's routing weight [T·K]; its adjoint back to [T, K]."""
-
-    @staticmethod
-    def forward(ctx, weights, r):
-        ctx.r = r
-        return _tensor(dispatch_weights(_api(weights), r))
-
-    @staticmethod
-    def backward(ctx, g):
-        return _tensor(dispatch_weights_backward(_api(g), ctx.r)), None
+_Dispatch = _routed(
+    "_Dispatch", dispatch, dispatch_backward, "rows = moe.dispatch(x, routing); dx = moe.dispatch_backward(drows)."
+)
+_DispatchWeights = _routed(
+    "_DispatchWeights",
+    dispatch_weights,
+    dispatch_weights_backward,
+    "Each row's routing weight [T·K]; its adjoint back to [T, K].",
+)
 
 
 class _Combine(torch.autograd.Function):
