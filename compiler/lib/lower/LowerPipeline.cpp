@@ -121,24 +121,11 @@ Env Lowering::advance(Env env, const Block& body, LVal* step, int steps) {
   return env;
 }
 
-// The loop values the copies of `p` depend on: the induction variable and the carried
-// values reachable from the loads' pointers and masks, through the yields.
+// The loop values the copies of `p` depend on (copyLoopArgs).
 std::vector<const Value*> Lowering::pipelineArgs(const Pipeline& p, const Block& body) {
-  std::set<const Value*> seen;
-  std::function<void(const Value*)> visit = [&](const Value* v) {
-    if (v->ownerBlock() != &body || !seen.insert(v).second) return;
-    if (const Op* def = v->definingOp()) {
-      for (Value* o : def->operands()) visit(o);
-    } else if (v != body.arg(0)) {
-      visit(body.terminator()->operand(v->index() - 1));
-    }
-  };
-  for (const StagedCopy& l : p.loads)
-    for (const Value* x : copyInputs(*l.load)) visit(x);
-  std::vector<const Value*> args = {body.arg(0)};
-  for (unsigned i = 1; i < body.numArgs(); ++i)
-    if (seen.count(body.arg(i))) args.push_back(body.arg(i));
-  return args;
+  std::vector<const Op*> loads;
+  for (const StagedCopy& l : p.loads) loads.push_back(l.load);
+  return copyLoopArgs(loads, body);
 }
 
 // Copies every operand tile of the iteration described by `env` into `stage`;

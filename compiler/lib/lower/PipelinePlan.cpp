@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <set>
 
 namespace tilefuse::lower::detail {
 namespace {
@@ -134,6 +135,24 @@ std::string planCopy(StagedCopy& l, const Block& body, int64_t eb, const AxisAna
 std::vector<const Value*> copyInputs(const Op& ld) {
   if (ld.kind() == OpKind::DescLoad) return {ld.operands().begin() + 1, ld.operands().end()};
   return {ld.operands().begin(), ld.operands().begin() + std::min(2u, ld.numOperands())};
+}
+
+std::vector<const Value*> copyLoopArgs(const std::vector<const Op*>& loads, const Block& body) {
+  std::set<const Value*> seen;
+  std::function<void(const Value*)> visit = [&](const Value* v) {
+    if (v->ownerBlock() != &body || !seen.insert(v).second) return;
+    if (const Op* def = v->definingOp()) {
+      for (Value* o : def->operands()) visit(o);
+    } else if (v != body.arg(0)) {
+      visit(body.terminator()->operand(v->index() - 1));
+    }
+  };
+  for (const Op* ld : loads)
+    for (const Value* x : copyInputs(*ld)) visit(x);
+  std::vector<const Value*> args = {body.arg(0)};
+  for (unsigned i = 1; i < body.numArgs(); ++i)
+    if (seen.count(body.arg(i))) args.push_back(body.arg(i));
+  return args;
 }
 
 int64_t accessWidth(const AxisAnalysis& axis, const Value* ptr, const Value* mask, int threads) {

@@ -49,4 +49,8 @@ bool planPipeline(const Op& loop, const AxisAnalysis& axis, int threads, int sta
 // The values a copy of load `ld` depends on: pointers and mask, or the offsets.
 std::vector<const Value*> copyInputs(const Op& ld);
 
+// The loop values the copies of `loads` (loads in `body`) depend on: the induction
+// variable and the carried values reachable from their copyInputs, through the yields.
+std::vector<const Value*> copyLoopArgs(const std::vector<const Op*>& loads, const Block& body);
+
 }  // namespace tilefuse::lower::detail

@@ -35,9 +35,7 @@
 //     (the slice of iteration k + 2: %ap_2 = ptr_add (ptr_add %ap, ..), ..)
 //     async_copy %av_ring, %next, %ap_2, ... ; %g = async_commit ...
 //     yield %d, %ap_next, %stage_next, %g, %t
-#include <functional>
 #include <map>
-#include <set>
 
 #include "../lower/PipelinePlan.h"
 #include "tilefuse/ir/Builder.h"
@@ -66,24 +64,11 @@ Op* nextOp(const Op* op) {
   throw InternalError("pipeline-expand: an op not in its block");
 }
 
-// The loop values the copies of `rings` depend on: the induction variable and the
-// carried values reachable from the loads' operands, through the yields.
+// The loop values the copies of `rings` depend on (copyLoopArgs).
 std::vector<const Value*> copyArgs(const std::vector<Ring>& rings, const Block& body) {
-  std::set<const Value*> seen;
-  std::function<void(const Value*)> visit = [&](const Value* v) {
-    if (v->ownerBlock() != &body || !seen.insert(v).second) return;
-    if (const Op* def = v->definingOp()) {
-      for (Value* o : def->operands()) visit(o);
-    } else if (v != body.arg(0)) {
-      visit(body.terminator()->operand(v->index() - 1));
-    }
-  };
-  for (const Ring& r : rings)
-    for (const Value* x : L::copyInputs(*r.load)) visit(x);
-  std::vector<const Value*> args = {body.arg(0)};
-  for (unsigned i = 1; i < body.numArgs(); ++i)
-    if (seen.count(body.arg(i))) args.push_back(body.arg(i));
-  return args;
+  std::vector<const Op*> loads;
+  for (const Ring& r : rings) loads.push_back(r.load);
+  return L::copyLoopArgs(loads, body);
 }
 
 class Expander {
