@@ -51,13 +51,6 @@ CASES = [
 NAMES = list(moe.ACTIVATIONS)
 
 
-@pytest.fixture
-def rng():
-    seed = np.random.SeedSequence().entropy
-    print(f"seed = {seed}")
-    return np.random.default_rng(seed)
-
-
 def cuda(a):
     if a.dtype == BF16:
         return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16).cuda()

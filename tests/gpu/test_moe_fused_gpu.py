@@ -75,13 +75,6 @@ def layouts(name, recipe):
     return [(0, 256), (32, 192), (1, 128), (16, 128)] if glu else [(0, 320)]
 
 
-@pytest.fixture
-def rng():
-    seed = np.random.SeedSequence().entropy
-    print(f"seed = {seed}")
-    return np.random.default_rng(seed)
-
-
 # The second config on one case: every config is a compile of each kernel variant.
 RUNS = [("skewed", "default"), ("skewed", "second"), ("one_owns_all", "default"), ("g1", "default")]
 

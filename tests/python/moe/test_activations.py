@@ -48,13 +48,6 @@ NAMES = list(moe.ACTIVATIONS)
 ROWS = 37  # 3 row tiles of 16, the last partial
 
 
-@pytest.fixture
-def rng():
-    seed = np.random.SeedSequence().entropy
-    print(f"seed = {seed}")
-    return np.random.default_rng(seed)
-
-
 @pytest.mark.parametrize("dtype", [BF16, np.float32], ids=["bf16", "f32"])
 @pytest.mark.parametrize("name,params", CASES)
 def test_forward(rng, name, params, dtype):

@@ -346,13 +346,6 @@ def accumulator_deviation(be, p, rng, config=None):
     return error_stats(dw_a, dw_e), dequantized_rows(be, y_a, end), p.probs[:end, None] * f
 
 
-@pytest.fixture
-def rng():
-    seed = np.random.SeedSequence().entropy
-    print(f"seed = {seed}")
-    return np.random.default_rng(seed)
-
-
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("recipe", RECIPES)
 @pytest.mark.parametrize("name", NAMES)

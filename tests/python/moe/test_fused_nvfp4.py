@@ -158,13 +158,6 @@ def check_against_float64(be, p, outputs, q64):
     assert_rms(be.host(dprobs)[:end], np.sum(g64 * f, axis=1), 2.0**-8, "dprobs", 2.0**-7)
 
 
-@pytest.fixture
-def rng():
-    seed = np.random.SeedSequence().entropy
-    print(f"seed = {seed}")
-    return np.random.default_rng(seed)
-
-
 def seeds_of(rng):
     return tuple(int(v) for v in rng.integers(0, 2**63, 3, dtype=np.int64))
 

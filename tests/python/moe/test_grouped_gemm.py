@@ -30,13 +30,6 @@ CASES = {
 SENTINEL = np.float32(-12352.0)  # exact in bf16
 
 
-@pytest.fixture
-def rng():
-    seed = np.random.SeedSequence().entropy
-    print(f"seed = {seed}")
-    return np.random.default_rng(seed)
-
-
 def bf16(rng, *shape):
     return rng.standard_normal(shape).astype(BF16)
 

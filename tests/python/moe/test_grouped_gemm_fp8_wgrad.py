@@ -19,13 +19,6 @@ RECIPES = [("mxfp8", "e4m3"), ("mxfp8", "e5m2"), ("fp8_block", "e4m3")]
 CONFIGS = {"mxfp8": moe.GemmConfig(32, 32, 32, 4, 2), "fp8_block": moe.GemmConfig(32, 64, 64, 4, 2)}
 
 
-@pytest.fixture
-def rng():
-    seed = np.random.SeedSequence().entropy
-    print(f"seed = {seed}")
-    return np.random.default_rng(seed)
-
-
 def _scattered(a, splits, rp, blk):
     """a's groups from multiples of blk rows of an [rp, ·] zero array (the padded layout)."""
     out = np.zeros((rp, a.shape[1]), a.dtype)

@@ -40,13 +40,6 @@ EXTRA_TERMS = 4
 WGRAD_RMS = 0.25
 
 
-@pytest.fixture
-def rng():
-    seed = np.random.SeedSequence().entropy
-    print(f"seed = {seed}")
-    return np.random.default_rng(seed)
-
-
 def test_register_dequantization_is_exact_in_bf16():
     """q·sb for all 16 E2M1 codes and all 256 E4M3 scale codes: a bf16 value (or NaN)."""
     q = np.array([golden.decode("e2m1", c) for c in range(16)])

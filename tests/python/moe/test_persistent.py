@@ -35,13 +35,6 @@ CASES = {
 SENTINEL = np.float32(-12352.0)  # exact in bf16
 
 
-@pytest.fixture
-def rng():
-    seed = np.random.SeedSequence().entropy
-    print(f"seed = {seed}")
-    return np.random.default_rng(seed)
-
-
 def inputs(rng, name):
     rows, k, n, splits = CASES[name]
     x = rng.standard_normal((rows, k)).astype(BF16)

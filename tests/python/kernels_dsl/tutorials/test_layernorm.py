@@ -21,13 +21,6 @@ U_OUT = {np.float32: 0.0, ml_dtypes.bfloat16: 2.0**-8, np.float16: 2.0**-11}
 SHAPES = [(13, 100), (64, 1024), (128, 257), (1, 7), (40, 33)]
 
 
-@pytest.fixture
-def rng():
-    seed = np.random.SeedSequence().entropy
-    print(f"seed = {seed}")
-    return np.random.default_rng(seed)
-
-
 def _inputs(rng, M, N, dtype):
     # Non-zero mean and non-unit spread so that centring and scaling both matter.
     x = (rng.standard_normal((M, N)) * 2.5 + 1.5).astype(dtype)

@@ -20,13 +20,6 @@ SUB_OUT = {np.float32: 2.0**-150, ml_dtypes.bfloat16: 2.0**-134, np.float16: 2.0
 SHAPES = [(64, 64, 64), (100, 77, 50), (256, 192, 128), (1, 1, 1), (3, 130, 70)]
 
 
-@pytest.fixture
-def rng():
-    seed = np.random.SeedSequence().entropy
-    print(f"seed = {seed}")
-    return np.random.default_rng(seed)
-
-
 def _reference(a, b, activation):
     c = a.astype(np.float64) @ b.astype(np.float64)
     return np.where(c >= 0, c, 0.01 * c) if activation == "leaky_relu" else c

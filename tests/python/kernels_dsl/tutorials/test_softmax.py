@@ -21,13 +21,6 @@ def _rtol(dtype, n_cols):
     return U_OUT[dtype] + (n_cols + 24) * 2.0**-24
 
 
-@pytest.fixture
-def rng():
-    seed = np.random.SeedSequence().entropy
-    print(f"seed = {seed}")
-    return np.random.default_rng(seed)
-
-
 def _reference(x):
     x = x.astype(np.float64)
     e = np.exp(x - x.max(axis=1, keepdims=True))

@@ -19,13 +19,6 @@ TOLERANCES = {  # dtype: (rtol, atol)
 }
 
 
-@pytest.fixture
-def rng():
-    seed = np.random.SeedSequence().entropy
-    print(f"seed = {seed}")
-    return np.random.default_rng(seed)
-
-
 def _random(rng, n, dtype):
     if dtype is np.int32:
         return rng.integers(-(2**30), 2**30, size=n, dtype=np.int32)  # sums stay in range
