@@ -154,37 +154,11 @@ void Lowering::copyStage(const Pipeline& p, const Block& body, const Env& env, L
   for (const StagedCopy& l : p.loads) {
     if (l.tma) continue;
     const Op* ld = l.load;
-    const Type& t = ld->result()->type();
-    Regs ptrs = evalUnder(ld->operand(0), body, env);
-    const Layout& L = ptrs.L;
-    Regs mask;
-    if (ld->numOperands() > 1) {
-      mask = evalUnder(ld->operand(1), body, env);
-      if (!(mask.L == L)) mask = convert(mask, ld->operand(1)->type(), L);
-    }
-    int64_t bytes = l.width * l.tile.eb;
-    std::string text = std::string("cp.async.") + (bytes == 16 ? "cg" : "ca") + ".shared.global [$0], [$1], " +
-                       std::to_string(bytes) + ", $2;";
-    auto* ty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt32Ty(), b_.getInt64Ty(), b_.getInt32Ty()}, false);
-    auto* copy = llvm::InlineAsm::get(ty, text, "r,l,r,~{memory}", true);
+    bool masked = ld->numOperands() > 1;
+    Regs ptrs = evalUnder(ld->operand(0), body, env);  // one builder call per statement: IR order
+    Regs mask = masked ? convert(evalUnder(ld->operand(1), body, env), ld->operand(1)->type(), ptrs.L) : Regs{};
     LVal* base = b_.CreateAdd(ring, idx(l.offset));
-    for (int s = 0; s < slots(L); s += static_cast<int>(l.width)) {
-      if (!slotOwned(L, s)) continue;
-      LVal* e = flatIndex(L, s);
-      LVal *row = coord(e, t.shape, 0), *col = coord(e, t.shape, 1);
-      LVal* dst =
-          b_.CreateAdd(base, l.transposed ? swizzledOffset(col, row, l.tile) : swizzledOffset(row, col, l.tile));
-      LVal* size;
-      if (l.prefix) {  // the bytes of the run's valid prefix
-        LVal* n = idx(0);
-        for (int i = 0; i < l.width; ++i) n = b_.CreateAdd(n, b_.CreateZExt(mask.e[s + i], b_.getInt32Ty()));
-        size = b_.CreateSelect(valid, b_.CreateMul(n, idx(l.tile.eb)), idx(0));
-      } else {
-        LVal* ok = mask.e.empty() ? valid : b_.CreateAnd(valid, mask.e[s]);
-        size = b_.CreateSelect(ok, idx(bytes), idx(0));
-      }
-      b_.CreateCall(copy, {dst, b_.CreatePtrToInt(ptrs.e[s], b_.getInt64Ty()), size});
-    }
+    cpAsyncRuns(l, ptrs, mask, ld->result()->type().shape, base, valid);
   }
   ptx("cp.async.commit_group;");
 }
@@ -312,46 +286,51 @@ void Lowering::lowerAsyncOp(const Op& op) {
   }
 }
 
-// async_copy: each thread's runs of `width` elements, each one cp.async of its bytes
-// (or of its mask's valid prefix) to its address in the buffer's #shared layout,
-// zero-filled where masked off.
+// async_copy: the runs of its pointer tile into its stage of the buffer, laid out by
+// the buffer's #shared layout (the iteration's validity is and-ed into its mask).
 void Lowering::asyncCopy(const Op& op) {
-  const Type& bt = op.operand(0)->type();
-  const SharedLayout& sl = *bt.shared();
-  SharedTile tile{sl.rows, sl.cols, sl.eb, sl.swizzle};
+  const SharedLayout& sl = *op.operand(0)->type().shared();
+  StagedCopy l;
+  l.tile = SharedTile{sl.rows, sl.cols, sl.eb, sl.swizzle};
+  l.width = op.hasAttr("width") ? op.intAttr("width") : 1;
+  l.transposed = op.hasAttr("transposed") && op.boolAttr("transposed");
+  l.prefix = op.hasAttr("prefix") && op.boolAttr("prefix");
   const Regs& ptrs = get(op.operand(2));
-  const Type& t = op.operand(2)->type();
+  Regs mask = op.numOperands() > 3 ? convert(get(op.operand(3)), op.operand(3)->type(), ptrs.L) : Regs{};
+  LVal* base = sharedStage(op.operand(0), op.operand(1));
+  cpAsyncRuns(l, ptrs, mask, op.operand(2)->type().shape, base, nullptr);
+  vals_[op.result()] = Regs{{}, layoutOf(op.result())};
+}
+
+// One cp.async per owned run of l.width elements of `ptrs` (a 2-D tile of `shape`) to
+// its address in l.tile from `base`, transposed for a K-major B; each copies its bytes,
+// or its mask's valid prefix (l.prefix), zero-filling the rest; nothing where `mask` (in
+// the pointers' layout; may be empty) or `valid` (may be null) is off.
+void Lowering::cpAsyncRuns(const StagedCopy& l, const Regs& ptrs, const Regs& mask, const std::vector<int64_t>& shape,
+                           LVal* base, LVal* valid) {
   const Layout& L = ptrs.L;
-  Regs mask;
-  if (op.numOperands() > 3) {
-    mask = get(op.operand(3));
-    if (!(mask.L == L)) mask = convert(mask, op.operand(3)->type(), L);
-  }
-  int64_t width = op.hasAttr("width") ? op.intAttr("width") : 1;
-  bool transposed = op.hasAttr("transposed") && op.boolAttr("transposed");
-  bool prefix = op.hasAttr("prefix") && op.boolAttr("prefix");
-  int64_t bytes = width * tile.eb;
+  int64_t bytes = l.width * l.tile.eb;
   std::string text = std::string("cp.async.") + (bytes == 16 ? "cg" : "ca") + ".shared.global [$0], [$1], " +
                      std::to_string(bytes) + ", $2;";
   auto* ty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt32Ty(), b_.getInt64Ty(), b_.getInt32Ty()}, false);
   auto* copy = llvm::InlineAsm::get(ty, text, "r,l,r,~{memory}", true);
-  LVal* base = sharedStage(op.operand(0), op.operand(1));
-  for (int s = 0; s < slots(L); s += static_cast<int>(width)) {
+  for (int s = 0; s < slots(L); s += static_cast<int>(l.width)) {
     if (!slotOwned(L, s)) continue;
     LVal* e = flatIndex(L, s);
-    LVal *row = coord(e, t.shape, 0), *col = coord(e, t.shape, 1);
-    LVal* dst = b_.CreateAdd(base, transposed ? swizzledOffset(col, row, tile) : swizzledOffset(row, col, tile));
-    LVal* size = idx(bytes);
-    if (prefix) {  // the bytes of the run's valid prefix
+    LVal *row = coord(e, shape, 0), *col = coord(e, shape, 1);
+    LVal* dst = b_.CreateAdd(base, l.transposed ? swizzledOffset(col, row, l.tile) : swizzledOffset(row, col, l.tile));
+    LVal* size;
+    if (l.prefix) {  // the bytes of the run's valid prefix
       LVal* n = idx(0);
-      for (int i = 0; i < width; ++i) n = b_.CreateAdd(n, b_.CreateZExt(mask.e[s + i], b_.getInt32Ty()));
-      size = b_.CreateMul(n, idx(tile.eb));
-    } else if (!mask.e.empty()) {
-      size = b_.CreateSelect(mask.e[s], idx(bytes), idx(0));
+      for (int i = 0; i < l.width; ++i) n = b_.CreateAdd(n, b_.CreateZExt(mask.e[s + i], b_.getInt32Ty()));
+      size = b_.CreateMul(n, idx(l.tile.eb));
+      if (valid) size = b_.CreateSelect(valid, size, idx(0));
+    } else {
+      LVal* ok = mask.e.empty() ? valid : valid ? b_.CreateAnd(valid, mask.e[s]) : mask.e[s];
+      size = ok ? b_.CreateSelect(ok, idx(bytes), idx(0)) : idx(bytes);
     }
     b_.CreateCall(copy, {dst, b_.CreatePtrToInt(ptrs.e[s], b_.getInt64Ty()), size});
   }
-  vals_[op.result()] = Regs{{}, layoutOf(op.result())};
 }
 
 }  // namespace tilefuse::lower::detail

@@ -372,6 +372,8 @@ class Lowering {
   // The ops of expanded pipelines (LowerPipeline.cpp).
   void lowerAsyncOp(const Op& op);
   void asyncCopy(const Op& op);
+  void cpAsyncRuns(const StagedCopy& l, const Regs& ptrs, const Regs& mask, const std::vector<int64_t>& shape,
+                   LVal* base, LVal* valid);
   LVal* sharedStage(const Value* buf, const Value* stage);
   void ptx(const std::string& text);
   Regs waitWgmma(const Regs& r, int pending, bool alone = false);
