@@ -43,17 +43,9 @@ import time
 
 import numpy as np
 from moe_bench_arrays import Backend
-from moe_bench_cases import BOUNDS, gemm_cases
+from moe_bench_cases import BOUNDS, GEMM_SHAPES, gemm_cases
 from moe_bench_mlp import memory_cases, mlp_cases
 
-GEMM_SHAPES = {  # name: (experts, rows T, K, N)
-    "deepseekv3_fc1": (32, 32768, 7168, 4096),
-    "deepseekv3_fc2": (32, 32768, 2048, 7168),
-    "mixtral_fc1": (8, 16384, 4096, 28672),
-    "mixtral_fc2": (8, 16384, 14336, 4096),
-    "qwen3_30b_fc1": (128, 65536, 2048, 1536),
-    "qwen3_30b_fc2": (128, 65536, 768, 2048),
-}
 SKEWED = ("deepseekv3_fc1", "qwen3_30b_fc1")  # also run with PEERS.md's skewed routing
 MLP_SHAPES = {  # name: (experts, routed rows R, d, n, activation, interleave, bias)
     "deepseekv3_ep8": (32, 32768, 7168, 2048, "swiglu", 0, False),

@@ -16,6 +16,15 @@ from tilefuse import cdiv, moe
 BOUNDS = {"bf16": 2.0**-7, "fp8": 2.0**-3, "mlp": 2.0**-6}
 host = importlib.import_module("tilefuse.moe.grouped_gemm")
 
+GEMM_SHAPES = {  # PEERS.md's grouped GEMMs, name: (experts, rows T, K, N)
+    "deepseekv3_fc1": (32, 32768, 7168, 4096),
+    "deepseekv3_fc2": (32, 32768, 2048, 7168),
+    "mixtral_fc1": (8, 16384, 4096, 28672),
+    "mixtral_fc2": (8, 16384, 14336, 4096),
+    "qwen3_30b_fc1": (128, 65536, 2048, 1536),
+    "qwen3_30b_fc2": (128, 65536, 768, 2048),
+}
+
 
 def _case(section, shape, routing, op, variant, who, dtype, fn, check, **extra):
     return dict(section=section, shape=shape, routing=routing, op=op, variant=variant, who=who, dtype=dtype) | dict(

@@ -12,17 +12,11 @@ include the schedule kernels (and the wgrad's transposed copy of dy).
 import sys
 
 import torch
+from moe_bench_cases import GEMM_SHAPES
 from tilefuse import moe
 
-SHAPES = {  # name: (experts, rows, K, N)
-    "deepseekv3_fc1": (32, 32768, 7168, 4096),
-    "deepseekv3_fc2": (32, 32768, 2048, 7168),
-    "mixtral_fc1": (8, 16384, 4096, 28672),
-    "mixtral_fc2": (8, 16384, 14336, 4096),
-    "qwen3_30b_fc1": (128, 65536, 2048, 1536),
-    "qwen3_30b_fc2": (128, 65536, 768, 2048),
-    "gpt_oss_fc1": (128, 131072, 2880, 5760),
-}
+SHAPES = {**GEMM_SHAPES, "gpt_oss_fc1": (128, 131072, 2880, 5760)}  # name: (experts, rows, K, N)
+
 CONFIGS = [
     moe.GemmConfig(),
     moe.GemmConfig(128, 256, 64, 8, 3),
