@@ -11,7 +11,7 @@ NPROC := $(shell nproc)
 # ccache, where installed, for rebuilds in several checkouts (not needed by CI).
 LAUNCHER := $(if $(shell command -v ccache),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 
-.PHONY: all setup deps venv build editable run test test-cpp test-lit test-python test-wheel lint format clean golden-ptx
+.PHONY: all setup deps venv torch build editable run test test-cpp test-lit test-python test-wheel lint format clean golden-ptx
 .PHONY: deps-clang build-asan build-asan-cpp test-asan test-asan-cpp fuzz fuzz-lib ci-sanitize
 
 all: build
@@ -30,6 +30,15 @@ $(VENV)/.stamp: requirements-dev.txt
 	touch $@
 
 venv: $(VENV)/.stamp
+
+# torch (requirements-torch.txt, with its CUDA wheels ~4.6 GB) for the PyTorch tests: GroupedMLP,
+# the expert-parallel tests on gloo, the guide's torch pages, the wheel's prebuilt kernels.
+# Not part of setup: without it those tests skip, saying so. .ci/run installs it.
+$(VENV)/.torch-stamp: requirements-torch.txt | venv
+	$(PY) -m pip install -q --no-cache-dir -r requirements-torch.txt
+	touch $@
+
+torch: $(VENV)/.torch-stamp
 
 setup: deps venv
 
@@ -58,8 +67,10 @@ test-cpp: build
 test-lit: build
 	TILEFUSE_BUILD_DIR=$(abspath $(BUILD)) $(VENV)/bin/lit -sv tests/lit
 
+# One pytest worker per core (pytest-xdist); PYTEST_JOBS=0 runs in this process.
+PYTEST_JOBS ?= $(NPROC)
 test-python: build
-	PYTHONPATH=frontend:. $(PY) -m pytest -q tests/python
+	PYTHONPATH=frontend:. $(PY) -m pytest -q -n $(PYTEST_JOBS) tests/python
 
 lint: venv
 	$(VENV)/bin/ruff check frontend kernels_dsl tests bench examples
@@ -122,7 +133,7 @@ test-asan-cpp: build-asan-cpp
 	$(SAN_ENV) TILEFUSE_BUILD_DIR=$(abspath $(ASAN_BUILD)) $(VENV)/bin/lit -sv tests/lit
 
 test-asan: build-asan test-asan-cpp
-	$(SAN_ENV) LD_PRELOAD=$(ASAN_RT) PYTHONPATH=$(ASAN_BUILD)/pkg:. $(PY) -m pytest -q -p no:cacheprovider $(ASAN_PYTESTS)
+	$(SAN_ENV) LD_PRELOAD=$(ASAN_RT) PYTHONPATH=$(ASAN_BUILD)/pkg:. $(PY) -m pytest -q -n $(PYTEST_JOBS) -p no:cacheprovider $(ASAN_PYTESTS)
 
 # Each libFuzzer target: first its kept regressions (each must pass), then FUZZ_SECONDS of
 # fuzzing from the seed corpus (new inputs and a crash's input go to $(ASAN_BUILD)/fuzz);

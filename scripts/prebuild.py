@@ -33,11 +33,14 @@ from concurrent.futures import ThreadPoolExecutor
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # GroupedMLP(num_experts, hidden, ffn, activation, recipe, bias), each with weights grouped
 # and per expert, recompute on and off; tokens: a multiple of 16 and not (their ints
-# specialize differently). Not NVFP4: its stochastic-rounding quantizers take the Philox
-# seed (random per backward) as specialized ints, so the specializations a run needs
-# depend on the seed's value (divisible by 16 or not, i32 or i64).
-SHAPES = [(8, 1024, 1024, "swiglu", r, bias) for r in ("bf16", "mxfp8", "fp8_block") for bias in (False, True)]
-ROWS = (4096, 4100)
+# specialize differently). NVFP4's stochastic rounding takes the backward's seed unspecialized,
+# so one recording serves every seed.
+RECIPES = ("bf16", "mxfp8", "fp8_block", "nvfp4")
+SHAPES = [(8, 1024, 1024, "swiglu", r, bias) for r in RECIPES for bias in (False, True)]
+ROWS = (4096, 4100, 65536)  # 65536: where the persistent grouped GEMM's rule picks it
+# The SMs of the GPU the launches are recorded for (H100 / H200 SXM): the persistent grouped
+# GEMM's rule (moe.grouped_gemm.use_persistent) compares the tile count with the SM count.
+SMS = 132
 
 
 def stage(build: pathlib.Path, where: pathlib.Path) -> pathlib.Path:
@@ -51,11 +54,14 @@ def stage(build: pathlib.Path, where: pathlib.Path) -> pathlib.Path:
 
 
 @contextlib.contextmanager
-def recording():
+def recording(sms=SMS, arch="sm_90a"):
     """{(kernel, key, num_warps, num_stages): (kernel, key, params)} of the launches made
-    inside, which do not run; CPU torch tensors pass for CUDA ones."""
+    inside, which do not run; CPU torch tensors pass for CUDA ones, on an `arch` GPU of
+    `sms` SMs (the host code's tuned configs and persistent rule read both)."""
     from tilefuse.arrays import is_torch_tensor
     from tilefuse.moe import _arrays
+
+    gg = importlib.import_module("tilefuse.moe.grouped_gemm")  # the module (moe.grouped_gemm: the function)
 
     jit = importlib.import_module("tilefuse.jit")  # the module (tilefuse.jit is the decorator)
     launches = {}
@@ -71,16 +77,17 @@ def recording():
                     return k
         return kind(name, a)
 
-    run_, kind = jit.JITFunction.run, _arrays.kind_of
-    jit.JITFunction.run, _arrays.kind_of = run, kind_of
+    saved = jit.JITFunction.run, _arrays.kind_of, gg._sm_count, gg._arch
+    jit.JITFunction.run, _arrays.kind_of, gg._sm_count, gg._arch = run, kind_of, lambda d: sms, lambda d: arch
     try:
         yield launches
     finally:
-        jit.JITFunction.run, _arrays.kind_of = run_, kind
+        jit.JITFunction.run, _arrays.kind_of, gg._sm_count, gg._arch = saved
 
 
-def grouped_mlp_step(torch, shape, rows, grouped, recompute):
-    """One GroupedMLP training step's calls of the functional API at `shape`."""
+def grouped_mlp_step(torch, shape, rows, grouped, recompute, seed=None):
+    """One GroupedMLP training step's calls of the functional API at `shape` (seed: the
+    backward's, None a fresh one)."""
     from tilefuse import moe
 
     g, d, n, activation, recipe, bias = shape
@@ -93,14 +100,14 @@ def grouped_mlp_step(torch, shape, rows, grouped, recompute):
     cfg = moe.MLPConfig(activation=activation, recipe=recipe, bias=bias, recompute=recompute)
     x, dy = torch.empty((rows, d), dtype=bf16), torch.empty((rows, d), dtype=bf16)
     _, ctx = moe.mlp_forward(x, torch.empty(rows), torch.zeros(g, dtype=torch.int32), params, cfg)
-    moe.mlp_backward(ctx, dy)
+    moe.mlp_backward(ctx, dy, seed=seed)
 
 
-def launches_of(shapes=SHAPES, rows=ROWS):
+def launches_of(shapes=SHAPES, rows=ROWS, arch="sm_90a"):
     """The launches of a GroupedMLP step at each shape, token count and option."""
     import torch
 
-    with recording() as launches:
+    with recording(arch=arch) as launches:
         for shape in shapes:
             for r in rows:
                 for grouped in (True, False):
@@ -162,7 +169,7 @@ def main():
             shutil.rmtree(args.out)
         args.out.mkdir(parents=True)
         start = time.time()
-        index = write(args.out, args.arch, launches_of(), args.jobs)
+        index = write(args.out, args.arch, launches_of(arch=args.arch), args.jobs)
     images = sorted({k["image"] for k in index["kernels"].values()})
     print(
         f"prebuilt kernels: {len(index['kernels'])} ({len(index['specs'])} specializations, {'/'.join(images)}) "

@@ -102,15 +102,16 @@ def test_lookup_off(folder, monkeypatch):
 
 def test_grouped_mlp_launches_are_prebuilt(folder, monkeypatch):
     """The launches of GroupedMLP steps at a prebuilt shape (bf16 and FP8-block, grouped and
-    per-expert weights, recompute on and off), at 8192 tokens (recorded: 4096 and 4100),
-    are all found without compiling."""
+    per-expert weights, recompute on and off), at 2048 and 8192 tokens (recorded: 4096
+    and 65536; the persistent GEMM's rule picks per-tile at 2048, persistent at 8192), are
+    all found without compiling."""
     pytest.importorskip("torch")
     shapes = [s for s in prebuild.SHAPES if not s[5] and s[4] in ("bf16", "fp8_block")]
-    prebuild.write(folder, "sm_90a", prebuild.launches_of(shapes, rows=(4096,)), jobs=2)
+    prebuild.write(folder, "sm_90a", prebuild.launches_of(shapes, rows=(4096, 65536)), jobs=2)
     prebuilt.reset()
-    launches = prebuild.launches_of(shapes, rows=(8192,))
+    launches = prebuild.launches_of(shapes, rows=(2048, 8192))
     names = {fn.__name__ for fn, *_ in launches}
-    assert {"grouped_gemm_kernel", "check_splits"} <= names, names
+    assert {"grouped_gemm_kernel", "grouped_gemm_persistent_kernel", "check_splits"} <= names, names
     with monkeypatch.context() as m:
         no_compiling(m)
         for (fn, key, nw, ns), params in launches.items():
@@ -135,3 +136,17 @@ def test_jit_launch_takes_the_prebuilt_kernel(folder, monkeypatch):
     ((kernel, nw, ns),) = launched
     assert isinstance(kernel, prebuilt.PrebuiltKernel) and (nw, ns) == config
     assert gpu.binary(kernel, "sm_90a", *config) is not None
+
+
+def test_nvfp4_launches_do_not_depend_on_the_seed():
+    """NVFP4's backward at three seeds (divisible by 16, odd, past 2^32) makes the same
+    launches, so the recorded set serves every seed of a training run."""
+    torch = pytest.importorskip("torch")
+    shape = next(s for s in prebuild.SHAPES if s[4] == "nvfp4" and not s[5])
+    sets = []
+    for seed in (16 * 12345, 7, 2**40 + 3):
+        with prebuild.recording() as launches:
+            prebuild.grouped_mlp_step(torch, shape, 4096, True, False, seed=seed)
+        sets.append(set(launches))
+    assert sets[0] and sets[0] == sets[1] == sets[2]
+    assert "nvfp4_quantize" in {fn.__name__ for fn, *_ in sets[0]}  # the gradients' stochastic rounding
