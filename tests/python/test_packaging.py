@@ -111,6 +111,7 @@ def test_wheel_installs_and_runs_outside_the_tree(tmp_path):
         "tilefuse/aot.py",
         "kernels_dsl/moe/grouped_gemm.py",
         "kernels_dsl/tutorials/softmax.py",
+        "tilefuse/moe/tuned_sm_90a.json",
     ):
         assert shipped in names, f"the wheel lacks {shipped}"
     assert any(re.fullmatch(r"tilefuse/_C\..*\.so", n) for n in names)

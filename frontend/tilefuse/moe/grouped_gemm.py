@@ -25,7 +25,7 @@ from kernels_dsl.moe import grouped_gemm as K
 from .. import cdiv, next_power_of_2
 from ..arrays import is_torch_tensor
 from ..jit import interp_buffers
-from . import _arrays
+from . import _arrays, tuned
 from .quant import Quantized
 
 OUT_KINDS = ("bfloat16", "float32")
@@ -53,8 +53,13 @@ def default_config(x) -> GemmConfig:
     return GemmConfig(32, 32, 32, 4, 2) if isinstance(x, np.ndarray) else GemmConfig()
 
 
-def _config(fn, config, x) -> GemmConfig:
-    cfg = default_config(x) if config is None else config
+def _config(fn, config, x, tuned_op=None, n=0, k=0) -> GemmConfig:
+    """config, checked; where None, the tuned table's entry for tuned_op (a call of the kind
+    moe.tuned measured, on the GPU, producing n columns from a k reduction), else the default."""
+    cfg = config
+    if cfg is None and tuned_op is not None and not isinstance(x, np.ndarray):
+        cfg = tuned.lookup(_arch(x.device), tuned_op, n, k)
+    cfg = default_config(x) if cfg is None else cfg
     if not isinstance(cfg, GemmConfig):
         raise TypeError(f"{fn}: config must be a moe.GemmConfig, got {type(cfg).__name__}")
     for f in GemmConfig._fields[:4]:
@@ -184,6 +189,13 @@ def bias_kind(bias, scale) -> int:
 
 
 @functools.lru_cache(maxsize=8)
+def _arch(device) -> str:
+    from .. import gpu
+
+    return gpu.arch_of_device(device.index)
+
+
+@functools.lru_cache(maxsize=8)
 def _sm_count(device) -> int:
     import torch
 
@@ -304,7 +316,7 @@ def grouped_gemm(x, w, splits, bias=None, bias_scale=None, *, out=None, out_dtyp
     _check_splits(fn, splits, x, wt.groups)
     _check_bias(fn, bias, bias_scale, x, wt.groups, n, rows)
     y = _out(fn, out, x, (rows, n), out_dtype)
-    cfg = _config(fn, config, x)
+    cfg = _config(fn, config, x, None if bias is not None else "fwd bf16", n, k)  # moe.tuned: measured without bias
     return _gemm(fn, x, wt, splits, y, bias, bias_scale, k, n, (1, k), cfg)
 
 
@@ -408,7 +420,7 @@ def grouped_gemm_dgrad(dy, w, splits, *, out=None, out_dtype="bfloat16", config=
         raise ValueError(f"{fn}: dy has {int(dy.shape[1])} columns but w's experts are [N, K] = [{n}, {k}]")
     _check_splits(fn, splits, dy, wt.groups)
     dx = _out(fn, out, dy, (rows, k), out_dtype)
-    cfg = _config(fn, config, dy)
+    cfg = _config(fn, config, dy, "dgrad bf16", k, n)
     return _gemm(fn, dy, wt, splits, dx, None, None, n, k, (k, 1), cfg, dgrad=True)
 
 
