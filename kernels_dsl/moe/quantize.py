@@ -199,9 +199,12 @@ def nvfp4_view_block(x_ptr, r, cb, R, s_r, s_c, RHT: tl.constexpr):
 
 
 @tf.jit
-def nvfp4_amax(x_ptr, part_ptr, R, C, s_r, s_c, RHT: tl.constexpr, TR: tl.constexpr):
-    # One partial amax (NaNs ignored) per program into part[pid0 * (C / 16) + pid1].
+def nvfp4_amax(x_ptr, part_ptr, R, C, s_r, s_c, n_ptr, RHT: tl.constexpr, TR: tl.constexpr, BOUNDED: tl.constexpr):
+    # One partial amax (NaNs ignored) per program into part[pid0 * (C / 16) + pid1]; BOUNDED:
+    # over V's first n_ptr[0] rows only (the MoE MLP's rows past the splits' sum).
     r = rows_of(TR)
+    if BOUNDED:
+        R = tl.minimum(R, tl.load(n_ptr))
     ev, od = nvfp4_view_block(x_ptr, r, tl.program_id(1), R, s_r, s_c, RHT)
     a = tl.maximum(tl.where(ev != ev, 0.0, tl.abs(ev)), tl.where(od != od, 0.0, tl.abs(od)))
     tl.store(part_ptr + tl.program_id(0) * (C // 16) + tl.program_id(1), tl.max(tl.max(a, axis=1), axis=0))

@@ -97,6 +97,21 @@ def test_sweep_against_interpreter_and_golden(options, dtype):
             assert_matches(got, observed(q, moe.dequantize(q)), f"GPU vs interpreter {what}")
 
 
+@pytest.mark.parametrize("n", [0, 37, 544, 600])
+def test_nvfp4_rows_used_against_interpreter(n):
+    """rows_used read on the device: the tensor scale, codes and scales bit for bit the
+    interpreter's (rows past the used ones 1000 times larger; all rows are encoded)."""
+    x = random_input(np.random.default_rng(n), (544, 112), BF16, spread=3)
+    x[n:] = (x[n:].astype(np.float32) * 1000).astype(BF16)
+    used = np.array([n], np.int32)
+    q = moe.quantize(device(x), "nvfp4", rows_used=torch.from_numpy(used).cuda())
+    want = moe.quantize(x, "nvfp4", rows_used=used)
+    torch.cuda.synchronize()
+    for f in ("tensor_scale", "data", "scale"):
+        got, ref = host(getattr(q, f)), getattr(want, f)
+        assert got.shape == ref.shape and np.array_equal(got.view(np.uint8), ref.view(np.uint8)), f
+
+
 def test_large_tensors_against_golden():
     rng = np.random.default_rng(3)
     x = random_input(rng, (2048, 1536), BF16, spread=10)

@@ -80,9 +80,15 @@ def _nvfp4_options(recipe, seed, rht=False):
     return dict(rht=rht) | ({} if seed is None else dict(stochastic=True, seed=seed))
 
 
-def quantize_rows(a, recipe, seed=None):
-    """The rowwise copy of a [R, N] (seed: NVFP4's stochastic rounding, for gradients)."""
-    return quantize(a, recipe, **_nvfp4_options(recipe, seed))
+def quantize_rows(a, recipe, splits, seed=None):
+    """The rowwise copy of a [R, N] (seed: NVFP4's stochastic rounding, for gradients).
+    NVFP4's tensor scale covers the rows up to the splits' sum only: rows past it are
+    ignored (SPEC-moe.md), so their contents must not move the scale of the others."""
+    if recipe != "nvfp4":
+        return quantize(a, recipe)
+    rows, g = int(a.shape[0]), int(splits.shape[0])
+    used = _schedule(a, splits, rows, _TILE[0]).offsets[g:]  # the clamped sum, on the device
+    return quantize(a, recipe, rows_used=used, **_nvfp4_options(recipe, seed))
 
 
 def quantize_cols(a, recipe, splits, seed=None):
@@ -128,12 +134,12 @@ def quantize_weight(w, recipe, axis):
     return quantize(w3.reshape(g * n, k), recipe, -1 if recipe == "nvfp4" else axis, **_WEIGHT_OPTIONS[recipe])
 
 
-def gemm_operands(a, w, recipe, dgrad, seed=None):
+def gemm_operands(a, w, recipe, splits, dgrad, seed=None):
     """(a, w) as the grouped GEMM (and moe.fused) take them under `recipe` (seed: a's
     stochastic rounding under NVFP4)."""
     if recipe == "bf16":
         return a, w
-    return quantize_rows(a, recipe, seed), quantize_weight(w, recipe, 0 if dgrad else -1)
+    return quantize_rows(a, recipe, splits, seed), quantize_weight(w, recipe, 0 if dgrad else -1)
 
 
 def wgrad(dy, x, splits, rows):

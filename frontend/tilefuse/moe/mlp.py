@@ -208,7 +208,7 @@ def mlp_forward(x, probs, splits, params, cfg, requires_grad=None, *, check_spli
     w1, w2, b1, b2 = params["w1"], params["w2"], params.get("b1"), params.get("b2")
     r, mode = cfg.recipe, cfg.recompute_mode
     act_args = dict(interleave=cfg.interleave, act_params=cfg.act_params)
-    xa, w1a = ops.gemm_operands(x, w1, r, dgrad=False)
+    xa, w1a = ops.gemm_operands(x, w1, r, splits, dgrad=False)
     fc1_forward, _, variant = _EPILOGUES[r]
     c, y = fc1_forward(xa, w1a, splits, probs, cfg.activation, r, bias=b1, mode=mode, **act_args)
     ctx.record.append(f"fc1_forward:{variant}-{mode}-{r}")
@@ -305,7 +305,7 @@ def mlp_backward(ctx, dy, *, seed=None):
     regen = cfg.recompute and needs["w2"]
     if _upstream(needs) or regen:
         nv = r == "nvfp4"
-        dya, w2a = ops.gemm_operands(dy, kept["w2"], r, dgrad=True, seed=seeds["dy_rows"] if nv else None)
+        dya, w2a = ops.gemm_operands(dy, kept["w2"], r, splits, dgrad=True, seed=seeds["dy_rows"] if nv else None)
         _, fc2_dgrad, variant = _EPILOGUES[r]
         extra = dict(seeds=(seeds["dh_rows"], seeds["dh_cols"])) if nv else {}
         dh, dprobs, y_col = fc2_dgrad(

@@ -53,13 +53,18 @@ class Quantized:
     seed: int = 0
 
 
-def quantize(x, recipe, axis=-1, *, fmt="e4m3", block=None, tile2d=False, rht=False, stochastic=False, seed=0):
+def quantize(
+    x, recipe, axis=-1, *, fmt="e4m3", block=None, tile2d=False, rht=False, stochastic=False, seed=0, rows_used=None
+):
     """x [M, K] (float32, bfloat16 or float16) block-quantized by `recipe`; see Quantized.
 
     mxfp8: fmt "e4m3" or "e5m2" (gradients), blocks of 32 along the axis.
     nvfp4: 1 x 16 blocks, or 16 x 16 tiles (tile2d, weights); rht: the random Hadamard
       transform of the columnwise copy (axis=0 only); stochastic rounding with 8 random
       bits per element from Philox4x32-10 keyed by `seed` (an int in [0, 2^64)).
+      rows_used (rowwise only): an int32 array on x's device whose first element n says
+      that only x's first n rows count: the tensor scale is their amax's (rows past n are
+      still encoded, with it); read on the device, so ragged MoE rows need no host sync.
     fp8_block: block (1, 128) or (128, 128) along the axis, e4m3.
     """
     kind = _arrays.kind_of("x", x)
@@ -76,6 +81,7 @@ def quantize(x, recipe, axis=-1, *, fmt="e4m3", block=None, tile2d=False, rht=Fa
     if min(st) < 0:
         raise ValueError(f"x: negative strides {st} are not supported")
     _check_options(recipe, fmt, block, tile2d, rht, stochastic, seed, axis)
+    _check_rows_used(rows_used, x, recipe, axis)
     m, k = (int(d) for d in x.shape)
     # V: the matrix whose rows hold the blocks.
     rows, cols, s_r, s_c = (m, k, st[0], st[1]) if axis == -1 else (k, m, st[1], st[0])
@@ -83,7 +89,7 @@ def quantize(x, recipe, axis=-1, *, fmt="e4m3", block=None, tile2d=False, rht=Fa
         return _mxfp8(x, rows, cols, s_r, s_c, axis, fmt)
     if recipe == "fp8_block":
         return _fp8_block(x, rows, cols, s_r, s_c, axis, (1, 128) if block is None else tuple(block))
-    return _nvfp4(x, rows, cols, s_r, s_c, axis, tile2d, rht, stochastic, int(seed))
+    return _nvfp4(x, rows, cols, s_r, s_c, axis, tile2d, rht, stochastic, int(seed), rows_used)
 
 
 def _check_options(recipe, fmt, block, tile2d, rht, stochastic, seed, axis):
@@ -144,7 +150,20 @@ def _fp8_block(x, rows, cols, s_r, s_c, axis, block):
     return Quantized(data, scale, "fp8_block", axis, tuple(x.shape), block=block)
 
 
-def _nvfp4(x, rows, cols, s_r, s_c, axis, tile2d, rht, stochastic, seed):
+def _check_rows_used(n, x, recipe, axis):
+    if n is None:
+        return
+    if recipe != "nvfp4" or axis != -1:
+        raise ValueError("rows_used: only NVFP4's rowwise copy has a tensor scale over rows")
+    host = isinstance(x, np.ndarray)
+    if isinstance(n, np.ndarray) != host or (not host and getattr(n, "device", None) != x.device):
+        where = "a numpy array" if host else f"a tensor on {x.device}"
+        raise ValueError(f"rows_used: must be {where}, like x")
+    if str(n.dtype).removeprefix("torch.") != "int32" or len(n.shape) != 1 or int(n.shape[0]) < 1:
+        raise ValueError(f"rows_used: must be a 1-D int32 array of at least one element, got {n.dtype}{tuple(n.shape)}")
+
+
+def _nvfp4(x, rows, cols, s_r, s_c, axis, tile2d, rht, stochastic, seed, rows_used=None):
     row_name, col_name = _axis_names(axis)
     _need_multiple("nvfp4 (blocks of 16)", cols, 16, row_name)
     br = 16 if tile2d else 1
@@ -155,7 +174,9 @@ def _nvfp4(x, rows, cols, s_r, s_c, axis, tile2d, rht, stochastic, seed):
     tensor_scale = _arrays.empty(x, (1,), "float32")
     data = _arrays.empty(x, (rows, cols // 2), "int8")
     scale = _arrays.empty(x, (rows, cols // 16), "e4m3")
-    _launch(K.nvfp4_amax, g, x, partials, rows, cols, s_r, s_c, RHT=rht, TR=TILE_ROWS)
+    bounded = rows_used is not None
+    n_ptr = rows_used if bounded else partials  # not read unless BOUNDED
+    _launch(K.nvfp4_amax, g, x, partials, rows, cols, s_r, s_c, n_ptr, RHT=rht, TR=TILE_ROWS, BOUNDED=bounded)
     n = g[0] * g[1]
     _launch(K.nvfp4_tensor_scale, (1, 1), partials, n, tensor_scale, BLOCK=_SCALE_PARTIALS_BLOCK)
     seeds = (np.int64(seed & 0xFFFFFFFF), np.int64(seed >> 32))  # one type whatever the seed

@@ -150,16 +150,20 @@ def test_saved_bytes(rng, name):
     assert res.saved_bytes == want, (res.saved, res.saved_bytes, want)
 
 
+@pytest.mark.parametrize("pad", ["nan", "huge"])
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_pad_rows_are_ignored(rng, recipe):
-    """NaN in x, probs and dy past the splits' sum: every result bitwise as with finite pad
-    rows (the columnwise copies zero those rows before their blocks' scales)."""
+def test_pad_rows_are_ignored(rng, recipe, pad):
+    """NaN, or finite values 1000 times the largest in use (not a power of two, which NVFP4's
+    two-level scale would absorb), in x, probs and dy past the splits' sum: every result
+    bitwise as with the baseline's random pad rows (the columnwise copies zero those rows
+    before their blocks' scales; NVFP4's rowwise copies take their tensor scale over the
+    rows in use only)."""
     inp, base = baseline(rng, "swiglu", recipe)
     end = offsets(inp["splits"], inp["x"].shape[0])[-1]
     assert end < inp["x"].shape[0]
     bad = {k: inp[k].copy() for k in ("x", "probs", "dy")}
     for v in bad.values():
-        v[end:] = np.nan
+        v[end:] = np.nan if pad == "nan" else 1000 * np.abs(v[:end].astype(np.float32)).max()
     res = cases.run(inp | bad, cases.config("swiglu", recipe))
     cases.assert_bitwise(base, res, ("out",) + ref.GRADS, np.asarray)
 

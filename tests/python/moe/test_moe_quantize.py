@@ -224,6 +224,23 @@ def test_nvfp4_stochastic_rounding_is_unbiased():
     assert abs(up - 0.25) < 6 * np.sqrt(0.25 * 0.75 / c.size), up
 
 
+@pytest.mark.parametrize("n", [0, 1, 37, 96, 200])
+def test_nvfp4_rows_used_bounds_the_tensor_scale(rng, n):
+    """rows_used = [n]: the tensor scale is the first n rows' (rows past them 1000 times
+    larger, not a power of two), their codes and scales those of quantizing them alone;
+    n past the rows: the whole tensor's."""
+    x = random_input(rng, (96, 48), spread=3)
+    m = min(n, 96)
+    x[m:] = x[m:] * 1000
+    q = moe.quantize(x, "nvfp4", rows_used=np.array([n, -7], np.int32))  # only the first element counts
+    want = moe.quantize(x[:m] if m else np.zeros((1, 48), x.dtype), "nvfp4")
+    assert codes(q.tensor_scale).tobytes() == codes(want.tensor_scale).tobytes()
+    assert np.array_equal(codes(q.data[:m]), codes(want.data[:m]))
+    assert np.array_equal(codes(q.scale[:m]), codes(want.scale[:m]))
+    if m < 96:
+        assert codes(q.tensor_scale).tobytes() != codes(moe.quantize(x, "nvfp4").tensor_scale).tobytes()
+
+
 # --- the API's checks ---
 
 
@@ -248,6 +265,16 @@ def test_nvfp4_stochastic_rounding_is_unbiased():
         ((np.zeros((32, 32), np.float32), "nvfp4"), {"seed": -1}, ValueError, ["seed"]),
         ((np.zeros((32, 32), np.float32), "mxfp8"), {"stochastic": True}, ValueError, ["stochastic"]),
         ((np.zeros((32, 32), np.float32), "nvfp4"), {"fmt": "e5m2"}, ValueError, ["fmt"]),
+        ((np.zeros((32, 32), np.float32), "mxfp8"), {"rows_used": np.ones(1, np.int32)}, ValueError, ["rows_used"]),
+        (
+            (np.zeros((32, 32), np.float32), "nvfp4"),
+            {"axis": 0, "rows_used": np.ones(1, np.int32)},
+            ValueError,
+            ["rowwise"],
+        ),
+        ((np.zeros((32, 32), np.float32), "nvfp4"), {"rows_used": np.ones(1, np.int64)}, ValueError, ["int32"]),
+        ((np.zeros((32, 32), np.float32), "nvfp4"), {"rows_used": np.ones((), np.int32)}, ValueError, ["1-D"]),
+        ((np.zeros((32, 32), np.float32), "nvfp4"), {"rows_used": 5}, ValueError, ["numpy array"]),
     ],
 )
 def test_bad_arguments(args, kwargs, exc, words):
