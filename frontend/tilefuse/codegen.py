@@ -9,7 +9,7 @@ import operator
 import warnings
 
 from . import _C
-from .errors import CompilationError
+from .errors import CompilationError, bare
 from .language import block_ptr as _block_ptr
 from .language import core as tl
 
@@ -250,7 +250,7 @@ class CodeGenerator(ast.NodeVisitor):
             except CompilationError:
                 raise
             except _C.UserError as e:
-                raise CompilationError(e.message, e.file, e.line, e.col) from None
+                raise CompilationError(e.message, e.file, e.line, e.col) from bare(e)
             except (
                 TypeError,
                 ValueError,
@@ -261,7 +261,7 @@ class CodeGenerator(ast.NodeVisitor):
                 KeyError,
                 AssertionError,
             ) as e:
-                raise self.error(node, str(e) or type(e).__name__) from None
+                raise self.error(node, str(e) or type(e).__name__) from bare(e)
             finally:
                 self.node = prev
                 if prev is not None:

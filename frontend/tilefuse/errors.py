@@ -26,6 +26,14 @@ class CompilationError(TilefuseError):
         return render(self.message, self.file, self.line, self.col, self.source_line)
 
 
+def bare(e: BaseException) -> BaseException:
+    """e as the __cause__ of a CompilationError (Triton's tests read the words there): its
+    message only, with no frames of the code generator and nothing chained to it."""
+    e.__traceback__ = None
+    e.__cause__ = None  # also suppresses its context
+    return e
+
+
 def render(message: str, file=None, line=0, col=0, source_line=None, kind="error") -> str:
     """file:line:col: kind: message, then the source line and a caret under col."""
     if not file:

@@ -23,7 +23,7 @@ except ImportError:
 
 from . import _C, defaults
 from .arrays import DLPackArg, is_dlpack
-from .errors import CompilationError, KernelRuntimeError, LaunchError, render
+from .errors import CompilationError, KernelRuntimeError, LaunchError, bare, render
 
 _R = _C.runtime
 _compiler_id = None
@@ -112,7 +112,7 @@ def lower(kernel, arch: str, num_warps: int, num_stages: int, keep_ir: bool = Tr
     try:
         low = _C.lower.compile(kernel.module, kernel.name, arch, num_warps, num_stages, keep_ir, debug=debug)
     except _C.UserError as e:
-        raise CompilationError(e.message, e.file, e.line, e.col) from None
+        raise CompilationError(e.message, e.file, e.line, e.col) from bare(e)
     hints = low.hints
     if perf_hints():
         for file, line, col, message in hints:

@@ -19,7 +19,7 @@ from . import _C, gpu, prebuilt
 from .arrays import DLPackArg, array_arg, is_dlpack, is_torch_tensor
 from .codegen import CodeGenerator, FunctionSource, call_leaves, call_rebuild, call_structure
 from .defaults import NUM_STAGES, NUM_WARPS
-from .errors import CompilationError, KernelRuntimeError, LaunchError
+from .errors import CompilationError, KernelRuntimeError, LaunchError, bare
 from .language import core as tl
 
 _ir = _C.ir
@@ -317,7 +317,7 @@ class JITFunction(_C.launcher.Launcher):
             return self._generate(params, tuples or {})
         except CompilationError as e:
             # The error shows the kernel's line; the code generator's frames would only bury it.
-            raise e.with_traceback(None) from None
+            raise e.with_traceback(None) from e.__cause__
 
     def _generate(self, params, tuples) -> CompiledKernel:
         module = _ir.Module()
@@ -348,7 +348,7 @@ class JITFunction(_C.launcher.Launcher):
             tile_raw = module.to_text()
             _C.passes.run_pipeline(module)
         except _C.UserError as e:
-            raise CompilationError(e.message, e.file, e.line, e.col) from None
+            raise CompilationError(e.message, e.file, e.line, e.col) from bare(e)
         asm = {"tile_raw": tile_raw, "tile": module.to_text()}
         return CompiledKernel(self.__name__, module, asm, [(p.name, str(p.spec.type)) for p in args])
 

@@ -516,14 +516,21 @@ def _shape_arg(shape) -> list[int]:
 # --- builtins ---
 
 
+def _grid_axis(what, axis) -> int:
+    axis = int(_unwrap(axis))
+    if not 0 <= axis <= 2:
+        raise ValueError(f"{what} axis must be 0, 1, or 2 but got {axis}")  # Triton's words
+    return axis
+
+
 @builtin
 def program_id(axis, _builder=None):
-    return tensor(_builder.program_id(int(_unwrap(axis))))
+    return tensor(_builder.program_id(_grid_axis("program_id", axis)))
 
 
 @builtin
 def num_programs(axis, _builder=None):
-    return tensor(_builder.num_programs(int(_unwrap(axis))))
+    return tensor(_builder.num_programs(_grid_axis("num_programs", axis)))
 
 
 @builtin
