@@ -12,7 +12,7 @@ NPROC := $(shell nproc)
 LAUNCHER := $(if $(shell command -v ccache),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 
 .PHONY: all setup deps venv torch build editable run test test-cpp test-lit test-python test-wheel lint format clean golden-ptx
-.PHONY: deps-clang build-asan build-asan-cpp test-asan test-asan-cpp fuzz fuzz-lib ci-sanitize
+.PHONY: deps-clang build-asan build-asan-cpp test-asan test-asan-cpp fuzz fuzz-lib fuzz-frontend ci-sanitize
 
 all: build
 
@@ -96,7 +96,7 @@ CLANG_APT_PKGS := clang-14 libclang-rt-14-dev
 ASAN_RT = $(shell clang++-14 -print-file-name=libclang_rt.asan-x86_64.so)
 SAN_ENV = ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # The Python suite under ASan (CPython itself is not instrumented: LD_PRELOAD of the runtime,
-# no leak checking): over 20 min here (README: Robustness). test_golden_ptx is left out: clang's build emits PTX that
+# no leak checking): 21 min here with two workers (README: Robustness). test_golden_ptx is left out: clang's build emits PTX that
 # differs from the golden (gcc-built) files in 10 matmul cases (not a sanitizer report).
 ASAN_PYTESTS ?= tests/python --ignore=tests/python/test_golden_ptx.py
 FUZZ_SECONDS ?= 60
@@ -138,12 +138,19 @@ test-asan: build-asan test-asan-cpp
 # Each libFuzzer target: first its kept regressions (each must pass), then FUZZ_SECONDS of
 # fuzzing from the seed corpus (new inputs and a crash's input go to $(ASAN_BUILD)/fuzz);
 # make fuzz then runs the frontend grammar fuzzer for FUZZ_SECONDS, on the instrumented extension.
-fuzz: build-asan fuzz-lib
-	$(SAN_ENV) LD_PRELOAD=$(ASAN_RT) PYTHONPATH=$(ASAN_BUILD)/pkg:. $(PY) -m scripts.fuzz.gen_kernels --seconds $(FUZZ_SECONDS)
+fuzz: build-asan fuzz-lib fuzz-frontend
 
-# What .ci/run adds to make test (README: Robustness): the C++ tests and lit under ASan +
-# UBSan and the libFuzzer targets, FUZZ_SECONDS each; any report or finding fails.
-ci-sanitize: test-asan-cpp fuzz-lib
+# The grammar fuzzer on the instrumented extension: FUZZ_KERNELS kernels from FUZZ_SEED (a run
+# replays exactly elsewhere), or FUZZ_SECONDS, whichever comes first; unset seed: the clock's.
+FUZZ_KERNELS ?=
+FUZZ_SEED ?=
+fuzz-frontend: build-asan
+	$(SAN_ENV) LD_PRELOAD=$(ASAN_RT) PYTHONPATH=$(ASAN_BUILD)/pkg:. $(PY) -m scripts.fuzz.gen_kernels --seconds $(FUZZ_SECONDS) \
+	  $(if $(FUZZ_KERNELS),--count $(FUZZ_KERNELS)) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED))
+
+# What .ci/run adds to make test (README: Robustness): the C++ tests, lit and the Python suite
+# under ASan + UBSan, the libFuzzer targets and the grammar fuzzer; any report or finding fails.
+ci-sanitize: test-asan fuzz-lib fuzz-frontend
 
 fuzz-lib: build-asan-cpp
 	@for t in ir lower; do \

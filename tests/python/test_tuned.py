@@ -7,6 +7,7 @@ interpreter)."""
 
 import importlib
 import json
+import pathlib
 import sys
 
 import numpy as np
@@ -16,10 +17,11 @@ from tilefuse.moe import tuned
 
 from scripts import prebuild
 
-sys.path.insert(0, str(tuned.HERE.parents[2] / "bench"))
+ROOT = pathlib.Path(__file__).resolve().parents[2]  # not tilefuse's: a copied package (build-asan/pkg) has no bench/
+sys.path.insert(0, str(ROOT / "bench"))
 import moe_tune  # noqa: E402
 
-SOURCE = tuned.HERE.parents[2] / "bench" / "data" / "moe_bench_h200_2026-12-01.json"
+SOURCE = ROOT / "bench" / "data" / "moe_bench_h200_2026-12-01.json"
 gg = importlib.import_module("tilefuse.moe.grouped_gemm")
 
 
