@@ -22,19 +22,11 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
+from moe_bench import parse_config  # noqa: E402
 from moe_bench_cases import GEMM_SHAPES  # noqa: E402
 
 TUNED_OPS = ("fwd bf16", "dgrad bf16")
 BALANCED = "0.7-1.3"
-
-
-def parse_config(text: str, persistent):
-    """[block_m, block_n, block_k, warps, stages, persistent] of moe_bench's 'BMxBNxBKwWsS'."""
-    bm, rest = text.split("x", 1)
-    bn, rest = rest.split("x", 1)
-    bk, rest = rest.split("w", 1)
-    warps, stages = rest.split("s", 1)
-    return [int(bm), int(bn), int(bk), int(warps), int(stages), persistent]
 
 
 def label(config: str, persistent) -> str:
@@ -77,7 +69,7 @@ def build(results: list[dict], sources: list[str]) -> dict:
                 shape=shape,
                 n=n,
                 k=k,
-                config=parse_config(config, persistent),
+                config=list(parse_config(config)._replace(persistent=persistent)),
                 tflops=round(best[key], 1),
                 candidates={label(c, p): round(v, 1) for (*_, c, p), v in rivals.items()},
                 **({"skewed_tflops": skewed} if skewed else {}),
