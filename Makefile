@@ -73,8 +73,8 @@ test-python: build
 	PYTHONPATH=frontend:. $(PY) -m pytest -q -n $(PYTEST_JOBS) tests/python
 
 lint: venv
-	$(VENV)/bin/ruff check frontend kernels_dsl tests bench examples
-	$(VENV)/bin/ruff format --check frontend kernels_dsl tests bench examples
+	$(VENV)/bin/ruff check frontend kernels_dsl tests bench examples scripts
+	$(VENV)/bin/ruff format --check frontend kernels_dsl tests bench examples scripts
 
 # The wheel, built by pip from the CMake tree above (scikit-build-core reuses $(BUILD): it only
 # reconfigures and installs), installed into a fresh venv outside the source tree, runs kernels
@@ -166,7 +166,7 @@ golden-ptx: build
 	PYTHONPATH=frontend:. $(PY) -m tests.python.golden.ptx_cases --update
 
 format: venv
-	$(VENV)/bin/ruff format frontend kernels_dsl tests bench examples
+	$(VENV)/bin/ruff format frontend kernels_dsl tests bench examples scripts
 	clang-format -i $$(git ls-files '*.cpp' '*.h')
 
 clean:

@@ -9,12 +9,13 @@ The prebuilt kernels: frontend/tilefuse/prebuilt/ when valid, else made by
 scripts/prebuild.py into a temporary folder first (torch, and ptxas for cubins). Prints
 the first and the second step's wall time per mode (median of --repeat processes).
 
-  python bench/first_call.py [--repeat 3] [--tokens 4096]
+  python bench/first_call.py [--repeat 3] [--tokens 4096] [--profile]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import pathlib
@@ -26,7 +27,7 @@ import tempfile
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 CHILD = r"""
-import json, sys, time
+import cProfile, json, os, pstats, sys, time
 import torch
 from tilefuse import moe, prebuilt
 
@@ -40,11 +41,18 @@ splits = torch.diff(torch.cat([torch.tensor([0]), cuts, torch.tensor([rows])])).
 dy = torch.randn(rows, d, device="cuda", dtype=torch.bfloat16)
 torch.cuda.synchronize()
 times = []
-for _ in range(2):
+prof = cProfile.Profile() if os.environ.get("FIRST_CALL_PROFILE") else None
+for step in range(2):
+    if prof and step == 0:
+        prof.enable()
     start = time.perf_counter()
     m(x, splits, probs).backward(dy)
     torch.cuda.synchronize()
     times.append(time.perf_counter() - start)
+    if prof and step == 0:
+        prof.disable()
+if prof:
+    pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(40)
 index, why = prebuilt.index()
 kinds = "/".join(sorted({k["image"] for k in index["kernels"].values()})) if index else ""
 found = f"{len(index['kernels'])} ({kinds})" if index else why
@@ -58,11 +66,18 @@ def child(env, shape, rows):
     )
     if r.returncode != 0:
         sys.exit(f"first_call: the child failed:\n{r.stderr}")
+    if "FIRST_CALL_PROFILE" in env:
+        print(r.stderr, file=sys.stderr)
     return json.loads(r.stdout.splitlines()[-1])
 
 
 def main():
-    sys.path[:0] = [str(ROOT / "frontend"), str(ROOT)]
+    # tilefuse as PYTHONPATH has it (the GPU machine's staged .gpu/pkg), else this checkout's.
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if importlib.util.find_spec("tilefuse") is None:
+        paths.append(str(ROOT / "frontend"))
+    paths.append(str(ROOT))
+    sys.path[:0] = paths
     from tilefuse import prebuilt
 
     from scripts import prebuild
@@ -70,11 +85,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=4096)
+    ap.add_argument("--profile", action="store_true", help="also print cProfile's top of one first step per mode")
     args = ap.parse_args()
     shape = prebuild.SHAPES[0]
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "frontend"), str(ROOT), os.environ.get("PYTHONPATH", "")])
-    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
     with tempfile.TemporaryDirectory() as tmp:
         folder = pathlib.Path(tmp) / "prebuilt"
         if prebuilt.index()[0] is None:
@@ -91,6 +105,10 @@ def main():
             results["disk"].append(child(off, shape, args.tokens))
             fresh = dict(env, TILEFUSE_CACHE_DIR=str(pathlib.Path(tmp) / f"empty{i}"))
             results["prebuilt"].append(child(fresh, shape, args.tokens))
+        if args.profile:
+            for mode, e in (("disk", off), ("prebuilt", fresh)):
+                print(f"=== cProfile of the first step, mode {mode}", file=sys.stderr)
+                child(dict(e, FIRST_CALL_PROFILE="1"), shape, args.tokens)
     print(f"GroupedMLP{tuple(shape)}, {args.tokens} tokens: first and second training step, median of {args.repeat}")
     print(f"{'mode':10} {'first (ms)':>12} {'second (ms)':>12}  prebuilt kernels")
     for mode, runs in results.items():

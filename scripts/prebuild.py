@@ -65,6 +65,7 @@ def recording(sms=SMS, arch="sm_90a"):
 
     jit = importlib.import_module("tilefuse.jit")  # the module (tilefuse.jit is the decorator)
     launches = {}
+    kind = _arrays.kind_of
 
     def run(self, *args, grid, num_warps=jit.NUM_WARPS, num_stages=jit.NUM_STAGES, num_ctas=1, **kwargs):
         key, params, _ = self._specialize(self._bind(args, kwargs))

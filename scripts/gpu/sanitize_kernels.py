@@ -63,13 +63,14 @@ def mlps():
 
     g = len(demo.SPLITS)
     splits = torch.tensor(demo.SPLITS, dtype=torch.int32, device="cuda")
+    d = n = 128  # the widths every recipe takes (fp8_block: multiples of 128)
     for recipe in RECIPES:
-        params = dict(w1=randn(g, 2 * demo.N, demo.D), w2=randn(g, demo.D, demo.N))
-        params |= dict(b1=randn(g, 2 * demo.N, dtype=torch.float32), b2=randn(g, demo.D, dtype=torch.float32))
+        params = dict(w1=randn(g, 2 * n, d), w2=randn(g, d, n))
+        params |= dict(b1=randn(g, 2 * n, dtype=torch.float32), b2=randn(g, d, dtype=torch.float32))
         cfg = moe.MLPConfig(activation="swiglu", recipe=recipe, bias=True, scaled_bias=True, recompute=True)
         probs = torch.rand(demo.T, device="cuda", generator=gen)
-        _, ctx = moe.mlp_forward(randn(demo.T, demo.D), probs, splits, params, cfg)
-        moe.mlp_backward(ctx, randn(demo.T, demo.D))
+        _, ctx = moe.mlp_forward(randn(demo.T, d), probs, splits, params, cfg)
+        moe.mlp_backward(ctx, randn(demo.T, d))
 
 
 def tutorials():

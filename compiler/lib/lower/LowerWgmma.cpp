@@ -26,6 +26,10 @@ namespace {
 
 int swizzleMode(int64_t r) { return r == 128 ? 1 : r == 64 ? 2 : 3; }
 
+// Accumulator slots per thread up to which a promoting wgmma keeps two partial sums in
+// flight: 3 x 64 fp32 registers leave room under the 255 of a thread for addresses.
+constexpr int64_t kOverlapSlots = 64;
+
 }  // namespace
 
 // Shared memory for wgmma operands as allocate-shared placed it above floor_: the
@@ -296,22 +300,29 @@ void Lowering::lowerWgmma(const Op& op, const WgmmaShape& w) {
   if (!wgmmaPromotes(op)) wgmmaPending_.insert(op.result());
 }
 
-// dot_scaled on fp8: writes both scale tables ([M, K/32] and [N, K/32] e8m0) to shared
-// memory, where the promotion reads each accumulator element's two scales; returns
-// their shared byte offset.
+// dot_scaled on fp8: writes both scale tables ([M, K/32] and [N, K/32] e8m0 codes)
+// decoded to fp32 powers of two to shared memory, where the promotion reads each
+// accumulator row's and column's scale; returns their shared byte offset. Decoding
+// here costs a code or two per thread, in the promotion one per row and column read.
 int64_t Lowering::stageScales(const Op& op) {
+  auto decoded = [&](const Value* v) {
+    Regs r = get(v);
+    for (LVal*& e : r.e) e = decodeE8M0(e);
+    return r;
+  };
+  const Type &sa = op.operand(1)->type(), &sb = op.operand(3)->type();
   // Above the operand stages and rings, which a wgmma in flight may still read.
   barrier();
-  toSmemAt(get(op.operand(1)), op.operand(1)->type(), scratch_);
-  toSmemAt(get(op.operand(3)), op.operand(3)->type(), scratch_ + op.operand(1)->type().numel());
+  toSmemAt(decoded(op.operand(1)), sa.withElem(DType::F32), scratch_);
+  toSmemAt(decoded(op.operand(3)), sb.withElem(DType::F32), scratch_ + 4 * sa.numel());
   barrier();
   return scratch_;
 }
 
-// 2^(s - 127) for the scale of K block `block` of row `row` in the table at byte `table`.
+// The decoded scale of K block `block` of row `row` in the fp32 table at byte `table`.
 LVal* Lowering::scaleOf(int64_t table, const Type& t, LVal* row, int64_t block) {
-  LVal* off = b_.CreateAdd(idx(table), b_.CreateAdd(b_.CreateMul(row, idx(t.shape[1])), idx(block)));
-  return decodeE8M0(b_.CreateLoad(b_.getInt8Ty(), b_.CreateGEP(b_.getInt8Ty(), smem(), off)));
+  LVal* off = b_.CreateAdd(idx(table), b_.CreateMul(b_.CreateAdd(b_.CreateMul(row, idx(t.shape[1])), idx(block)), idx(4)));
+  return b_.CreateLoad(b_.getFloatTy(), b_.CreateGEP(b_.getInt8Ty(), smem(), off));
 }
 
 // The wgmma group of dot `op` on tiling w (dot_scaled of fp4: on its bf16 values).
@@ -331,6 +342,30 @@ WgmmaGroup Lowering::dotGroup(const Op& op, const WgmmaShape& w) const {
           .tb = wgmmaOperandTile(op, 1, w),
           .kMajor = wgmmaB(op).kMajor,
           .promote = wgmmaPromotes(op)};
+}
+
+// The rows and columns of an [*, n] tile that layout `l`'s slots hold in this thread.
+// Its bases are distinct powers of two (Layout.h), so an element's flat index is the
+// thread part OR the slot part: row and column split the same way, and a slot's row is
+// the thread's row part plus a constant of the slot.
+Lowering::FragmentLines Lowering::fragmentLines(const Layout& l, int64_t n) {
+  FragmentLines f;
+  LVal* t = threadPart(l);
+  LVal* rowT = b_.CreateLShr(t, idx(__builtin_ctzll(n)));
+  LVal* colT = b_.CreateAnd(t, idx(n - 1));
+  std::map<int64_t, int> rowIdx, colIdx;
+  for (int s = 0; s < slots(l); ++s) {
+    int64_t c = 0;
+    for (size_t i = 0; i < l.reg.size(); ++i)
+      if (s >> i & 1) c += l.reg[i];
+    auto [r, newRow] = rowIdx.try_emplace(c / n, static_cast<int>(f.rows.size()));
+    if (newRow) f.rows.push_back(b_.CreateAdd(rowT, idx(c / n)));
+    auto [k, newCol] = colIdx.try_emplace(c % n, static_cast<int>(f.cols.size()));
+    if (newCol) f.cols.push_back(b_.CreateAdd(colT, idx(c % n)));
+    f.rowOf.push_back(r->second);
+    f.colOf.push_back(k->second);
+  }
+  return f;
 }
 
 // Issues wgmma group `g` (operands at smem bytes aBase and bBase, visible to the async
@@ -390,13 +425,29 @@ Regs Lowering::issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LV
   bool promote = g.promote;
   int64_t chunk = scaled ? 32 : 128;
   Regs sum = acc;
-  std::vector<LVal*> rows, cols;  // of each accumulator slot
-  if (scaled)
-    for (int s = 0; s < slots(acc.L); ++s) {
-      LVal* e = flatIndex(acc.L, s);
-      rows.push_back(b_.CreateLShr(e, idx(__builtin_ctzll(n))));
-      cols.push_back(b_.CreateAnd(e, idx(n - 1)));
+  FragmentLines lines = scaled ? fragmentLines(acc.L, n) : FragmentLines{};
+  // Adds the partial sum of the chunk from K index `start` to `sum` (times its scales),
+  // in chunk order. Each row's and column's scale is decoded once: a thread's slots
+  // share few of them.
+  auto addChunk = [&](const Regs& part, int64_t start) {
+    std::vector<LVal*> ra, cb;
+    if (scaled) {
+      const Type &sa = scaled->operand(1)->type(), &sb = scaled->operand(3)->type();
+      for (LVal* r : lines.rows) ra.push_back(scaleOf(scales, sa, r, start / 32));
+      for (LVal* c : lines.cols) cb.push_back(scaleOf(scales + 4 * sa.numel(), sb, c, start / 32));
     }
+    for (size_t i = 0; i < sum.e.size(); ++i) {
+      LVal* p = part.e[i];
+      if (scaled) p = b_.CreateFMul(p, b_.CreateFMul(ra[lines.rowOf[i]], cb[lines.colOf[i]]));
+      sum.e[i] = b_.CreateFAdd(sum.e[i], p);
+    }
+  };
+  // With room for two partial sums besides the accumulator (64 fp32 slots each at
+  // most), chunk c + 1's wgmma group is issued before chunk c is promoted, so that the
+  // tensor cores work while the promotion's FMULs run; otherwise each chunk waits.
+  bool overlap = promote && k > chunk && static_cast<int64_t>(acc.e.size()) <= kOverlapSlots;
+  Regs prev;
+  int64_t prevStart = -1;
 
   LVal* rowBand = b_.CreateMul(wgm, idx(m / w.wgM));
   LVal* colBand = b_.CreateMul(wgn, idx(n / w.wgN));
@@ -434,18 +485,16 @@ Regs Lowering::issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LV
     }
     if (promote && ((kk + kStep) % chunk == 0 || kk + kStep == k)) {
       ptx("wgmma.commit_group.sync.aligned;");
-      Regs part = waitWgmma(acc, 0);
-      for (size_t i = 0; i < sum.e.size(); ++i) {
-        LVal* p = part.e[i];
-        if (scaled) {
-          const Type &sa = scaled->operand(1)->type(), &sb = scaled->operand(3)->type();
-          p = b_.CreateFMul(p, b_.CreateFMul(scaleOf(scales, sa, rows[i], kk / 32),
-                                             scaleOf(scales + sa.numel(), sb, cols[i], kk / 32)));
-        }
-        sum.e[i] = b_.CreateFAdd(sum.e[i], p);
+      if (overlap) {  // this chunk runs while the previous one is promoted
+        if (prevStart >= 0) addChunk(waitWgmma(prev, 1), prevStart);
+        prev = acc;
+        prevStart = kk - kk % chunk;
+      } else {
+        addChunk(waitWgmma(acc, 0), kk - kk % chunk);
       }
     }
   }
+  if (promote && prevStart >= 0) addChunk(waitWgmma(prev, 0), prevStart);
   if (promote) return sum;
   ptx("wgmma.commit_group.sync.aligned;");
   return acc;

@@ -362,6 +362,12 @@ class Lowering {
   LVal* stageAddr(const Op& op, unsigned buf);
   int64_t stageScales(const Op& op);
   LVal* scaleOf(int64_t table, const Type& t, LVal* row, int64_t block);
+  // A layout's distinct rows and columns in this thread, and each slot's among them.
+  struct FragmentLines {
+    std::vector<LVal*> rows, cols;
+    std::vector<int> rowOf, colOf;
+  };
+  FragmentLines fragmentLines(const Layout& l, int64_t n);
   bool readPipeline(const Op& loop, Pipeline* p);
   Regs evalUnder(const Value* v, const Block& body, const Env& env);
   Env advance(Env env, const Block& body, LVal* step, int steps);

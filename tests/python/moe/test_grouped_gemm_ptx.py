@@ -105,3 +105,21 @@ def test_kernels_are_on_the_fast_path(monkeypatch, tmp_path, call, cfg):
             mma = next((v for key, v in types.items() if key in call), "k16.f32.bf16.bf16")
             assert f"wgmma.mma_async.sync.aligned.m64n{cfg.block_n}{mma}" in low["ptx"]
             assert "cp.async.cg.shared.global" in low["ptx"]
+
+
+@pytest.mark.skipif(not shutil.which("ptxas") and not shutil.os.path.exists(PTXAS), reason="needs ptxas")
+@pytest.mark.parametrize("call", ["forward_mxfp8", "dgrad_fp8_block"])
+def test_fp8_promotion_overlaps_the_next_chunk(monkeypatch, tmp_path, call):
+    """The default config's block-scaled K step (two 32-wide chunks): chunk 2's wgmma group
+    is in flight while chunk 1 is promoted (wait_group 1), every row's and column's scale
+    is read once per chunk, decoded (a thread of a 64 x 128 warpgroup fragment holds 2 rows
+    and 32 columns: 34 fp32 reads, 68 for two chunks), and ptxas keeps the wgmma pipeline
+    without spilling."""
+    seen = launches(monkeypatch, lambda: CALLS[call](moe.GemmConfig()))
+    (kernel, args, meta), *_ = [s for s in seen if s[0].__name__ == "grouped_gemm_fp8_kernel"]
+    warps, stages = meta.pop("num_warps"), meta.pop("num_stages")
+    ptx = gpu.lower(kernel.compile(*args, **meta), "sm_90a", warps, stages, keep_ir=False)["ptx"]
+    assert ptx.count("wgmma.wait_group.sync.aligned 1;") == 1
+    assert ptx.count("ld.shared.f32") == 2 * 34, ptx.count("ld.shared.f32")
+    report = assert_assembles(ptx, "sm_90a", tmp_path, verbose=True)
+    assert "C7511" not in report and "0 bytes spill stores" in report, report
