@@ -87,18 +87,17 @@ def _flatten(bound: dict, constexprs) -> tuple[dict, dict]:
     """Tuple arguments (Triton 3.x passes tuples of tensors and scalars, nested) as one
     argument per leaf, named "t.0", "t.1.0", ...; and the tuples' structure, to rebuild them
     in the kernel. Constexpr parameters keep their tuples whole."""
+    # A loop, not a recursive closure: that would be a reference cycle holding `flat`, every
+    # launch's arguments (device tensors) alive until the cyclic garbage collector ran.
     flat, tuples = {}, {}
-
-    def walk(name, v):
+    todo = list(reversed(bound.items()))
+    while todo:
+        name, v = todo.pop()
         if isinstance(v, tuple) and name.split(".")[0] not in constexprs:
             tuples[name] = (type(v), len(v))
-            for i, x in enumerate(v):
-                walk(f"{name}.{i}", x)
+            todo.extend(reversed([(f"{name}.{i}", x) for i, x in enumerate(v)]))
         else:
             flat[name] = v
-
-    for name, v in bound.items():
-        walk(name, v)
     return flat, tuples
 
 

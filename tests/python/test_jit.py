@@ -687,3 +687,25 @@ def test_interp_buffers_admit_memory_reached_by_offsets(rng):
     assert np.array_equal(out, other)
     with pytest.raises(tf.KernelRuntimeError, match="out-of-bounds load"):
         _copy_at_offset[(1,)](base, out, delta, N=16)  # only inside the block
+
+
+def test_a_launch_leaves_no_reference_cycles(rng):
+    """The launch path creates no cyclic garbage: its arguments (device tensors on the GPU)
+    are released when the caller drops them, not when the cyclic collector runs."""
+    import gc
+    import weakref
+
+    x, y, out, alpha = _inputs(rng, 100)
+    scale_add[(4,)](x, y, out, 100, alpha, BLOCK=32)  # compiled outside the measurement
+    x2 = x.copy()
+    gone = weakref.ref(x2)
+    gc.collect()
+    gc.disable()
+    try:
+        scale_add[(4,)](x2, y, out, 100, alpha, BLOCK=32)
+        del x2
+        assert gone() is None
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
+    np.testing.assert_allclose(out, _scale_add_ref(x, y, alpha), rtol=1e-6, atol=1e-6)  # f32: two roundings
