@@ -3,7 +3,8 @@
 A thin layer over the functional API (SPEC-moe.md §7): forward and backward are two torch
 custom ops (tilefuse::grouped_mlp_forward / _backward, opaque to torch.compile, with fake
 implementations) tied together by torch.library.register_autograd, whose real
-implementations call mlp_forward and mlp_backward. The functional API's context (a Python
+implementations call mlp_forward and mlp_backward; eager calls run the same
+implementations under a torch.autograd.Function (_Eager), past the dispatcher. The functional API's context (a Python
 object holding what the backward reads) cannot pass through an op's schema: the forward op
 returns a one-element int64 CPU tensor, a handle, that names it in _CONTEXTS; autograd
 saves the handle, the backward op pops the context, and the context goes away with the
@@ -70,8 +71,7 @@ def _weights(ws):
     return _to_api(ws[0]) if ws[0].dim() == 3 else [_to_api(w) for w in ws]
 
 
-@torch.library.custom_op("tilefuse::grouped_mlp_forward", mutates_args=())
-def _forward_op(
+def _forward_impl(
     x: torch.Tensor,
     probs: torch.Tensor,
     splits: torch.Tensor,
@@ -93,6 +93,9 @@ def _forward_op(
         _CONTEXTS[key] = (ctx, owner)
         weakref.finalize(handle, _CONTEXTS.pop, key, None)
     return _from_api(out), handle
+
+
+_forward_op = torch.library.custom_op("tilefuse::grouped_mlp_forward", mutates_args=())(_forward_impl)
 
 
 @_forward_op.register_fake
@@ -131,8 +134,7 @@ def _grad_shapes(spec, needs, delay):
     return {k: None if not need[k[1:]] or absent.get(k, False) else v for k, v in shapes.items()}
 
 
-@torch.library.custom_op("tilefuse::grouped_mlp_backward", mutates_args=())
-def _backward_op(
+def _backward_impl(
     handle: torch.Tensor, dy: torch.Tensor, spec: list[int], needs: list[bool], delay: bool
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     entry = _CONTEXTS.pop(int(handle[0]), None)
@@ -149,6 +151,9 @@ def _backward_op(
         else:
             out.append(_stacked(grads[k]) if k[:2] == "dw" else _from_api(grads[k]))
     return tuple(out)
+
+
+_backward_op = torch.library.custom_op("tilefuse::grouped_mlp_backward", mutates_args=())(_backward_impl)
 
 
 @_backward_op.register_fake
@@ -177,16 +182,43 @@ def _as_inputs(dw, wants, grouped):
     return [p if want else None for p, want in zip(parts, wants)]
 
 
-def _backward(ctx, d_out, _d_handle):
+def _grads(ctx, d_out, backward):
+    """(dx, dprobs, dw1 per w1 entry, dw2 per w2 entry, db1, db2) through `backward` (the
+    op or its implementation)."""
     (handle,) = ctx.saved_tensors
-    outs = _backward_op(handle, d_out.contiguous(), ctx.spec, ctx.needs, ctx.delay)
+    outs = backward(handle, d_out.contiguous(), ctx.spec, ctx.needs, ctx.delay)
     shapes = _grad_shapes(ctx.spec, ctx.needs, ctx.delay).values()
     dx, dprobs, dw1, dw2, db1, db2 = (None if s is None else t for t, s in zip(outs, shapes))
     w1, w2 = (_as_inputs(dw, e, ctx.grouped) for dw, e in zip((dw1, dw2), ctx.wants))
+    return dx, dprobs, w1, w2, db1, db2
+
+
+def _backward(ctx, d_out, _d_handle):
+    dx, dprobs, w1, w2, db1, db2 = _grads(ctx, d_out, _backward_op)
     return dx, dprobs, None, w1, w2, db1, db2, None, None, None
 
 
 torch.library.register_autograd("tilefuse::grouped_mlp_forward", _backward, setup_context=_setup_context)
+
+
+class _Eager(torch.autograd.Function):
+    """The ops' implementations under autograd without torch's dispatcher, for eager calls:
+    a custom op's first call imports torch._dynamo and its dependencies (2-4 s, measured
+    by bench/first_call.py), which an eager training step does not need. torch.compile
+    and torch.export see the ops (GroupedMLP.forward). The weights come as separate
+    arguments (autograd tracks no tensors inside lists): n_w1 of w1, then w2's."""
+
+    @staticmethod
+    def forward(ctx, x, probs, splits, b1, b2, cfg, needs, owner, n_w1, *ws):
+        w1, w2 = list(ws[:n_w1]), list(ws[n_w1:])
+        out, handle = _forward_impl(x, probs, splits, w1, w2, b1, b2, cfg, needs, owner)
+        _setup_context(ctx, (x, probs, splits, w1, w2, b1, b2, cfg, needs, owner), (out, handle))
+        return out
+
+    @staticmethod
+    def backward(ctx, d_out):
+        dx, dprobs, w1, w2, db1, db2 = _grads(ctx, d_out, _backward_impl)
+        return dx, dprobs, None, db1, db2, None, None, None, None, *w1, *w2
 
 
 class GroupedMLP(torch.nn.Module):
@@ -291,8 +323,10 @@ class GroupedMLP(torch.nn.Module):
         needs = [on and t.requires_grad for t in (x, probs)]
         needs += [on and any(w.requires_grad for w in ws) for ws in (w1, w2)]
         needs += [on and b is not None and b.requires_grad for b in (b1, b2)]
-        out, _ = _forward_op(x, probs, splits, w1, w2, b1, b2, self._cfg_json, needs, self._owner)
-        return out
+        if torch.compiler.is_compiling():
+            out, _ = _forward_op(x, probs, splits, w1, w2, b1, b2, self._cfg_json, needs, self._owner)
+            return out
+        return _Eager.apply(x, probs, splits, b1, b2, self._cfg_json, needs, self._owner, len(w1), *w1, *w2)
 
     def backward_dw(self):
         """Run the weight gradients the backward queued (delay_wgrad_compute) and add them

@@ -347,3 +347,20 @@ def test_import_without_torch():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "ImportError" in r.stdout and "torch" in r.stdout
+
+
+def test_eager_step_imports_no_compiler_stack():
+    """An eager training step goes past torch's dispatcher (module._Eager): a custom op's
+    first call would import torch._dynamo (seconds of a first step, bench/first_call.py)."""
+    code = (
+        "import sys, torch\n"
+        "from tilefuse import moe\n"
+        "m = moe.GroupedMLP(2, 64, 32, 'swiglu')\n"
+        "x = torch.randn(24, 64).bfloat16().requires_grad_()\n"
+        "probs = torch.rand(24).requires_grad_()\n"
+        "m(x, torch.tensor([10, 14], dtype=torch.int32), probs).float().sum().backward()\n"
+        "assert x.grad is not None and m.fc1_weight.grad is not None\n"
+        "print(sorted(k for k in ('torch._dynamo', 'sympy') if k in sys.modules))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "[]", r.stdout
