@@ -51,6 +51,29 @@ def kind_of(name: str, a) -> str:
     raise TypeError(f"{name}: expected a numpy array or a CUDA torch tensor, got {type(a).__name__}")
 
 
+def check(fn: str, name: str, a, kinds, ndim: int, like=None, company=("the other operands", "are")) -> str:
+    """Checks argument `name` of `fn`, in this order: an array of the library (kind_of), of
+    `like`'s kind of array and device (`company` names what `like` stands for, with its
+    verb), of one of `kinds`, `ndim`-D, contiguous. Returns its kind."""
+    try:
+        kind = kind_of(name, a)
+    except TypeError as e:
+        raise TypeError(f"{fn}: {name} must be {' or '.join(kinds)} ({e})") from None
+    if like is not None:
+        what, verb = company
+        if isinstance(a, np.ndarray) != isinstance(like, np.ndarray):
+            raise TypeError(f"{fn}: {name} must be a {type(like).__name__} like {what}, got {type(a).__name__}")
+        if is_torch_tensor(a) and a.device != like.device:
+            raise ValueError(f"{fn}: {name} is on {a.device} but {what} {verb} on {like.device}")
+    if kind not in kinds:
+        raise TypeError(f"{fn}: {name} must be {' or '.join(kinds)}, got {kind}")
+    if len(a.shape) != ndim:
+        raise ValueError(f"{fn}: {name} must be {ndim}-D, got shape {tuple(a.shape)}")
+    if not (a.flags.c_contiguous if isinstance(a, np.ndarray) else a.is_contiguous()):
+        raise ValueError(f"{fn}: {name} must be contiguous")
+    return kind
+
+
 def empty(like, shape, kind: str):
     """An uninitialized array of `kind` beside `like` (same library and device)."""
     if isinstance(like, np.ndarray):

@@ -16,7 +16,6 @@ import numpy as np
 from kernels_dsl.moe import dispatch as K
 
 from .. import cdiv, next_power_of_2
-from ..arrays import is_torch_tensor
 from . import _arrays
 
 _ROWS, _COLS = 32, 64  # rows, columns of the gather and combine programs
@@ -37,18 +36,7 @@ class Routing(NamedTuple):
 
 
 def _check(fn, name, a, kinds, ndim, like=None):
-    kind = _arrays.kind_of(f"{fn}: {name}", a)
-    if kind not in kinds:
-        raise TypeError(f"{fn}: {name} must be {' or '.join(kinds)}, got {kind}")
-    if len(a.shape) != ndim:
-        raise ValueError(f"{fn}: {name} must be {ndim}-D, got shape {tuple(a.shape)}")
-    if not (a.flags.c_contiguous if isinstance(a, np.ndarray) else a.is_contiguous()):
-        raise ValueError(f"{fn}: {name} must be contiguous")
-    if like is not None and isinstance(a, np.ndarray) != isinstance(like, np.ndarray):
-        raise TypeError(f"{fn}: {name} must be a {type(like).__name__} like the routing, got {type(a).__name__}")
-    if like is not None and is_torch_tensor(a) and a.device != like.device:
-        raise ValueError(f"{fn}: {name} is on {a.device} but the routing is on {like.device}")
-    return kind
+    return _arrays.check(fn, name, a, kinds, ndim, like, ("the routing", "is"))
 
 
 def _block(experts: int) -> tuple[int, int]:

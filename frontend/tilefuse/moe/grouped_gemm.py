@@ -23,7 +23,6 @@ import numpy as np
 from kernels_dsl.moe import grouped_gemm as K
 
 from .. import cdiv, next_power_of_2
-from ..arrays import is_torch_tensor
 from ..jit import interp_buffers
 from . import _arrays, tuned
 from .quant import Quantized
@@ -74,20 +73,7 @@ def _config(fn, config, x, tuned_op=None, n=0, k=0) -> GemmConfig:
 
 
 def _check(fn, name, a, like, kinds, ndim):
-    try:
-        kind = _arrays.kind_of(name, a)
-    except TypeError as e:
-        raise TypeError(f"{fn}: {name} must be {' or '.join(kinds)} ({e})") from None
-    if isinstance(a, np.ndarray) != isinstance(like, np.ndarray):
-        raise TypeError(f"{fn}: {name} must be a {type(like).__name__} like the other operands, got {type(a).__name__}")
-    if is_torch_tensor(a) and a.device != like.device:
-        raise ValueError(f"{fn}: {name} is on {a.device} but the operands are on {like.device}")
-    if kind not in kinds:
-        raise TypeError(f"{fn}: {name} must be {' or '.join(kinds)}, got {kind}")
-    if len(a.shape) != ndim:
-        raise ValueError(f"{fn}: {name} must be {ndim}-D, got shape {tuple(a.shape)}")
-    if not (a.flags.c_contiguous if isinstance(a, np.ndarray) else a.is_contiguous()):
-        raise ValueError(f"{fn}: {name} must be contiguous")
+    _arrays.check(fn, name, a, kinds, ndim, like)
 
 
 def _check_splits(fn, splits, like, groups):
