@@ -7,7 +7,7 @@ option of §5, and bad input.
 CI runs a covering subset: every activation under bf16 and MXFP8 for every check, and
 FP8-block (128-multiple dims, the slowest on the interpreter) for one GLU and one unary
 activation; every option under bf16 for every activation, and under MXFP8 and FP8-block
-for one activation each. TILEFUSE_MOE_FULL=1 runs the whole cross product.
+for one activation each. TILEFUSE_MOE_FULL=1 runs the whole cross product (.ci/run does).
 """
 
 import dataclasses
