@@ -201,6 +201,13 @@ def _backward(ctx, d_out, _d_handle):
 torch.library.register_autograd("tilefuse::grouped_mlp_forward", _backward, setup_context=_setup_context)
 
 
+def _traced() -> bool:
+    """Whether torch is tracing (torch.compile, torch.export, make_fx and other dispatch
+    modes): those must see the custom ops, which a trace keeps as one opaque node."""
+    stack = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
+    return torch.compiler.is_compiling() or stack() > 0
+
+
 class _Eager(torch.autograd.Function):
     """The ops' implementations under autograd without torch's dispatcher, for eager calls:
     a custom op's first call imports torch._dynamo and its dependencies (2-4 s, measured
@@ -323,7 +330,7 @@ class GroupedMLP(torch.nn.Module):
         needs = [on and t.requires_grad for t in (x, probs)]
         needs += [on and any(w.requires_grad for w in ws) for ws in (w1, w2)]
         needs += [on and b is not None and b.requires_grad for b in (b1, b2)]
-        if torch.compiler.is_compiling():
+        if _traced():
             out, _ = _forward_op(x, probs, splits, w1, w2, b1, b2, self._cfg_json, needs, self._owner)
             return out
         return _Eager.apply(x, probs, splits, b1, b2, self._cfg_json, needs, self._owner, len(w1), *w1, *w2)

@@ -364,3 +364,21 @@ def test_eager_step_imports_no_compiler_stack():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert r.stdout.strip() == "[]", r.stdout
+
+
+@pytest.mark.parametrize("tracer", ["make_fx", "export"])
+def test_traces_keep_the_custom_op(tracer):
+    """Traces other than torch.compile (make_fx's dispatch mode, torch.export) record the
+    forward as the opaque custom op, not the eager path's kernel launches (which a trace
+    would not see)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    m = moe.GroupedMLP(2, 64, 32, "swiglu")
+    x, probs = torch.randn(24, 64).bfloat16(), torch.rand(24)
+    splits = torch.tensor([10, 14], dtype=torch.int32)
+    if tracer == "make_fx":
+        graph = make_fx(lambda x, s, p: m(x, s, p))(x, splits, probs).graph
+    else:
+        graph = torch.export.export(m, (x, splits, probs), strict=False).graph
+    targets = [str(n.target) for n in graph.nodes if n.op == "call_function"]
+    assert any("grouped_mlp_forward" in t for t in targets), targets
