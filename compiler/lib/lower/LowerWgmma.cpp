@@ -321,7 +321,8 @@ int64_t Lowering::stageScales(const Op& op) {
 
 // The decoded scale of K block `block` of row `row` in the fp32 table at byte `table`.
 LVal* Lowering::scaleOf(int64_t table, const Type& t, LVal* row, int64_t block) {
-  LVal* off = b_.CreateAdd(idx(table), b_.CreateMul(b_.CreateAdd(b_.CreateMul(row, idx(t.shape[1])), idx(block)), idx(4)));
+  LVal* off =
+      b_.CreateAdd(idx(table), b_.CreateMul(b_.CreateAdd(b_.CreateMul(row, idx(t.shape[1])), idx(block)), idx(4)));
   return b_.CreateLoad(b_.getFloatTy(), b_.CreateGEP(b_.getInt8Ty(), smem(), off));
 }
 
@@ -355,9 +356,7 @@ Lowering::FragmentLines Lowering::fragmentLines(const Layout& l, int64_t n) {
   LVal* colT = b_.CreateAnd(t, idx(n - 1));
   std::map<int64_t, int> rowIdx, colIdx;
   for (int s = 0; s < slots(l); ++s) {
-    int64_t c = 0;
-    for (size_t i = 0; i < l.reg.size(); ++i)
-      if (s >> i & 1) c += l.reg[i];
+    int64_t c = slotPart(l, s);
     auto [r, newRow] = rowIdx.try_emplace(c / n, static_cast<int>(f.rows.size()));
     if (newRow) f.rows.push_back(b_.CreateAdd(rowT, idx(c / n)));
     auto [k, newCol] = colIdx.try_emplace(c % n, static_cast<int>(f.cols.size()));
@@ -494,7 +493,7 @@ Regs Lowering::issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LV
       }
     }
   }
-  if (promote && prevStart >= 0) addChunk(waitWgmma(prev, 0), prevStart);
+  if (prevStart >= 0) addChunk(waitWgmma(prev, 0), prevStart);  // the overlap's last chunk
   if (promote) return sum;
   ptx("wgmma.commit_group.sync.aligned;");
   return acc;

@@ -3,12 +3,13 @@
 A thin layer over the functional API (SPEC-moe.md §7): forward and backward are two torch
 custom ops (tilefuse::grouped_mlp_forward / _backward, opaque to torch.compile, with fake
 implementations) tied together by torch.library.register_autograd, whose real
-implementations call mlp_forward and mlp_backward; eager calls run the same
-implementations under a torch.autograd.Function (_Eager), past the dispatcher. The functional API's context (a Python
-object holding what the backward reads) cannot pass through an op's schema: the forward op
-returns a one-element int64 CPU tensor, a handle, that names it in _CONTEXTS; autograd
-saves the handle, the backward op pops the context, and the context goes away with the
-handle when no backward runs. Reading a CPU tensor is no device sync, and split sizes are
+implementations call mlp_forward and mlp_backward; plain eager calls run the same
+implementations under a torch.autograd.Function (_Eager), past the dispatcher, and traces
+the ops (_traced). The functional API's context (a Python object holding what the
+backward reads) cannot pass through an op's schema: the forward op returns a one-element
+int64 CPU tensor, a handle, that names it in _CONTEXTS; autograd saves the handle, the
+backward op pops the context, and the context goes away with the handle when no backward
+runs. Reading a CPU tensor is no device sync, and split sizes are
 never read on the host, so forward and backward are CUDA-graph capturable.
 
 Arrays: CUDA tensors go to the functional API as they are (the GPU); CPU tensors go as
@@ -211,8 +212,8 @@ def _traced() -> bool:
 class _Eager(torch.autograd.Function):
     """The ops' implementations under autograd without torch's dispatcher, for eager calls:
     a custom op's first call imports torch._dynamo and its dependencies (2-4 s, measured
-    by bench/first_call.py), which an eager training step does not need. torch.compile
-    and torch.export see the ops (GroupedMLP.forward). The weights come as separate
+    by bench/first_call.py), which an eager training step does not need. Traces see the
+    ops (_traced, GroupedMLP.forward). The weights come as separate
     arguments (autograd tracks no tensors inside lists): n_w1 of w1, then w2's."""
 
     @staticmethod
