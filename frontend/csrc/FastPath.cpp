@@ -32,7 +32,7 @@ struct Bound {
 
 namespace {
 
-constexpr int kWarps = -1, kStages = -2, kUnknown = -3;
+constexpr int kWarps = -1, kStages = -2, kMaxnreg = -3, kUnknown = -4;
 
 void mix(size_t& h, size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); }
 
@@ -171,19 +171,22 @@ py::object FastPath::key(py::handle grid, py::tuple args, py::dict kwargs) {
   return out;
 }
 
-// The parameter a keyword names, or kWarps, kStages, kUnknown. By identity first: call
-// sites pass interned names, as nameObjs_ are.
+// The parameter a keyword names, or kWarps, kStages, kMaxnreg, kUnknown. By identity
+// first: call sites pass interned names, as nameObjs_ are.
 int FastPath::keyword(PyObject* name) const {
   static PyObject* warps = PyUnicode_InternFromString("num_warps");
   static PyObject* stages = PyUnicode_InternFromString("num_stages");
+  static PyObject* maxnreg = PyUnicode_InternFromString("maxnreg");
   if (name == warps) return kWarps;
   if (name == stages) return kStages;
+  if (name == maxnreg) return kMaxnreg;
   int n = static_cast<int>(nameObjs_.size());
   for (int i = 0; i < n; ++i)
     if (nameObjs_[i].ptr() == name) return i;
   if (PyUnicode_CHECK_INTERNED(name)) return kUnknown;  // interned strings are equal only if identical
   if (PyUnicode_Compare(name, warps) == 0) return kWarps;
   if (PyUnicode_Compare(name, stages) == 0) return kStages;
+  if (PyUnicode_Compare(name, maxnreg) == 0) return kMaxnreg;
   for (int i = 0; i < n; ++i)
     if (PyUnicode_Compare(name, nameObjs_[i].ptr()) == 0) return i;
   return kUnknown;
@@ -238,14 +241,20 @@ bool FastPath::bindVector(const std::array<uint32_t, 3>& dims, PyObject* const* 
   PyObject* vals[kMaxArgs];
   std::copy(args, args + nargs, vals);
   std::fill(vals + nargs, vals + n, nullptr);
-  int warps = numWarps_, stages = numStages_;
+  int64_t warps = numWarps_, stages = numStages_, maxnreg = 0;  // 0: no register cap
   Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
   for (Py_ssize_t j = 0; j < nkw; ++j) {
     PyObject* v = args[nargs + j];
     int i = keyword(PyTuple_GET_ITEM(kwnames, j));
-    if (i == kWarps || i == kStages) {
-      if (!PyLong_CheckExact(v)) return false;
-      (i == kWarps ? warps : stages) = static_cast<int>(PyLong_AsLong(v));
+    if (i == kWarps || i == kStages || i == kMaxnreg) {
+      if (i == kMaxnreg && v == Py_None) continue;
+      // Each option takes 8 bits of the key; other values are the full path's to check.
+      long o = PyLong_CheckExact(v) ? PyLong_AsLong(v) : -1;
+      if (o < 0 || o > 255) {
+        PyErr_Clear();
+        return false;
+      }
+      (i == kWarps ? warps : i == kStages ? stages : maxnreg) = o;
     } else if (i == kUnknown || vals[i]) {
       return false;  // an unknown name, or given twice
     } else {
@@ -253,8 +262,8 @@ bool FastPath::bindVector(const std::array<uint32_t, 3>& dims, PyObject* const* 
     }
   }
   b.grid = dims;
-  b.key[0] = {Kind::Grid, (int64_t(dims[0]) << 32) | dims[1], (int64_t(dims[2]) << 32) | (warps << 8) | stages,
-              nullptr};
+  b.key[0] = {Kind::Grid, (int64_t(dims[0]) << 32) | dims[1],
+              (int64_t(dims[2]) << 32) | (maxnreg << 16) | (warps << 8) | stages, nullptr};
   size_t h = 0;
   mix(h, b.key[0].a);
   mix(h, b.key[0].b);

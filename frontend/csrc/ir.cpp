@@ -99,6 +99,7 @@ void init_ir(py::module_& m) {
            })
       .def("set_int_list_attr", [](Op& o, const std::string& n, const std::vector<int64_t>& v) { o.setAttr(n, v); })
       .def("set_bool_attr", [](Op& o, const std::string& n, bool v) { o.setAttr(n, v); })
+      .def("set_int_attr", [](Op& o, const std::string& n, int64_t v) { o.setAttr(n, v); })
       .def_property_readonly("num_regions", &Op::numRegions)
       .def("__str__", [](const Op& o) { return printOp(o); });
 

@@ -55,23 +55,27 @@ class Config:
     ):
         unsupported = {
             "num_ctas": num_ctas != 1,
-            "maxnreg": maxnreg is not None,
             "ir_override": ir_override is not None,
         }
         for name, given in unsupported.items():
             if given:
                 raise ValueError(f"tilefuse.Config: {name} is not supported (tilefuse has no {name} option)")
+        if maxnreg is not None and (isinstance(maxnreg, bool) or not isinstance(maxnreg, int) or not 1 <= maxnreg <= 255):
+            raise ValueError(f"tilefuse.Config: maxnreg must be an int in [1, 255] or None, got {maxnreg!r}")
         self.kwargs = dict(kwargs)
         self.num_warps, self.num_stages = num_warps, num_stages
-        self.num_ctas, self.maxnreg = 1, None
+        self.num_ctas, self.maxnreg = 1, maxnreg
         self.pre_hook = pre_hook
 
     def all_kwargs(self) -> dict:
         """The keyword arguments a launch with this config takes."""
-        return {**self.kwargs, "num_warps": self.num_warps, "num_stages": self.num_stages}
+        opts = {"num_warps": self.num_warps, "num_stages": self.num_stages}
+        if self.maxnreg is not None:
+            opts["maxnreg"] = self.maxnreg
+        return {**self.kwargs, **opts}
 
     def _ident(self):
-        return (tuple(self.kwargs.items()), self.num_warps, self.num_stages, self.pre_hook)
+        return (tuple(self.kwargs.items()), self.num_warps, self.num_stages, self.maxnreg, self.pre_hook)
 
     def __eq__(self, other):
         return isinstance(other, Config) and self._ident() == other._ident()
@@ -83,6 +87,7 @@ class Config:
         return ", ".join(
             [f"{k}: {v}" for k, v in self.kwargs.items()]
             + [f"num_warps: {self.num_warps}", f"num_stages: {self.num_stages}"]
+            + ([f"maxnreg: {self.maxnreg}"] if self.maxnreg is not None else [])
         )
 
     def __repr__(self):

@@ -282,12 +282,15 @@ class JITFunction(_C.launcher.Launcher):
         bound.apply_defaults()
         return dict(bound.arguments)
 
-    def _specialize(self, bound: dict):
+    def _specialize(self, bound: dict, maxnreg=None):
         """The cache key, a Param per parameter (per leaf of a tuple argument) and the
         tuples' structure. Runtime arguments are specialized by the rules of
-        tilefuse._C.specialize, which the C++ fast path keys launches by."""
+        tilefuse._C.specialize, which the C++ fast path keys launches by. A register cap
+        (maxnreg) is part of the compiled kernel, so of its key ("@": no parameter's name)."""
         bound, tuples = _flatten(bound, self.constexprs)
         params, key = [], [(name, f"tuple{n}") for name, (_, n) in tuples.items()]
+        if maxnreg is not None:
+            key.append(("@maxnreg", str(maxnreg)))
         for name, v in bound.items():
             if name in self.constexprs or v is None or isinstance(v, (tl.dtype, str)):
                 v = tl._unwrap(v)
@@ -311,14 +314,14 @@ class JITFunction(_C.launcher.Launcher):
             key.append((name, spec.code))
         return tuple(key), params, tuples
 
-    def _compile(self, params, tuples=None) -> CompiledKernel:
+    def _compile(self, params, tuples=None, maxnreg=None) -> CompiledKernel:
         try:
-            return self._generate(params, tuples or {})
+            return self._generate(params, tuples or {}, maxnreg)
         except CompilationError as e:
             # The error shows the kernel's line; the code generator's frames would only bury it.
             raise e.with_traceback(None) from e.__cause__
 
-    def _generate(self, params, tuples) -> CompiledKernel:
+    def _generate(self, params, tuples, maxnreg) -> CompiledKernel:
         module = _ir.Module()
         b = _ir.Builder(module)
         src = self.source
@@ -329,6 +332,8 @@ class JITFunction(_C.launcher.Launcher):
         hinted = [i for i, p in enumerate(args) if p.spec.divisible]
         if hinted:
             func.set_int_list_attr("aligned16", hinted)
+        if maxnreg is not None:
+            func.set_int_attr("maxnreg", maxnreg)
         scope = {p.name: tl.constexpr(p.value) for p in params if p.spec is None}
         for p, a in zip(args, func.region(0).args):
             a.name = p.name.replace(".", "_")
@@ -355,26 +360,28 @@ class JITFunction(_C.launcher.Launcher):
         """Compiles (or fetches from the cache) the specialization for these arguments."""
         kwargs.pop("num_warps", None)
         kwargs.pop("num_stages", None)
-        key, params, tuples = self._specialize(self._bind(args, kwargs))
+        maxnreg = _check_maxnreg(self.__name__, kwargs.pop("maxnreg", None))
+        key, params, tuples = self._specialize(self._bind(args, kwargs), maxnreg)
         kernel = self.cache.get(key)
         if kernel is None:
-            kernel = self.cache[key] = self._compile(params, tuples)
+            kernel = self.cache[key] = self._compile(params, tuples, maxnreg)
         return kernel
 
     # --- launch ---
 
-    def run(self, *args, grid, num_warps=NUM_WARPS, num_stages=NUM_STAGES, num_ctas=1, **kwargs):
+    def run(self, *args, grid, num_warps=NUM_WARPS, num_stages=NUM_STAGES, num_ctas=1, maxnreg=None, **kwargs):
         if num_ctas != 1:
             raise LaunchError(f"{self.__name__}: num_ctas={num_ctas}: thread-block clusters are not supported (only 1)")
+        maxnreg = _check_maxnreg(self.__name__, maxnreg)
         bound = self._bind(args, kwargs)
-        key, params, tuples = self._specialize(bound)
+        key, params, tuples = self._specialize(bound, maxnreg)
         kernel = self.cache.get(key)
         if kernel is None:
             # A GPU launch of a prebuilt specialization generates no IR (tilefuse.prebuilt).
             found = (
                 prebuilt.kernel(self, key, params) if not tuples and select_backend(bound.values()) == "cuda" else None
             )
-            kernel = self.cache[key] = found or self._compile(params, tuples)
+            kernel = self.cache[key] = found or self._compile(params, tuples, maxnreg)
         g = grid(dict(bound, num_warps=num_warps, num_stages=num_stages)) if callable(grid) else grid
         g = _check_grid(self.__name__, g)
         flat = {
@@ -393,7 +400,8 @@ class JITFunction(_C.launcher.Launcher):
             elif not callable(grid) and plain:
                 fast = self._fast_path()
                 fast.add_tensor_types(list({type(v) for v in bound.values() if is_torch_tensor(v)}))
-                fast.remember(grid, args, dict(kwargs, num_warps=num_warps, num_stages=num_stages), loaded, kernel)
+                opts = dict(num_warps=num_warps, num_stages=num_stages, maxnreg=maxnreg)
+                fast.remember(grid, args, dict(kwargs, **opts), loaded, kernel)
         else:
             _launch_interp(kernel, params, flat, g)
         return kernel
@@ -426,6 +434,15 @@ class JITFunction(_C.launcher.Launcher):
         low = gpu.lower(kernel, target, num_warps, num_stages)
         kernel.asm["gpu"], kernel.asm["llir"], kernel.asm["ptx"] = low["gpu"], low["llir"], low["ptx"]
         return kernel
+
+
+def _check_maxnreg(name: str, maxnreg):
+    """Triton's launch option: at most `maxnreg` registers per thread (PTX .maxnreg)."""
+    if maxnreg is None:
+        return None
+    if isinstance(maxnreg, bool) or not isinstance(maxnreg, (int, np.integer)) or not 1 <= maxnreg <= 255:
+        raise LaunchError(f"{name}: maxnreg must be an int in [1, 255] (registers per thread), got {maxnreg!r}")
+    return int(maxnreg)
 
 
 def select_backend(values) -> str:

@@ -306,6 +306,9 @@ def test_bad_input_is_named():
         tf.autotune([tf.Config({"BLOCK": 64})], key=["m"])(add_twice)
     with pytest.raises(ValueError, match="num_ctas is not supported"):
         tf.Config({"BLOCK": 64}, num_ctas=2)
+    for bad in (0, 256, 32.0, True):
+        with pytest.raises(ValueError, match=r"maxnreg must be an int in \[1, 255\] or None, got"):
+            tf.Config({"BLOCK": 64}, maxnreg=bad)
     with pytest.raises(ValueError, match="prune_configs_by takes"):
         tf.autotune([tf.Config({"BLOCK": 64})], key=["n"], prune_configs_by={"perf": None})(add_twice)
     k = tf.autotune([tf.Config({"BLOCK": 64}), tf.Config({"BLOCK": 32})], key=["n"])(add_twice)
@@ -551,3 +554,22 @@ def test_warmup_compiles_every_kept_config():
     compiled = k.warmup(x, out, 100, grid=grid, target="sm_90a")
     assert len(compiled) == 2 and all(".target sm_90a" in c.asm["ptx"] for c in compiled)
     assert ".maxntid 128" in compiled[0].asm["ptx"] and ".maxntid 256" in compiled[1].asm["ptx"]
+
+
+def test_maxnreg_is_a_config_option():
+    # A register cap is part of a config: its launches compile a capped kernel (its own
+    # specialization), configs differing only in it are distinct, and it prints.
+    capped, free = tf.Config({"BLOCK": 64}, maxnreg=40), tf.Config({"BLOCK": 64})
+    assert capped != free and len({capped, free}) == 2
+    assert str(capped) == "BLOCK: 64, num_warps: 4, num_stages: 3, maxnreg: 40"
+    assert capped.all_kwargs()["maxnreg"] == 40 and "maxnreg" not in free.all_kwargs()
+    k = tf.autotune([capped, free], key=["n"], restore_value=["out_ptr"], cache_results=False)(add_twice)
+    x, out = data(100, 5)
+    want = out + 2 * x
+    k[grid](x, out, 100)
+    np.testing.assert_array_equal(out, want)
+    # The interpreter times nothing: the first config ran, capped; a plain launch is its own build.
+    add_twice[grid](x, out, 100, BLOCK=64)
+    np.testing.assert_array_equal(out, want + 2 * x)
+    funcs = [line for c in add_twice.cache.values() for line in c.asm["tile"].splitlines() if "func @" in line]
+    assert sum("maxnreg = 40" in f for f in funcs) == 1 and any("maxnreg" not in f for f in funcs)

@@ -77,3 +77,20 @@ def test_shared_memory_beyond_the_target_is_a_launch_error(stages, fits, monkeyp
     msg = str(e.value)
     assert "matmul_kernel: needs " in msg and "with num_warps=8, num_stages=4; sm_90a allows 232448 per block" in msg
     assert int(msg.split("needs ")[1].split(" bytes")[0]) >= need
+
+
+def test_maxnreg_caps_the_registers_ptxas_allocates():
+    # Triton's launch option: `.maxnreg N` on the kernel's entry, N registers at most per
+    # thread. Uncapped, this kernel takes 72 on sm_90a (ptxas of CUDA 13.0); capped at 40
+    # it spills instead.
+    import re
+
+    free = gpu.lower(four_live_tiles.compile(X, X, X, X, X, BLOCK=2048), "sm_90a", 4, 1)["ptx"]
+    capped = gpu.lower(four_live_tiles.compile(X, X, X, X, X, BLOCK=2048, maxnreg=40), "sm_90a", 4, 1)["ptx"]
+    assert ".maxnreg" not in free
+    assert re.search(r"\.visible \.entry [^{;]*\.maxnreg 40", capped)
+    used_free, used_capped = gpu._ptxas(free, "sm_90a")[1], gpu._ptxas(capped, "sm_90a")[1]
+    assert used_free["registers"] > 40 and used_free["spill_stores"] == 0
+    assert used_capped["registers"] <= 40 and used_capped["spill_stores"] > 0
+    with pytest.raises(tf.LaunchError, match=r"four_live_tiles: maxnreg must be an int in \[1, 255\].*got -1"):
+        four_live_tiles.compile(X, X, X, X, X, BLOCK=2048, maxnreg=-1)

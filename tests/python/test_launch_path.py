@@ -110,6 +110,10 @@ bx, bout = Tensor(0x7F1234567800), Tensor(0x7F1234567900)
 kw = {"".join(["BLO", "CK"]): 64, "".join(["num_", "warps"]): 2}
 attempt("big", lambda: scaled[(2,)](bx, bout, 100, 0.5, **kw))
 attempt("f64", lambda: scaled[(2,)](bx, bout, 100, np.float64(0.25), **kw))  # an f64 parameter: 8 bytes
+# A register cap is its own build, keyed on the fast path too; maxnreg=None is no cap.
+attempt("add_r40", lambda: vector_add.add_kernel[(4,)](x, y, out, 1000, BLOCK_SIZE=256, maxnreg=40))
+attempt("add_rnone", lambda: vector_add.add_kernel[(4,)](x, y, out, 1000, BLOCK_SIZE=256, maxnreg=None))
+attempt("add_r300", lambda: vector_add.add_kernel[(4,)](x, y, out, 1000, BLOCK_SIZE=256, maxnreg=300), times=1)
 print(json.dumps(results))
 """
 
@@ -156,6 +160,9 @@ def test_full_and_fast_paths_launch_alike(fake_driver, tmp_path):
     assert results["desc_size0"][1] == 7 and results["desc_size0_run"][1] == 8
     assert results["big"] == [["ok", "ok"], 9]
     assert results["f64"] == [["ok", "ok"], 10]
+    assert results["add_r40"] == [["ok", "ok"], 11]
+    assert results["add_rnone"] == [["ok", "ok"], 11]  # the first launch's entry, on the fast path
+    assert results["add_r300"] == [["add_kernel: maxnreg must be an int in [1, 255]"], 11]  # cut at " ("
 
     add = "grid=4,1,1 block={} shared=0 8:65536 8:131072 8:196608 4:1000"
     alpha = struct.unpack("<i", struct.pack("<f", 2.5))[0]
@@ -163,14 +170,16 @@ def test_full_and_fast_paths_launch_alike(fake_driver, tmp_path):
     off4 = "grid=4,1,1 block=128 shared=0 8:65540 8:131072 8:196608 4:1000"
     assert lines[:8] == [add.format(128)] * 2 + [add.format(256)] * 2 + [mixed] * 2 + [off4] * 2
     # The tensor maps follow the parameters: base, rank, innermost size, row stride in bytes.
-    assert len(lines) == 14 and lines[8] == lines[9]
+    assert len(lines) == 18 and lines[8] == lines[9]
     assert lines[8].startswith("grid=3,2,1 block=128 shared=") and " 8:262144 8:327680 4:64 4:45 4:64 " in lines[8]
     assert " map(262144,2,45,256," in lines[8] and " map(327680,2,45,256," in lines[8]
     half = struct.unpack("<i", struct.pack("<f", 0.5))[0]
     big = f"grid=2,1,1 block=64 shared=0 8:{0x7F1234567800} 8:{0x7F1234567900} 4:100 4:{half} stream=0x7f00deadbee0"
     assert lines[10:12] == [big] * 2
     quarter = struct.unpack("<q", struct.pack("<d", 0.25))[0]
-    assert lines[12:] == [big.replace(f"4:{half}", f"8:{quarter}")] * 2
+    assert lines[12:14] == [big.replace(f"4:{half}", f"8:{quarter}")] * 2
+    # (the full path's launch on the stand-in stream; add_kernel's fast path holds the real one)
+    assert [line.split(" stream=")[0] for line in lines[14:]] == [add.format(128)] * 4
 
 
 @tf.jit

@@ -504,6 +504,11 @@ void checkFuncAttrs(const Op& func) {
       if (i < 0 || i >= n)
         fail(func, "'aligned16' names argument " + std::to_string(i) + ", but the function has " + std::to_string(n));
   }
+  if (func.hasAttr("maxnreg")) {  // the launch's register cap per thread (PTX .maxnreg)
+    requireAttr(func, "maxnreg", 1);
+    int64_t r = func.intAttr("maxnreg");
+    if (r < 1 || r > 255) fail(func, "'maxnreg' must be in [1, 255], got " + std::to_string(r));
+  }
 }
 
 void verifyCall(const Op& op) {

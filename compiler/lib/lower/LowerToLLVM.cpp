@@ -53,6 +53,9 @@ void Lowering::lowerKernel(const Op& f) {
       llvm::MDNode::get(ctx_, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, "kernel"), constant(1)}));
   md->addOperand(llvm::MDNode::get(
       ctx_, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, "maxntidx"), constant(threads_)}));
+  if (f.hasAttr("maxnreg"))
+    md->addOperand(llvm::MDNode::get(ctx_, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, "maxnreg"),
+                                            constant(static_cast<int>(f.intAttr("maxnreg")))}));
   if (!tensorMaps_.empty()) {
     std::vector<llvm::Metadata*> gridConstant;
     for (size_t i = 0; i < tensorMaps_.size(); ++i) {
