@@ -60,7 +60,8 @@ class Config:
         for name, given in unsupported.items():
             if given:
                 raise ValueError(f"tilefuse.Config: {name} is not supported (tilefuse has no {name} option)")
-        if maxnreg is not None and (isinstance(maxnreg, bool) or not isinstance(maxnreg, int) or not 1 <= maxnreg <= 255):
+        bad_cap = isinstance(maxnreg, bool) or not isinstance(maxnreg, int) or not 1 <= maxnreg <= 255
+        if maxnreg is not None and bad_cap:
             raise ValueError(f"tilefuse.Config: maxnreg must be an int in [1, 255] or None, got {maxnreg!r}")
         self.kwargs = dict(kwargs)
         self.num_warps, self.num_stages = num_warps, num_stages
