@@ -44,8 +44,11 @@ MISSING = {
 
 # What differs for names that are there.
 NOTES = {
-    "atomic_cas": "16-, 32- and 64-bit elements, floats compared by their bits; sem and scope become membars around "
-    "the atom on the GPU",
+    "atomic_cas": "16-, 32- and 64-bit elements, floats compared by their bits; on the GPU sem and scope are in the "
+    "atom, as Triton's PTX spells it (atom.global.acq_rel.gpu.cas.b32)",
+    "atomic_max": "floats as Triton: on their bits (signed max for values >= 0, unsigned min below; "
+    "atom.global.gpu.acq_rel.max.s32)",
+    "atomic_min": "floats as Triton: on their bits (signed min for values >= 0, unsigned max below)",
     "make_block_ptr": "lowered to a tile of pointers and masks of the checked dims (the GPU vectorizes and "
     "pipelines it as pointer code); loops carry only its offsets",
     "cat": "1-D tiles of one type, can_reorder=True as Triton demands; the result keeps the order (input, other)",

@@ -9,14 +9,22 @@ llvm::AtomicRMWInst::BinOp rmwOp(const Op& op, DType d) {
   using R = llvm::AtomicRMWInst;
   bool f = isFloat(d), u = isUnsigned(d);
   switch (op.kind()) {
-    case OpKind::AtomicAdd: return f ? R::FAdd : R::Add;
-    case OpKind::AtomicMax: return f ? R::FMax : u ? R::UMax : R::Max;
-    case OpKind::AtomicMin: return f ? R::FMin : u ? R::UMin : R::Min;
-    case OpKind::AtomicXchg: return R::Xchg;
-    case OpKind::AtomicAnd: return R::And;
-    case OpKind::AtomicOr: return R::Or;
-    case OpKind::AtomicXor: return R::Xor;
-    default: throw InternalError("rmwOp on " + std::string(op.mnemonic()));
+    case OpKind::AtomicAdd:
+      return f ? R::FAdd : R::Add;
+    case OpKind::AtomicMax:
+      return f ? R::FMax : u ? R::UMax : R::Max;
+    case OpKind::AtomicMin:
+      return f ? R::FMin : u ? R::UMin : R::Min;
+    case OpKind::AtomicXchg:
+      return R::Xchg;
+    case OpKind::AtomicAnd:
+      return R::And;
+    case OpKind::AtomicOr:
+      return R::Or;
+    case OpKind::AtomicXor:
+      return R::Xor;
+    default:
+      throw InternalError("rmwOp on " + std::string(op.mnemonic()));
   }
 }
 
@@ -35,7 +43,77 @@ llvm::Intrinsic::ID membar(const Op& op) {
   if (scope == "cta") return llvm::Intrinsic::nvvm_membar_cta;
   return scope == "sys" ? llvm::Intrinsic::nvvm_membar_sys : llvm::Intrinsic::nvvm_membar_gl;
 }
+
+// The operation and type of the one PTX atom that does `op` on element type d for arch,
+// e.g. "add.f32"; empty where PTX has none (bf16 add before sm_90), which LLVM's atomicrmw
+// then expands. Float min/max: the two integer atoms "X|Y" of ptxAtomic, without widths.
+std::string atomSuffix(const Op& op, DType d, const std::string& arch) {
+  int w = bitWidth(d);
+  bool f = isFloat(d), sm90 = arch.rfind("sm_9", 0) == 0;
+  std::string bits = "b" + std::to_string(w);
+  switch (op.kind()) {
+    case OpKind::AtomicAdd:
+      if (d == DType::F16) return "add.noftz.f16";
+      if (d == DType::BF16) return sm90 ? "add.noftz.bf16" : "";
+      if (w < 32) return "";
+      return std::string("add.") + (f ? "f" : "u") + std::to_string(w);
+    case OpKind::AtomicMax:
+    case OpKind::AtomicMin:
+      if (w < 32) return "";
+      if (f) return op.kind() == OpKind::AtomicMax ? "max.s|min.u" : "min.s|max.u";  // see ptxAtomic
+      return std::string(op.kind() == OpKind::AtomicMax ? "max." : "min.") + (isUnsigned(d) ? "u" : "s") +
+             std::to_string(w);
+    case OpKind::AtomicXchg:
+      return w < 32 ? "" : "exch." + bits;
+    case OpKind::AtomicAnd:
+      return w < 32 ? "" : "and." + bits;
+    case OpKind::AtomicOr:
+      return w < 32 ? "" : "or." + bits;
+    case OpKind::AtomicXor:
+      return w < 32 ? "" : "xor." + bits;
+    case OpKind::AtomicCas:
+      return w < 16 ? "" : "cas." + bits;
+    default:
+      return "";
+  }
+}
 }  // namespace
+
+// One atomic as Triton writes it in PTX, its sem and scope in the instruction:
+// atom.global.gpu.acq_rel.add.f32 (a CAS: atom.global.acq_rel.gpu.cas.b32), operands as
+// bits. Null where PTX has no single instruction for it (atomSuffix).
+LVal* Lowering::ptxAtomic(const Op& op, DType d, LVal* ptr, LVal* v, LVal* cmp) {
+  std::string suffix = atomSuffix(op, d, opts_.arch);
+  if (suffix.empty()) return nullptr;
+  std::string sem = op.hasAttr("sem") ? op.strAttr("sem") : "relaxed";
+  std::string scope = op.hasAttr("scope") ? op.strAttr("scope") : "gpu";
+  bool cas = op.kind() == OpKind::AtomicCas;
+  std::string qual = cas ? sem + "." + scope : scope + "." + sem;
+  int w = bitWidth(d);
+  llvm::Type* bits = b_.getIntNTy(static_cast<unsigned>(w));
+  const char* reg = w == 16 ? "h" : w == 32 ? "r" : "l";
+  auto asBits = [&](LVal* x) { return isFloat(d) ? b_.CreateBitCast(x, bits) : x; };
+  std::vector<llvm::Type*> types = {llvm::PointerType::get(ctx_, 1), bits};
+  std::vector<LVal*> args = {b_.CreateAddrSpaceCast(ptr, llvm::PointerType::get(ctx_, 1))};
+  if (cas) {
+    types.push_back(bits);
+    args.push_back(asBits(cmp));
+  }
+  args.push_back(asBits(v));
+  std::string text = "atom.global." + qual + "." + suffix + " $0, [$1], $2" + (cas ? ", $3;" : ";");
+  if (size_t bar = suffix.find('|'); bar != std::string::npos) {
+    // Float max (min) as Triton does it, on the bits: a value with its sign bit clear is
+    // the larger (smaller) by signed max (min) of its bits, one with it set by unsigned min
+    // (max): IEEE order is sign-magnitude.
+    std::string ws = std::to_string(w), at = "atom.global." + qual + ".";
+    text = "{ .reg .pred neg; setp.lt.s" + ws + " neg, $2, 0; @!neg " + at + suffix.substr(0, bar) + ws +
+           " $0, [$1], $2; @neg " + at + suffix.substr(bar + 1) + ws + " $0, [$1], $2; }";
+  }
+  std::string constraints = std::string("=") + reg + ",l," + reg + (cas ? std::string(",") + reg : "") + ",~{memory}";
+  auto* ia = llvm::InlineAsm::get(llvm::FunctionType::get(bits, types, false), text, constraints, true);
+  LVal* old = b_.CreateCall(ia, args);
+  return isFloat(d) ? b_.CreateBitCast(old, elemType(d)) : old;
+}
 
 void Lowering::lowerMemory(const Op& op) {
   const Type& pt = op.operand(0)->type();
@@ -110,6 +188,7 @@ void Lowering::lowerMemory(const Op& op) {
       continue;
     }
     auto atomic = [&]() -> LVal* {
+      if (LVal* old = ptxAtomic(op, d, ptr, v, cas ? cmp.e[s] : nullptr)) return old;
       // LLVM 19's NVPTX emits relaxed atom whatever the ordering and cannot select acquire
       // or release fences: membars at the op's scope carry the sem.
       using O = llvm::AtomicOrdering;

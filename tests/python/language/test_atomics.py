@@ -1,6 +1,8 @@
 """Atomics on the interpreter against exact numpy references: many programs hit the same
 addresses; programs run in order, so the old values each returns are exact too."""
 
+import re
+
 import numpy as np
 import pytest
 import tilefuse as tf
@@ -117,11 +119,20 @@ def test_rmw_ptx_assembles(op, dtype, arch, tmp_path):
     dst0, v, old = ak.rmw_inputs(np.random.default_rng(0), op, dtype, 2)
     k = ak.rmw.warmup(dst0, v, old, 13, OP=op, BLOCK=ak.BLOCK, grid=(2,), target=arch)
     ptx = k.asm["ptx"]
-    assert "atom" in ptx
-    # rmw's sem/scope per op: relaxed max has no fence, the others a membar at their scope.
-    bars = {"max": 0, "and": 1, "or": 1, "xor": 2, "xchg": 2, "min": 2, "add": 2}[op]
-    scope = {"or": "cta", "xor": "sys"}.get(op, "gl")
-    assert ptx.count("membar.") == ptx.count(f"membar.{scope}") == bars
+    # rmw's sem and scope per op, in the instruction as Triton spells it; no fences.
+    sem = {"max": "relaxed", "and": "acquire", "or": "release"}.get(op, "acq_rel")
+    scope = {"or": "cta", "xor": "sys"}.get(op, "gpu")
+    d = np.dtype(dtype)
+    w, kind = d.itemsize * 8, {"i": "s", "u": "u", "f": "f"}[d.kind]
+    if op in ("min", "max") and kind == "f":  # on the bits: signed for >= 0, unsigned for < 0
+        want = {"max": [f"max.s{w}", f"min.u{w}"], "min": [f"min.s{w}", f"max.u{w}"]}[op]
+    elif op in ("min", "max"):
+        want = [f"{op}.{kind}{w}"]
+    else:
+        want = [{"add": f"add.u{w}", "xchg": f"exch.b{w}"}.get(op, f"{op}.b{w}")]
+    atoms = sorted(set(re.findall(r"\batom\.[\w.]+", ptx)))
+    assert atoms == sorted(f"atom.global.{scope}.{sem}.{x}" for x in want)
+    assert "membar" not in ptx
     assert_assembles(ptx, arch, tmp_path)
 
 
@@ -137,6 +148,12 @@ def test_cas_lock_and_barrier_ptx_assembles(arch, tmp_path):
     ):
         assert "atom" in k.asm["ptx"]
         assert_assembles(k.asm["ptx"], arch, tmp_path)
+    # Tutorial 05's lock, Triton's default sem (acq_rel) in its spelling of each atom.
+    lock = ak.spin_lock.warmup(i32, i32, i64, i64, grid=(1,), target=arch).asm["ptx"]
+    assert sorted(set(re.findall(r"\batom\.[\w.]+", lock))) == [
+        "atom.global.acq_rel.gpu.cas.b32",
+        "atom.global.gpu.acq_rel.exch.b32",
+    ]
     k = ak.reverse_through_memory.warmup(f32, f32, f32, BLOCK=64, grid=(1,), target=arch)
     assert "bar.sync" in k.asm["ptx"]
     assert_assembles(k.asm["ptx"], arch, tmp_path)
