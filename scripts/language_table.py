@@ -49,6 +49,10 @@ NOTES = {
     "atomic_max": "floats as Triton: on their bits (signed max for values >= 0, unsigned min below; "
     "atom.global.gpu.acq_rel.max.s32)",
     "atomic_min": "floats as Triton: on their bits (signed min for values >= 0, unsigned max below)",
+    "load": "cache_modifier (.ca .cg .cv), eviction_policy (evict_first, evict_last: with an L2 policy of that "
+    "priority) and volatile go into the ld as Triton's PTX writes them (ld.global.cg.v4.b32); one kind per load "
+    "(PTX takes no two); loads pipelined into a dot loop's cp.async / TMA copies keep those copies' own caching",
+    "store": "cache_modifier (.wb .cg .cs .wt) and eviction_policy go into the st, as for load",
     "make_block_ptr": "lowered to a tile of pointers and masks of the checked dims (the GPU vectorizes and "
     "pipelines it as pointer code); loops carry only its offsets",
     "cat": "1-D tiles of one type, can_reorder=True as Triton demands; the result keeps the order (input, other)",

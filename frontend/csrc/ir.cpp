@@ -145,8 +145,19 @@ void init_ir(py::module_& m) {
       .def("full", &Builder::full, ref)
       .def("program_id", &Builder::programId, ref)
       .def("num_programs", &Builder::numPrograms, ref)
-      .def("load", &Builder::load, ref, py::arg("ptr"), py::arg("mask") = nullptr, py::arg("other") = nullptr)
-      .def("store", &Builder::store, py::arg("ptr"), py::arg("value"), py::arg("mask") = nullptr)
+      .def(
+          "load",
+          [](Builder& b, Value* p, Value* m, Value* o, const std::string& cache, const std::string& evict, bool vol) {
+            return b.load(p, m, o, {cache, evict, vol});
+          },
+          ref, py::arg("ptr"), py::arg("mask") = nullptr, py::arg("other") = nullptr, py::arg("cache") = "",
+          py::arg("evict") = "", py::arg("volatile") = false)
+      .def(
+          "store",
+          [](Builder& b, Value* p, Value* v, Value* m, const std::string& cache, const std::string& evict) {
+            b.store(p, v, m, {cache, evict, false});
+          },
+          py::arg("ptr"), py::arg("value"), py::arg("mask") = nullptr, py::arg("cache") = "", py::arg("evict") = "")
       .def("atomic", &Builder::atomic, ref, py::arg("kind"), py::arg("ptr"), py::arg("value"),
            py::arg("mask") = nullptr, py::arg("sem") = "", py::arg("scope") = "")
       .def("atomic_cas", &Builder::atomicCas, ref, py::arg("ptr"), py::arg("cmp"), py::arg("value"),

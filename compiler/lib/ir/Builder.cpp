@@ -371,7 +371,17 @@ Value* Builder::numPrograms(int axis) {
   return checked(create(OpKind::NumPrograms, {}, {Type::scalar(DType::I32)}, {{"axis", Attr(int64_t(axis))}}));
 }
 
-Value* Builder::load(Value* ptr, Value* mask, Value* other) {
+namespace {
+std::map<std::string, Attr> hintAttrs(const MemoryHints& h) {
+  std::map<std::string, Attr> a;
+  if (!h.cache.empty()) a["cache"] = Attr(h.cache);
+  if (!h.evict.empty()) a["evict"] = Attr(h.evict);
+  if (h.isVolatile) a["volatile"] = Attr(true);
+  return a;
+}
+}  // namespace
+
+Value* Builder::load(Value* ptr, Value* mask, Value* other, const MemoryHints& hints) {
   if (!ptr->type().isPtr()) fail("load needs a pointer or a tile of pointers, got " + ptr->type().str());
   if (mask) {
     if (mask->type().elem != DType::I1 || !mask->type().isNumeric()) fail("load mask must be boolean, got " + mask->type().str());
@@ -385,10 +395,10 @@ Value* Builder::load(Value* ptr, Value* mask, Value* other) {
   std::vector<Value*> ops{ptr};
   if (mask) ops.push_back(mask);
   if (other) ops.push_back(other);
-  return checked(create(OpKind::Load, ops, {value}));
+  return checked(create(OpKind::Load, ops, {value}, hintAttrs(hints)));
 }
 
-void Builder::store(Value* ptr, Value* value, Value* mask) {
+void Builder::store(Value* ptr, Value* value, Value* mask, const MemoryHints& hints) {
   if (!ptr->type().isPtr()) fail("store needs a pointer or a tile of pointers, got " + ptr->type().str());
   if (!value->type().isNumeric()) fail("store needs a numeric value, got " + value->type().str());
   value = castTo(value, ptr->type().elem);
@@ -398,7 +408,8 @@ void Builder::store(Value* ptr, Value* value, Value* mask) {
     std::tie(ptr, mask) = broadcastPair(ptr, mask);
     ops = {ptr, broadcastTo(value, ptr->type().shape), mask};
   }
-  checked(create(OpKind::Store, ops, {}));
+  if (hints.isVolatile) fail("store takes no volatile hint");
+  checked(create(OpKind::Store, ops, {}, hintAttrs(hints)));
 }
 
 namespace {

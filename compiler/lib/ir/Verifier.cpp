@@ -229,9 +229,38 @@ void checkMask(const Op& op, unsigned idx, const Type& ptr) {
   if (ty(op.operand(idx)) != want) fail(op, "mask must be " + want.str() + ", got " + ty(op.operand(idx)).str());
 }
 
+// A load's or store's cache and eviction hints (Builder::MemoryHints).
+void checkHints(const Op& op) {
+  bool load = op.kind() == OpKind::Load;
+  auto oneOf = [&](const char* name, std::initializer_list<const char*> allowed) {
+    if (!op.hasAttr(name)) return;
+    requireAttr(op, name, 3);
+    const std::string& v = op.strAttr(name);
+    std::string list;
+    for (const char* a : allowed) {
+      if (v == a) return;
+      list += std::string(list.empty() ? "" : ", ") + "'" + a + "'";
+    }
+    fail(op, std::string(name) + " must be one of " + list + ", got '" + v + "'");
+  };
+  if (load)
+    oneOf("cache", {"ca", "cg", "cv"});
+  else
+    oneOf("cache", {"wb", "cg", "cs", "wt"});
+  oneOf("evict", {"evict_first", "evict_last"});
+  if (op.hasAttr("volatile")) {
+    if (!load) fail(op, "takes no volatile attr");
+    requireAttr(op, "volatile", 0);
+  }
+  // PTX's ld/st take a cache operator or eviction priorities, not both; ld.volatile neither.
+  int kinds = op.hasAttr("cache") + op.hasAttr("evict") + op.hasAttr("volatile");
+  if (kinds > 1) fail(op, "takes one of the cache, evict and volatile hints, got " + std::to_string(kinds));
+}
+
 void verifyMemory(const Op& op) {
   const Type& p = ty(op.operand(0));
   if (!p.isPtr()) fail(op, "first operand must be a pointer or a tile of pointers, got " + p.str());
+  if (op.kind() == OpKind::Load || op.kind() == OpKind::Store) checkHints(op);
   Type value = Type::tile(p.elem, p.shape);
   switch (op.kind()) {
     case OpKind::Load:

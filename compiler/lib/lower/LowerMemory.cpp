@@ -79,6 +79,16 @@ std::string atomSuffix(const Op& op, DType d, const std::string& arch) {
 }
 }  // namespace
 
+// A load's or store's PTX qualifiers from its hints, e.g. ".cg" or ".L1::evict_first.L2::cache_hint"
+// (the verifier and the frontend let at most one kind through); empty without hints.
+std::string hintQualifiers(const Op& op) {
+  if (op.hasAttr("cache")) return "." + op.strAttr("cache");
+  if (op.hasAttr("evict")) return ".L1::" + op.strAttr("evict") + ".L2::cache_hint";
+  return "";
+}
+
+bool hasHints(const Op& op) { return op.hasAttr("cache") || op.hasAttr("evict") || op.hasAttr("volatile"); }
+
 // One atomic as Triton writes it in PTX, its sem and scope in the instruction:
 // atom.global.gpu.acq_rel.add.f32 (a CAS: atom.global.acq_rel.gpu.cas.b32), operands as
 // bits. Null where PTX has no single instruction for it (atomSuffix).
@@ -134,10 +144,11 @@ void Lowering::lowerMemory(const Op& op) {
   Regs cmp = cas ? in(op.operand(1), L) : Regs{};
   Regs out{{}, L};
   int check = debugCheck(op, op.operand(0));
+  auto elemBytes = static_cast<int64_t>(mod_.getDataLayout().getTypeAllocSize(mt));
   if ((load || op.kind() == OpKind::Store) && d != DType::I1) {
     const Value* m = mask ? op.operand(maskIdx) : nullptr;
     int64_t width = accessWidth(op.operand(0), m);
-    int64_t eb = static_cast<int64_t>(mod_.getDataLayout().getTypeAllocSize(mt));
+    int64_t eb = elemBytes;
     int rd = runDim(L, pt.shape);
     int64_t best = rd < 0 ? 1 : std::min<int64_t>(16 / eb, vectorRun(L, dimStride(pt.shape, rd)));
     if (pt.rank() > 0 && width < best)
@@ -153,7 +164,7 @@ void Lowering::lowerMemory(const Op& op) {
     LVal* ptr = p.e[s];
     if (load) {
       auto doLoad = [&]() -> LVal* {
-        LVal* v = b_.CreateLoad(mt, ptr);
+        LVal* v = hasHints(op) ? hintedAccess(op, mt, ptr, nullptr, elemBytes) : b_.CreateLoad(mt, ptr);
         return d == DType::I1 ? b_.CreateICmpNE(v, b_.getInt8(0)) : v;
       };
       LVal* cond = mask ? mask->e[s] : nullptr;
@@ -181,7 +192,9 @@ void Lowering::lowerMemory(const Op& op) {
       guarded(
           cond,
           [&]() -> LVal* {
-            b_.CreateStore(d == DType::I1 ? b_.CreateZExt(v, b_.getInt8Ty()) : v, ptr);
+            LVal* m = d == DType::I1 ? b_.CreateZExt(v, b_.getInt8Ty()) : v;
+            if (hasHints(op)) return hintedAccess(op, mt, ptr, m, elemBytes);
+            b_.CreateStore(m, ptr);
             return nullptr;
           },
           nullptr);
@@ -213,6 +226,61 @@ void Lowering::lowerMemory(const Op& op) {
   if (op.numResults()) vals_[op.result()] = std::move(out);
 }
 
+// A hinted load (value null) or store of `ty` (a scalar or vector of `bytes` bytes) at
+// ptr, as Triton writes it: ld.global.cg.v4.b32 {...}, [a]; an eviction priority comes with
+// an L2 policy of the same priority (createpolicy.fractional ... 1.0).
+LVal* Lowering::hintedAccess(const Op& op, llvm::Type* ty, LVal* ptr, LVal* value, int64_t bytes) {
+  bool load = value == nullptr;
+  int64_t words = bytes >= 4 ? bytes / 4 : 1;
+  unsigned bits = bytes >= 4 ? 32 : static_cast<unsigned>(bytes * 8);
+  llvm::Type* word = b_.getIntNTy(bits);
+  const char* reg = bits == 32 ? "r" : "h";  // b8 and b16 live in 16-bit registers
+  std::string qual = hintQualifiers(op), vec = words > 1 ? ".v" + std::to_string(words) : "";
+  std::string regs;
+  for (int64_t i = 0; i < words; ++i) regs += (i ? ", $" : "$") + std::to_string(load ? i : i + 1);
+  if (words > 1) regs = "{" + regs + "}";
+  std::string addr = "[$" + std::to_string(load ? words : 0) + "]";
+  bool policy = op.hasAttr("evict");
+  std::string text = load ? std::string("ld") + (op.hasAttr("volatile") ? ".volatile" : "") + ".global" + qual + vec +
+                                ".b" + std::to_string(bits) + " " + regs + ", " + addr
+                          : "st.global" + qual + vec + ".b" + std::to_string(bits) + " " + addr + ", " + regs;
+  if (policy)
+    text = "{ .reg .b64 policy; createpolicy.fractional.L2::" + op.strAttr("evict") + ".b64 policy, 1.0; " + text +
+           ", policy; }";
+  else
+    text += ";";
+  std::string constraints;
+  for (int64_t i = 0; i < words; ++i) constraints += std::string(load ? "=" : "") + reg + ",";
+  constraints = load ? constraints + "l" : "l," + constraints.substr(0, constraints.size() - 1);
+  constraints += ",~{memory}";
+  // Words to and from the access's type (bytes < 4: one integer of that width).
+  llvm::Type* asInts = words > 1 ? static_cast<llvm::Type*>(llvm::FixedVectorType::get(word, words)) : word;
+  llvm::Type* regTy = bits == 8 ? b_.getInt16Ty() : word;
+  auto* ptr1 = b_.CreateAddrSpaceCast(ptr, llvm::PointerType::get(ctx_, 1));
+  if (load) {
+    std::vector<llvm::Type*> outs(static_cast<size_t>(words), regTy);
+    llvm::Type* ret = words > 1 ? static_cast<llvm::Type*>(llvm::StructType::get(ctx_, outs)) : regTy;
+    auto* ia = llvm::InlineAsm::get(llvm::FunctionType::get(ret, {ptr1->getType()}, false), text, constraints, true);
+    LVal* r = b_.CreateCall(ia, {ptr1});
+    LVal* ints = llvm::PoisonValue::get(asInts);
+    if (words == 1) ints = bits == 8 ? b_.CreateTrunc(r, word) : r;
+    for (int64_t i = 0; words > 1 && i < words; ++i)
+      ints = b_.CreateInsertElement(ints, b_.CreateExtractValue(r, static_cast<unsigned>(i)), b_.getInt64(i));
+    return b_.CreateBitCast(ints, ty);
+  }
+  LVal* ints = b_.CreateBitCast(value, asInts);
+  std::vector<llvm::Type*> ins = {ptr1->getType()};
+  std::vector<LVal*> args = {ptr1};
+  for (int64_t i = 0; i < words; ++i) {
+    LVal* w = words > 1 ? b_.CreateExtractElement(ints, b_.getInt64(i)) : ints;
+    args.push_back(bits == 8 ? b_.CreateZExt(w, regTy) : w);
+    ins.push_back(regTy);
+  }
+  auto* ia = llvm::InlineAsm::get(llvm::FunctionType::get(b_.getVoidTy(), ins, false), text, constraints, true);
+  b_.CreateCall(ia, args);
+  return nullptr;
+}
+
 // Loads or stores `width` consecutive slots (consecutive, aligned elements in memory,
 // with one mask value: AxisAnalysis::vectorWidth) as one vector access.
 void Lowering::lowerVectorAccess(const Op& op, const Regs& p, const Regs* mask, const Regs* other, const Regs& value,
@@ -220,13 +288,17 @@ void Lowering::lowerVectorAccess(const Op& op, const Regs& p, const Regs* mask, 
   DType d = op.operand(0)->type().elem;
   llvm::Type* et = elemType(d);
   auto* vt = llvm::FixedVectorType::get(et, static_cast<unsigned>(width));
-  llvm::Align align(width * mod_.getDataLayout().getTypeAllocSize(et));
+  int64_t bytes = width * static_cast<int64_t>(mod_.getDataLayout().getTypeAllocSize(et));
+  llvm::Align align(bytes);
+  bool hints = hasHints(op);
   auto pack = [&](const Regs& r, int s) { return packSlots(r, s, static_cast<int>(width)); };
   const Layout& L = p.L;
   for (int s = 0; s < slots(L); s += static_cast<int>(width)) {
     LVal* ptr = p.e[s];
     if (op.kind() == OpKind::Load) {
-      auto doLoad = [&]() -> LVal* { return b_.CreateAlignedLoad(vt, ptr, align); };
+      auto doLoad = [&]() -> LVal* {
+        return hints ? hintedAccess(op, vt, ptr, nullptr, bytes) : b_.CreateAlignedLoad(vt, ptr, align);
+      };
       LVal* v =
           mask ? guarded(mask->e[s], doLoad, other ? pack(*other, s) : llvm::Constant::getNullValue(vt)) : doLoad();
       for (int i = 0; i < width; ++i) out.e.push_back(b_.CreateExtractElement(v, b_.getInt32(i)));
@@ -239,6 +311,7 @@ void Lowering::lowerVectorAccess(const Op& op, const Regs& p, const Regs* mask, 
     guarded(
         cond,
         [&]() -> LVal* {
+          if (hints) return hintedAccess(op, vt, ptr, v, bytes);
           b_.CreateAlignedStore(v, ptr, align);
           return nullptr;
         },

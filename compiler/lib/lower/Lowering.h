@@ -286,6 +286,7 @@ class Lowering {
   LVal* exactInF32(llvm::Intrinsic::ID id, std::vector<LVal*> xs, DType d);
   void lowerMemory(const Op& op);
   LVal* ptxAtomic(const Op& op, DType d, LVal* ptr, LVal* v, LVal* cmp);
+  LVal* hintedAccess(const Op& op, llvm::Type* ty, LVal* ptr, LVal* value, int64_t bytes);
   void lowerVectorAccess(const Op& op, const Regs& p, const Regs* mask, const Regs* other, const Regs& value,
                          int64_t width, Regs& out);
   // Slots s .. s+n-1 of `r` as one LLVM vector (for a vector load or store).

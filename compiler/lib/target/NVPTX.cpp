@@ -42,9 +42,10 @@ void initNVPTX() {
 }  // namespace
 
 std::string ptxFeatureFor(std::string_view arch) {
-  // PTX 8.4: mma.sync on fp8 (sm_89 and later).
+  // PTX 8.4: mma.sync on fp8 (sm_89 and later). PTX 7.4: eviction priorities and L2
+  // cache policies of ld/st (Triton's eviction_policy), drivers from 470 on.
   if (arch == "sm_90a" || arch == "sm_90" || arch == "sm_89") return "+ptx84";
-  if (arch == "sm_80" || arch == "sm_86" || arch == "sm_87") return "+ptx70";
+  if (arch == "sm_80" || arch == "sm_86" || arch == "sm_87") return "+ptx74";
   fail("unsupported target arch '" + std::string(arch) + "' (expected sm_80, sm_86, sm_87, sm_89, sm_90 or sm_90a)");
 }
 

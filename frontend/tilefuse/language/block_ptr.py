@@ -148,7 +148,7 @@ def _pointers_and_mask(bp: block_ptr, checked, b):
     return ptrs, (None if mask is None else core.broadcast_to(mask, *bp.block_shape, _builder=b))
 
 
-def load(bp: block_ptr, mask, other, boundary_check, padding_option, b):
+def load(bp: block_ptr, mask, other, boundary_check, padding_option, b, hints):
     if core._unwrap(mask) is not None or core._unwrap(other) is not None:
         raise ValueError("`mask` and `other` arguments cannot be specified for loading block pointers")
     elem = bp.dtype.element_ty
@@ -159,12 +159,12 @@ def load(bp: block_ptr, mask, other, boundary_check, padding_option, b):
         raise ValueError("Padding option `nan` is not supported for integer block pointers")
     ptrs, m = _pointers_and_mask(bp, _boundary_check(boundary_check, len(bp.block_shape)), b)
     if m is None:
-        return core.tensor(b.load(ptrs.handle, None, None))
+        return core.tensor(b.load(ptrs.handle, None, None, **hints))
     fill = core.full(bp.block_shape, float("nan") if padding == "nan" else 0, elem, _builder=b)
-    return core.tensor(b.load(ptrs.handle, m.handle, fill.handle))
+    return core.tensor(b.load(ptrs.handle, m.handle, fill.handle, **hints))
 
 
-def store(bp: block_ptr, value, mask, boundary_check, b):
+def store(bp: block_ptr, value, mask, boundary_check, b, hints):
     if core._unwrap(mask) is not None:
         raise ValueError("`mask` and `other` arguments cannot be specified for loading block pointers")
     elem = bp.dtype.element_ty
@@ -181,4 +181,4 @@ def store(bp: block_ptr, value, mask, boundary_check, b):
     if v.dtype != elem:
         raise ValueError(f"Block element type({elem!r}) and value element type({v.dtype!r}) mismatch")
     ptrs, m = _pointers_and_mask(bp, _boundary_check(boundary_check, len(bp.block_shape)), b)
-    b.store(ptrs.handle, v.handle, None if m is None else m.handle)
+    b.store(ptrs.handle, v.handle, None if m is None else m.handle, **hints)

@@ -596,17 +596,41 @@ def load(
     volatile=False,
     _builder=None,
 ):
-    # Cache and eviction hints do not change results; the GPU backend may use them.
+    # Cache and eviction hints change no result: the interpreter ignores them, the GPU puts
+    # them in the ld instruction.
     from . import block_ptr
 
+    hints = _memory_hints(cache_modifier, eviction_policy, _LOAD_CACHE)
+    if _unwrap(volatile):
+        if hints:
+            raise ValueError("a volatile load takes no cache_modifier or eviction_policy (PTX's ld.volatile has none)")
+        hints["volatile"] = True
     if isinstance(_unwrap(pointer), block_ptr.block_ptr):
-        return block_ptr.load(_unwrap(pointer), mask, other, boundary_check, padding_option, _builder)
+        return block_ptr.load(_unwrap(pointer), mask, other, boundary_check, padding_option, _builder, hints)
     mask, other = _unwrap(mask), _unwrap(other)
     m = to_tensor(mask, _builder).handle if mask is not None else None
     o = None
     if other is not None:
         o = to_tensor(other, _builder, like=_PointeeProxy(to_tensor(pointer, _builder))).handle
-    return tensor(_builder.load(to_tensor(pointer, _builder).handle, m, o))
+    return tensor(_builder.load(to_tensor(pointer, _builder).handle, m, o, **hints))
+
+
+_LOAD_CACHE = (".ca", ".cg", ".cv")
+_STORE_CACHE = (".wb", ".cg", ".cs", ".wt")
+
+
+def _memory_hints(cache_modifier, eviction_policy, allowed) -> dict:
+    """Builder keywords of Triton's cache_modifier / eviction_policy, refused in its words."""
+    cache, evict = _unwrap(cache_modifier) or "", _unwrap(eviction_policy) or ""
+    if cache and cache not in allowed:
+        raise ValueError(f"Cache modifier {cache} not supported (one of {', '.join(allowed)})")
+    if evict and evict not in ("evict_first", "evict_last"):
+        raise ValueError(f"Eviction policy {evict} not supported (evict_first or evict_last)")
+    if cache and evict:
+        raise ValueError(
+            f"cache_modifier {cache} and eviction_policy {evict} cannot be combined (PTX takes one or the other)"
+        )
+    return {"cache": cache[1:]} if cache else {"evict": evict} if evict else {}
 
 
 class _PointeeProxy:
@@ -624,15 +648,16 @@ class _PointeeProxy:
 def store(pointer, value, mask=None, boundary_check=None, cache_modifier="", eviction_policy="", _builder=None):
     from . import block_ptr
 
+    hints = _memory_hints(cache_modifier, eviction_policy, _STORE_CACHE)
     if isinstance(_unwrap(pointer), block_ptr.block_ptr):
-        return block_ptr.store(_unwrap(pointer), value, mask, boundary_check, _builder)
+        return block_ptr.store(_unwrap(pointer), value, mask, boundary_check, _builder, hints)
     p = to_tensor(pointer, _builder)
     v = to_tensor(value, _builder, like=_PointeeProxy(p))
     if v.type.is_ptr and p.type.is_ptr and p.dtype.element_ty in (int64, uint64):
         v = cast(v, p.dtype.element_ty, _builder=_builder)  # addresses stored as 64-bit integers, as Triton
     mask = _unwrap(mask)
     m = to_tensor(mask, _builder).handle if mask is not None else None
-    _builder.store(p.handle, v.handle, m)
+    _builder.store(p.handle, v.handle, m, **hints)
 
 
 _ATOMIC_SEMS = ("acq_rel", "acquire", "release", "relaxed")

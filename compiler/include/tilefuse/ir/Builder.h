@@ -11,6 +11,14 @@
 
 namespace tilefuse {
 
+// Triton's cache and eviction hints of a load or store, as the op's attrs (the verifier's
+// checkHints: the values each takes, one kind at most); empty: none. They change no result.
+struct MemoryHints {
+  std::string cache;        // load: "ca", "cg", "cv"; store: "wb", "cg", "cs", "wt"
+  std::string evict;        // "evict_first", "evict_last"
+  bool isVolatile = false;  // load only
+};
+
 class Builder {
  public:
   explicit Builder(Module& m) : module_(m) {}
@@ -68,9 +76,9 @@ class Builder {
   Value* programId(int axis);
   Value* numPrograms(int axis);
 
-  // Memory.
-  Value* load(Value* ptr, Value* mask = nullptr, Value* other = nullptr);
-  void store(Value* ptr, Value* value, Value* mask = nullptr);
+  // Memory (hints: MemoryHints).
+  Value* load(Value* ptr, Value* mask = nullptr, Value* other = nullptr, const MemoryHints& hints = {});
+  void store(Value* ptr, Value* value, Value* mask = nullptr, const MemoryHints& hints = {});
   // sem: "" (relaxed) or a Triton sem ("acq_rel", "acquire", "release", "relaxed");
   // scope: "" (gpu) or "gpu", "cta", "sys".
   Value* atomic(OpKind kind, Value* ptr, Value* value, Value* mask = nullptr, const std::string& sem = "",
