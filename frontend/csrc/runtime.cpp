@@ -105,7 +105,8 @@ void init_runtime(py::module_& m) {
            py::arg("device"), py::arg("image"), py::arg("spec"))
       .def(
           "launch",
-          [](const LoadedKernel& k, std::array<uint32_t, 3> grid, uint64_t stream, const py::list& values) {
+          [](const LoadedKernel& k, std::array<uint32_t, 3> grid, uint64_t stream, const py::list& values,
+             bool cooperative) {
             // One value per parameter: a pointer's address, an int, a float or a bool.
             const auto& params = k.spec().params;
             if (values.size() != params.size())
@@ -131,9 +132,10 @@ void init_runtime(py::module_& m) {
                   args.push_back(v.cast<int64_t>());
               }
             }
-            k.launch(grid, stream, args.data());
+            k.launch(grid, stream, args.data(), cooperative);
           },
-          py::arg("grid"), py::arg("stream"), py::arg("values"))
+          py::arg("grid"), py::arg("stream"), py::arg("values"), py::arg("cooperative") = false)
+      .def("max_resident", &LoadedKernel::maxResident)
       .def_property_readonly("spec", &LoadedKernel::spec)
       .def("resources", &LoadedKernel::resources)
       .def_property_readonly("device", &LoadedKernel::device);

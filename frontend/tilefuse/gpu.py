@@ -412,20 +412,34 @@ def load(kernel, device: int, num_warps: int, num_stages: int):
     return loaded
 
 
-def launch(kernel, bound, grid, num_warps: int, num_stages: int):
-    """Launches on the GPU of the arguments; returns the runtime.LoadedKernel."""
+def launch(kernel, bound, grid, num_warps: int, num_stages: int, cooperative: bool = False):
+    """Launches on the GPU of the arguments; returns the runtime.LoadedKernel. `cooperative`:
+    every program resident at once (Triton's launch_cooperative_grid), or a LaunchError."""
     device = device_of(bound.values())
     _R.use_device(device)
     loaded = load(kernel, device, num_warps, num_stages)
+    if cooperative:
+        _check_resident(kernel, loaded, grid, device, num_warps)
     ptr = _R.ParamKind.ptr
     if debug_mode():
-        return _launch_checked(kernel, loaded, bound, grid, device, num_warps, num_stages)
+        return _launch_checked(kernel, loaded, bound, grid, device, num_warps, num_stages, cooperative)
     values = [_address(p.name, bound[p.name], device) if p.kind == ptr else bound[p.name] for p in loaded.spec.params]
     try:
-        loaded.launch(grid, _current_stream(device), values)
+        loaded.launch(grid, _current_stream(device), values, cooperative)
     except _R.TensorMapError as e:
         raise LaunchError(f"{kernel.name}: {e}") from None
     return loaded
+
+
+def _check_resident(kernel, loaded, grid, device: int, num_warps: int):
+    programs, most = grid[0] * grid[1] * grid[2], loaded.max_resident()
+    if programs > most:
+        info = _R.device_info(device)
+        raise LaunchError(
+            f"{kernel.name}: launch_cooperative_grid: {programs} programs cannot all be resident at once on "
+            f"{info.name}: at most {most} ({most // info.multiprocessors} per SM x {info.multiprocessors} SMs at "
+            f"num_warps={num_warps}, {loaded.spec.shared_bytes} bytes of shared memory each)"
+        )
 
 
 def buffer_extent(name, v, ptr: int) -> int:
@@ -465,7 +479,7 @@ def debug_message(check, record: list[int], names: list[str]) -> str:
     )
 
 
-def _launch_checked(kernel, loaded, bound, grid, device, num_warps, num_stages):
+def _launch_checked(kernel, loaded, bound, grid, device, num_warps, num_stages, cooperative=False):
     """A TILEFUSE_DEBUG=1 launch: each pointer's extent and a zeroed error record as the
     hidden parameters, then a synchronize and the record read back."""
     ptr = _R.ParamKind.ptr
@@ -481,7 +495,7 @@ def _launch_checked(kernel, loaded, bound, grid, device, num_warps, num_stages):
             extents[p.name] = buffer_extent(p.name, bound[p.name], values[-1])
         else:
             values.append(bound[p.name])
-    loaded.launch(grid, _current_stream(device), values)
+    loaded.launch(grid, _current_stream(device), values, cooperative)
     words = list(struct.unpack(f"<{_C.lower.DEBUG_RECORD_WORDS}q", record.read()))
     if words[0]:
         check = kernel.debug_checks[(loaded.spec.arch, num_warps, num_stages)][words[1]]

@@ -369,9 +369,20 @@ class JITFunction(_C.launcher.Launcher):
 
     # --- launch ---
 
-    def run(self, *args, grid, num_warps=NUM_WARPS, num_stages=NUM_STAGES, num_ctas=1, maxnreg=None, **kwargs):
+    def run(
+        self,
+        *args,
+        grid,
+        num_warps=NUM_WARPS,
+        num_stages=NUM_STAGES,
+        num_ctas=1,
+        maxnreg=None,
+        launch_cooperative_grid=False,
+        **kwargs,
+    ):
         if num_ctas != 1:
             raise LaunchError(f"{self.__name__}: num_ctas={num_ctas}: thread-block clusters are not supported (only 1)")
+        cooperative = bool(tl._unwrap(launch_cooperative_grid))
         maxnreg = _check_maxnreg(self.__name__, maxnreg)
         bound = self._bind(args, kwargs)
         key, params, tuples = self._specialize(bound, maxnreg)
@@ -394,15 +405,21 @@ class JITFunction(_C.launcher.Launcher):
                 raise LaunchError(
                     f"{self.__name__}: tuple arguments run on the interpreter only for now, not on the GPU"
                 )
-            loaded = gpu.launch(kernel, flat, g, num_warps, num_stages)
+            loaded = gpu.launch(kernel, flat, g, num_warps, num_stages, cooperative)
             if gpu.debug_mode():
                 self._cfast = None  # every debug launch checks its record: none on the fast path
-            elif not callable(grid) and plain:
+            elif not callable(grid) and plain and not cooperative:  # the fast path launches plainly
                 fast = self._fast_path()
                 fast.add_tensor_types(list({type(v) for v in bound.values() if is_torch_tensor(v)}))
                 opts = dict(num_warps=num_warps, num_stages=num_stages, maxnreg=maxnreg)
                 fast.remember(grid, args, dict(kwargs, **opts), loaded, kernel)
         else:
+            if cooperative and g[0] * g[1] * g[2] > 1:
+                raise LaunchError(
+                    f"{self.__name__}: launch_cooperative_grid=True with {g[0] * g[1] * g[2]} programs: the "
+                    "interpreter runs programs one after another, so they are never resident at once (a grid-wide "
+                    "barrier would wait forever); run it on the GPU, or with one program"
+                )
             _launch_interp(kernel, params, flat, g)
         return kernel
 

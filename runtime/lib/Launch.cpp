@@ -108,7 +108,15 @@ FuncResources LoadedKernel::resources() const {
   return r;
 }
 
-void LoadedKernel::launch(std::array<uint32_t, 3> grid, uint64_t stream, const int64_t* args) const {
+int64_t LoadedKernel::maxResident() const {
+  const DriverApi& d = driver();
+  int perSM = 0;
+  TF_CU_CHECK(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, fn_, static_cast<int>(spec_.numThreads),
+                                                            static_cast<size_t>(spec_.sharedBytes)));
+  return static_cast<int64_t>(perSM) * deviceInfo(device_).multiprocessors;
+}
+
+void LoadedKernel::launch(std::array<uint32_t, 3> grid, uint64_t stream, const int64_t* args, bool cooperative) const {
   // Parameters by pointer, as the driver takes tensor maps (__grid_constant__); the
   // little-endian int64 slots hold narrower values in their low bytes. On the stack up
   // to a size that covers common kernels (a large frame slows every launch), else on the heap.
@@ -138,9 +146,12 @@ void LoadedKernel::launch(std::array<uint32_t, 3> grid, uint64_t stream, const i
   CUcontext cur = nullptr;
   TF_CU_CHECK(d.cuCtxGetCurrent(&cur));
   if (cur != ctx_) TF_CU_CHECK(d.cuCtxSetCurrent(ctx_));
-  TF_CU_CHECK(d.cuLaunchKernel(fn_, grid[0], grid[1], grid[2], static_cast<unsigned>(spec_.numThreads), 1, 1,
-                               static_cast<unsigned>(spec_.sharedBytes), reinterpret_cast<CUstream>(stream), params,
-                               nullptr));
+  auto threads = static_cast<unsigned>(spec_.numThreads), shared = static_cast<unsigned>(spec_.sharedBytes);
+  auto* st = reinterpret_cast<CUstream>(stream);
+  if (cooperative)
+    TF_CU_CHECK(d.cuLaunchCooperativeKernel(fn_, grid[0], grid[1], grid[2], threads, 1, 1, shared, st, params));
+  else
+    TF_CU_CHECK(d.cuLaunchKernel(fn_, grid[0], grid[1], grid[2], threads, 1, 1, shared, st, params, nullptr));
 }
 
 }  // namespace tilefuse::runtime

@@ -90,14 +90,34 @@ CUresult cuFuncGetAttribute(int* v, CUfunction_attribute a, CUfunction f) {
   return ok();
 }
 
+// Two programs per SM of the 132 cuDeviceGetAttribute reports: 264 resident at once.
+CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* n, CUfunction f, int threads, size_t shared) {
+  *n = 2;
+  return ok();
+}
+
+static CUresult launch(const char* kind, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned shared,
+                       CUstream s, void** params);
+
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shared, CUstream s, void** params, void** extra) {
+  return launch("", gx, gy, gz, bx, shared, s, params);
+}
+
+// Logged as a launch with "coop " before it.
+CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                   unsigned bz, unsigned shared, CUstream s, void** params) {
+  return launch("coop ", gx, gy, gz, bx, shared, s, params);
+}
+
+static CUresult launch(const char* kind, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned shared,
+                       CUstream s, void** params) {
   static const char* path;
   static int looked;
   if (!looked) path = getenv("FAKE_CUDA_LOG"), looked = 1;
   if (!path) return ok();  // bench/launch_overhead.py: a launch that costs nothing
   FILE* log = fopen(path, "a");
-  fprintf(log, "grid=%u,%u,%u block=%u shared=%u", gx, gy, gz, bx, shared);
+  fprintf(log, "%sgrid=%u,%u,%u block=%u shared=%u", kind, gx, gy, gz, bx, shared);
   for (int i = 0; i < nparams; ++i) {
     int64_t v = 0;
     if (psize[i] == 128) {  // a tensor map, as cuTensorMapEncodeTiled below wrote it

@@ -1,6 +1,6 @@
 """Triton's names and words that its language tests rely on (found by
 scripts/conformance/run_test_core.py): tl.dtype("fp16") and its name lists, tl.str_to_ty,
-kernel[grid](..., num_ctas=1), Triton's error wording for '/', '//', '%' of mixed
+kernel[grid](..., num_ctas=1), launch_cooperative_grid, Triton's error wording for '/', '//', '%' of mixed
 signedness and bitwise ops on floats, and '>>' of a signed left operand promoted to
 unsigned (arithmetic, as Triton)."""
 
@@ -47,6 +47,18 @@ def test_num_ctas(rng):
     np.testing.assert_array_equal(out, x)
     with pytest.raises(tf.LaunchError, match="num_ctas=2: thread-block clusters are not supported"):
         copy_kernel[(1,)](x, out, num_ctas=2)
+
+
+def test_launch_cooperative_grid_on_the_interpreter(rng):
+    # One program is trivially resident; more would run one after another, so a cooperative
+    # launch of them is refused (a grid-wide barrier would never complete), not run.
+    x = rng.standard_normal(8).astype(np.float32)
+    out = np.zeros_like(x)
+    copy_kernel[(1,)](x, out, launch_cooperative_grid=True)
+    np.testing.assert_array_equal(out, x)
+    copy_kernel[(2,)](x, out, launch_cooperative_grid=False)
+    with pytest.raises(tf.LaunchError, match="launch_cooperative_grid=True with 2 programs: the interpreter runs"):
+        copy_kernel[(2,)](x, out, launch_cooperative_grid=True)
 
 
 @tf.jit

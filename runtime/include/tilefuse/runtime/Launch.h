@@ -50,8 +50,11 @@ class LoadedKernel {
   // `args[i]` is the value of spec().params[i]: pointers and integers as int64 (u64 as
   // its bits), f32 and f64 as floatArg, i1 as 0 or 1. Encodes the spec's tensor maps from them (TensorMapError for
   // values the copy engine cannot take) and makes the kernel's context current when
-  // another one is.
-  void launch(std::array<uint32_t, 3> grid, uint64_t stream, const int64_t* args) const;
+  // another one is. `cooperative`: a cooperative launch (every program resident at once,
+  // as Triton's launch_cooperative_grid; the driver refuses grids beyond maxResident()).
+  void launch(std::array<uint32_t, 3> grid, uint64_t stream, const int64_t* args, bool cooperative = false) const;
+  // The most programs of this kernel resident on its device at once (per SM × SMs).
+  int64_t maxResident() const;
   FuncResources resources() const;
   const LaunchSpec& spec() const { return spec_; }
   int device() const { return device_; }
