@@ -4,7 +4,6 @@ stores give the values of plain ones (vector and element-wise, every hint, sever
 launch_cooperative_grid runs a grid-wide barrier built from atomics (release add, volatile
 acquire spin) with every program resident, and refuses a grid that cannot be."""
 
-import numpy as np
 import pytest
 import tilefuse as tf
 import tilefuse.language as tl
