@@ -61,8 +61,8 @@ NOTES = {
     "(exactly) first",
     "tuple": "builtins.tuple: tuples are carried by loops and ifs, passed to and returned from @jit helpers, and "
     "passed at launch (tuples and NamedTuples of tensors and scalars, nested: one kernel argument per leaf; the "
-    "structure is part of the specialization; on the interpreter only for now: GPU launches with tuple "
-    "arguments are refused, as they failed on the H200)",
+    "structure is part of the specialization; GPU launches with them take the full launch path, not the C++ "
+    "fast path)",
     "pi32_t": "pointer_type(int32); pointers stored through an int64 pointer store their addresses, as Triton",
     "constexpr_function": "called at compile time on compile-time values",
     "add": "sanitize_overflow is accepted; integer overflow wraps",

@@ -335,8 +335,14 @@ class JITFunction(_C.launcher.Launcher):
         if maxnreg is not None:
             func.set_int_attr("maxnreg", maxnreg)
         scope = {p.name: tl.constexpr(p.value) for p in params if p.spec is None}
-        for p, a in zip(args, func.region(0).args):
-            a.name = p.name.replace(".", "_")
+        names = [_ir_name(p.name) for p in args]
+        for clash in {n for n in names if names.count(n) > 1}:
+            raise CompilationError(
+                f"{self.__name__}: parameters {[p.name for p in args if _ir_name(p.name) == clash]} are all "
+                f"named {clash!r} in the kernel (a tuple's leaf 'a.0' becomes 'a_0'): rename one"
+            )
+        for p, a, n in zip(args, func.region(0).args, names):
+            a.name = n
             scope[p.name] = tl.tensor(a)
         for name in tuples:
             if "." not in name:
@@ -401,11 +407,9 @@ class JITFunction(_C.launcher.Launcher):
         # The fast path knows neither tuples nor wrappers: those launches stay on this path.
         plain = not tuples and all(flat[n] is bound[n] for n in bound)
         if select_backend(flat.values()) == "cuda":
-            if tuples:  # tests/gpu/test_triton_surface_gpu.py failed on the H200 (2026-12-01)
-                raise LaunchError(
-                    f"{self.__name__}: tuple arguments run on the interpreter only for now, not on the GPU"
-                )
-            loaded = gpu.launch(kernel, flat, g, num_warps, num_stages, cooperative)
+            # The launch spec names parameters as the kernel does: a tuple's leaf "a.0" is "a_0".
+            by_ir_name = {_ir_name(n): v for n, v in flat.items()} if tuples else flat
+            loaded = gpu.launch(kernel, by_ir_name, g, num_warps, num_stages, cooperative)
             if gpu.debug_mode():
                 self._cfast = None  # every debug launch checks its record: none on the fast path
             elif not callable(grid) and plain and not cooperative:  # the fast path launches plainly
@@ -451,6 +455,12 @@ class JITFunction(_C.launcher.Launcher):
         low = gpu.lower(kernel, target, num_warps, num_stages)
         kernel.asm["gpu"], kernel.asm["llir"], kernel.asm["ptx"] = low["gpu"], low["llir"], low["ptx"]
         return kernel
+
+
+def _ir_name(name: str) -> str:
+    """A parameter's name in the kernel (IR values and the launch spec): tuple leaves'
+    dotted names ("ptrs.1.0") with underscores."""
+    return name.replace(".", "_")
 
 
 def _check_maxnreg(name: str, maxnreg):

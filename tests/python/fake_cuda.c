@@ -9,7 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int nparams, psize[1024];
+// Each module's (and so its kernel's) parameter sizes: CUmodule and CUfunction point at one.
+struct Params {
+  int n, size[1024];
+};
 static int ctx;
 static CUcontext current;
 
@@ -65,18 +68,19 @@ CUresult cuCtxSynchronize(void) { return ok(); }
 
 // Parameter sizes from ".param .u64 k_param_0," ... ".param .align 64 .b8 k_param_9[128]".
 CUresult cuModuleLoadDataEx(CUmodule* m, const void* image, unsigned n, CUjit_option* o, void** v) {
+  struct Params* k = calloc(1, sizeof *k);  // never freed: modules live as long as the test
   const char* p = strstr((const char*)image, ".entry");
   const char* end = p ? strchr(p, '{') : NULL;
-  for (nparams = 0; p && (p = strstr(p, ".param ")) && p < end; p = strchr(p, '\n')) {
+  for (; p && (p = strstr(p, ".param ")) && p < end; p = strchr(p, '\n')) {
     const char* bracket = memchr(p, '[', strchr(p, '\n') - p);
-    psize[nparams++] = bracket ? atoi(bracket + 1) : atoi(p + strlen(".param .u")) / 8;
+    k->size[k->n++] = bracket ? atoi(bracket + 1) : atoi(p + strlen(".param .u")) / 8;
   }
-  *m = (CUmodule)1;
+  *m = (CUmodule)k;
   return ok();
 }
 CUresult cuModuleUnload(CUmodule m) { return ok(); }
 CUresult cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
-  *f = (CUfunction)1;
+  *f = (CUfunction)m;
   return ok();
 }
 CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v) { return ok(); }
@@ -96,22 +100,24 @@ CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* n, CUfunction f, int t
   return ok();
 }
 
-static CUresult launch(const char* kind, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned shared,
-                       CUstream s, void** params);
+static CUresult launch(const struct Params* k, const char* kind, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                       unsigned shared, CUstream s, void** params);
 
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shared, CUstream s, void** params, void** extra) {
-  return launch("", gx, gy, gz, bx, shared, s, params);
+  return launch((const struct Params*)f, "", gx, gy, gz, bx, shared, s, params);
 }
 
 // Logged as a launch with "coop " before it.
 CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                    unsigned bz, unsigned shared, CUstream s, void** params) {
-  return launch("coop ", gx, gy, gz, bx, shared, s, params);
+  return launch((const struct Params*)f, "coop ", gx, gy, gz, bx, shared, s, params);
 }
 
-static CUresult launch(const char* kind, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned shared,
-                       CUstream s, void** params) {
+static CUresult launch(const struct Params* k, const char* kind, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                       unsigned shared, CUstream s, void** params) {
+  int nparams = k->n;
+  const int* psize = k->size;
   static const char* path;
   static int looked;
   if (!looked) path = getenv("FAKE_CUDA_LOG"), looked = 1;

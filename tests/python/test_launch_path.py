@@ -116,6 +116,19 @@ attempt("add_rnone", lambda: vector_add.add_kernel[(4,)](x, y, out, 1000, BLOCK_
 attempt("add_r300", lambda: vector_add.add_kernel[(4,)](x, y, out, 1000, BLOCK_SIZE=256, maxnreg=300), times=1)
 # Cooperative launches: the driver's cooperative call, never remembered by the fast path;
 # 264 programs fit the stand-in device (2 per SM x 132), 265 do not.
+
+
+@tf.jit
+def k_tuples(ptrs, scales, out_ptr, n, BLOCK: tl.constexpr):
+    x_ptr, (y_ptr, z_ptr) = ptrs
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x, y, z = tl.load(x_ptr + offs, mask=m), tl.load(y_ptr + offs, mask=m), tl.load(z_ptr + offs, mask=m)
+    tl.store(out_ptr + offs, x * scales[0] + y * scales[1] + z, mask=m)
+
+
+# Tuple arguments: one parameter per leaf, in order (never on the fast path).
+attempt("tuples", lambda: k_tuples[(2,)]((x, (y, out)), (3, -5), bx, 16, BLOCK=256))
 coop = dict(BLOCK_SIZE=256, launch_cooperative_grid=True)
 attempt("coop", lambda: vector_add.add_kernel[(4,)](x, y, out, 1000, **coop))
 attempt("coop_264", lambda: vector_add.add_kernel[(264,)](x, y, out, 1000, **coop), times=1)
@@ -169,10 +182,11 @@ def test_full_and_fast_paths_launch_alike(fake_driver, tmp_path):
     assert results["add_r40"] == [["ok", "ok"], 11]
     assert results["add_rnone"] == [["ok", "ok"], 11]  # the first launch's entry, on the fast path
     assert results["add_r300"] == [["add_kernel: maxnreg must be an int in [1, 255]"], 11]  # cut at " ("
-    assert results["coop"] == [["ok", "ok"], 13]
-    assert results["coop_264"] == [["ok"], 14]
+    assert results["tuples"] == [["ok", "ok"], 13]
+    assert results["coop"] == [["ok", "ok"], 15]
+    assert results["coop_264"] == [["ok"], 16]
     too_many = "add_kernel: launch_cooperative_grid: 265 programs cannot all be resident at once on fake: at most 264"
-    assert results["coop_265"] == [[too_many], 15]
+    assert results["coop_265"] == [[too_many], 17]
 
     add = "grid=4,1,1 block={} shared=0 8:65536 8:131072 8:196608 4:1000"
     alpha = struct.unpack("<i", struct.pack("<f", 2.5))[0]
@@ -180,7 +194,7 @@ def test_full_and_fast_paths_launch_alike(fake_driver, tmp_path):
     off4 = "grid=4,1,1 block=128 shared=0 8:65540 8:131072 8:196608 4:1000"
     assert lines[:8] == [add.format(128)] * 2 + [add.format(256)] * 2 + [mixed] * 2 + [off4] * 2
     # The tensor maps follow the parameters: base, rank, innermost size, row stride in bytes.
-    assert len(lines) == 21 and lines[8] == lines[9]
+    assert len(lines) == 23 and lines[8] == lines[9]
     assert lines[8].startswith("grid=3,2,1 block=128 shared=") and " 8:262144 8:327680 4:64 4:45 4:64 " in lines[8]
     assert " map(262144,2,45,256," in lines[8] and " map(327680,2,45,256," in lines[8]
     half = struct.unpack("<i", struct.pack("<f", 0.5))[0]
@@ -190,8 +204,10 @@ def test_full_and_fast_paths_launch_alike(fake_driver, tmp_path):
     assert lines[12:14] == [big.replace(f"4:{half}", f"8:{quarter}")] * 2
     # (the full path's launch on the stand-in stream; add_kernel's fast path holds the real one)
     assert [line.split(" stream=")[0] for line in lines[14:18]] == [add.format(128)] * 4
+    tuples = f"grid=2,1,1 block=128 shared=0 8:65536 8:131072 8:196608 4:3 4:-5 8:{0x7F1234567800} 4:16"
+    assert [line.split(" stream=")[0] for line in lines[18:20]] == [tuples] * 2
     coop = "coop " + add.format(128)
-    assert [line.split(" stream=")[0] for line in lines[18:]] == [coop] * 2 + [coop.replace("grid=4,", "grid=264,")]
+    assert [line.split(" stream=")[0] for line in lines[20:]] == [coop] * 2 + [coop.replace("grid=4,", "grid=264,")]
 
 
 @tf.jit

@@ -128,7 +128,7 @@ def test_jit_launch_takes_the_prebuilt_kernel(folder, monkeypatch):
     jit_module = prebuild.importlib.import_module("tilefuse.jit")
     launched = []
     monkeypatch.setattr(jit_module, "select_backend", lambda values: "cuda")
-    monkeypatch.setattr(gpu, "launch", lambda kernel, bound, grid, nw, ns: launched.append((kernel, nw, ns)))
+    monkeypatch.setattr(gpu, "launch", lambda kernel, bound, grid, nw, ns, c=False: launched.append((kernel, nw, ns)))
     no_compiling(monkeypatch)
     x = np.empty(2048, np.float32)
     fresh = tf.jit(axpy.fn)  # an empty in-memory cache

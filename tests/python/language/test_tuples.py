@@ -130,3 +130,16 @@ def test_changing_compile_time_part_of_a_carried_tuple_is_an_error():
     with pytest.raises(tf.CompilationError, match="changes from the compile-time value 'a' to 'b'") as e:
         bad_tuple_loop[(1,)](np.zeros(1, np.int32), 3)
     assert e.value.file == __file__
+
+
+@tf.jit
+def clashing_names(a, a_0, y_ptr):
+    tl.store(y_ptr, a[0] + a[1] + a_0)
+
+
+def test_a_leaf_name_that_clashes_with_a_parameter_is_an_error():
+    # A tuple's leaves are parameters "a_0", "a_1" of the kernel (its launch spec names
+    # them so): a parameter of that name is refused, not silently shadowed.
+    y = np.zeros(1, np.int32)
+    with pytest.raises(tf.CompilationError, match=r"parameters \['a.0', 'a_0'\] are all named 'a_0'"):
+        clashing_names[(1,)]((5, 7), 9, y)
