@@ -228,3 +228,13 @@ def desc_copy_groups(x_ptr, y_ptr, G, R, N, stride, BM: tl.constexpr, BN: tl.con
     dy = tl.make_tensor_descriptor(y_ptr, [G * R, N], [stride, 1], [BM, BN])
     pm, pn = (tl.program_id(0) - 1) * BM, (tl.program_id(1) - 1) * BN
     dy.store([pm, pn], dx.load([pm, pn]) * 3 - 1)
+
+
+@tf.jit
+def k_tuples(ptrs, scales, out_ptr, n, BLOCK: tl.constexpr):
+    # Tuple arguments: one kernel parameter per leaf (ptrs.0, ptrs.1.0, ...).
+    x_ptr, (y_ptr, z_ptr) = ptrs
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x, y, z = tl.load(x_ptr + offs, mask=m), tl.load(y_ptr + offs, mask=m), tl.load(z_ptr + offs, mask=m)
+    tl.store(out_ptr + offs, x * scales[0] + y * scales[1] + z, mask=m)

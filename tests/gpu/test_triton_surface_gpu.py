@@ -9,17 +9,10 @@ import pytest
 import tilefuse as tf
 import tilefuse.language as tl
 
+from tests.shared_kernels import k_tuples
+
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
-
-
-@tf.jit
-def k_tuples(ptrs, scales, out_ptr, n, BLOCK: tl.constexpr):
-    x_ptr, (y_ptr, z_ptr) = ptrs
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < n
-    x, y, z = tl.load(x_ptr + offs, mask=m), tl.load(y_ptr + offs, mask=m), tl.load(z_ptr + offs, mask=m)
-    tl.store(out_ptr + offs, x * scales[0] + y * scales[1] + z, mask=m)
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -32,7 +32,7 @@ import tilefuse.language as tl
 from tilefuse import gpu
 
 from kernels_dsl.tutorials import vector_add
-from tests.shared_kernels import desc_copy2
+from tests.shared_kernels import desc_copy2, k_tuples
 
 
 class Device:
@@ -116,15 +116,6 @@ attempt("add_rnone", lambda: vector_add.add_kernel[(4,)](x, y, out, 1000, BLOCK_
 attempt("add_r300", lambda: vector_add.add_kernel[(4,)](x, y, out, 1000, BLOCK_SIZE=256, maxnreg=300), times=1)
 # Cooperative launches: the driver's cooperative call, never remembered by the fast path;
 # 264 programs fit the stand-in device (2 per SM x 132), 265 do not.
-
-
-@tf.jit
-def k_tuples(ptrs, scales, out_ptr, n, BLOCK: tl.constexpr):
-    x_ptr, (y_ptr, z_ptr) = ptrs
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < n
-    x, y, z = tl.load(x_ptr + offs, mask=m), tl.load(y_ptr + offs, mask=m), tl.load(z_ptr + offs, mask=m)
-    tl.store(out_ptr + offs, x * scales[0] + y * scales[1] + z, mask=m)
 
 
 # Tuple arguments: one parameter per leaf, in order (never on the fast path).
