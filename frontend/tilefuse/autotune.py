@@ -32,7 +32,7 @@ import numpy as np
 from . import _C, defaults, gpu, testing
 from .defaults import NUM_STAGES, NUM_WARPS
 from .errors import CompilationError, LaunchError
-from .jit import JITFunction, select_backend
+from .jit import JITFunction, is_register_cap, select_backend
 
 # Configs timed again after the first pass, and how many interleaved rounds.
 FINALISTS = 3
@@ -60,12 +60,11 @@ class Config:
         for name, given in unsupported.items():
             if given:
                 raise ValueError(f"tilefuse.Config: {name} is not supported (tilefuse has no {name} option)")
-        bad_cap = isinstance(maxnreg, bool) or not isinstance(maxnreg, int) or not 1 <= maxnreg <= 255
-        if maxnreg is not None and bad_cap:
+        if maxnreg is not None and not is_register_cap(maxnreg):
             raise ValueError(f"tilefuse.Config: maxnreg must be an int in [1, 255] or None, got {maxnreg!r}")
         self.kwargs = dict(kwargs)
         self.num_warps, self.num_stages = num_warps, num_stages
-        self.num_ctas, self.maxnreg = 1, maxnreg
+        self.num_ctas, self.maxnreg = 1, None if maxnreg is None else int(maxnreg)
         self.pre_hook = pre_hook
 
     def all_kwargs(self) -> dict:

@@ -418,9 +418,10 @@ class JITFunction(_C.launcher.Launcher):
                 opts = dict(num_warps=num_warps, num_stages=num_stages, maxnreg=maxnreg)
                 fast.remember(grid, args, dict(kwargs, **opts), loaded, kernel)
         else:
-            if cooperative and g[0] * g[1] * g[2] > 1:
+            programs = g[0] * g[1] * g[2]
+            if cooperative and programs > 1:
                 raise LaunchError(
-                    f"{self.__name__}: launch_cooperative_grid=True with {g[0] * g[1] * g[2]} programs: the "
+                    f"{self.__name__}: launch_cooperative_grid=True with {programs} programs: the "
                     "interpreter runs programs one after another, so they are never resident at once (a grid-wide "
                     "barrier would wait forever); run it on the GPU, or with one program"
                 )
@@ -463,11 +464,16 @@ def _ir_name(name: str) -> str:
     return name.replace(".", "_")
 
 
+def is_register_cap(maxnreg) -> bool:
+    """Whether `maxnreg` is a register cap PTX can state: an int in [1, 255] (PTX .maxnreg)."""
+    return not isinstance(maxnreg, bool) and isinstance(maxnreg, (int, np.integer)) and 1 <= maxnreg <= 255
+
+
 def _check_maxnreg(name: str, maxnreg):
-    """Triton's launch option: at most `maxnreg` registers per thread (PTX .maxnreg)."""
+    """Triton's launch option: at most `maxnreg` registers per thread, or None."""
     if maxnreg is None:
         return None
-    if isinstance(maxnreg, bool) or not isinstance(maxnreg, (int, np.integer)) or not 1 <= maxnreg <= 255:
+    if not is_register_cap(maxnreg):
         raise LaunchError(f"{name}: maxnreg must be an int in [1, 255] (registers per thread), got {maxnreg!r}")
     return int(maxnreg)
 

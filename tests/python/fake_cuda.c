@@ -68,7 +68,7 @@ CUresult cuCtxSynchronize(void) { return ok(); }
 
 // Parameter sizes from ".param .u64 k_param_0," ... ".param .align 64 .b8 k_param_9[128]".
 CUresult cuModuleLoadDataEx(CUmodule* m, const void* image, unsigned n, CUjit_option* o, void** v) {
-  struct Params* k = calloc(1, sizeof *k);  // never freed: modules live as long as the test
+  struct Params* k = calloc(1, sizeof *k);
   const char* p = strstr((const char*)image, ".entry");
   const char* end = p ? strchr(p, '{') : NULL;
   for (; p && (p = strstr(p, ".param ")) && p < end; p = strchr(p, '\n')) {
@@ -78,7 +78,10 @@ CUresult cuModuleLoadDataEx(CUmodule* m, const void* image, unsigned n, CUjit_op
   *m = (CUmodule)k;
   return ok();
 }
-CUresult cuModuleUnload(CUmodule m) { return ok(); }
+CUresult cuModuleUnload(CUmodule m) {
+  free(m);
+  return ok();
+}
 CUresult cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
   *f = (CUfunction)m;
   return ok();
@@ -100,20 +103,8 @@ CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* n, CUfunction f, int t
   return ok();
 }
 
-static CUresult launch(const struct Params* k, const char* kind, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                       unsigned shared, CUstream s, void** params);
-
-CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                        unsigned shared, CUstream s, void** params, void** extra) {
-  return launch((const struct Params*)f, "", gx, gy, gz, bx, shared, s, params);
-}
-
-// Logged as a launch with "coop " before it.
-CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                                   unsigned bz, unsigned shared, CUstream s, void** params) {
-  return launch((const struct Params*)f, "coop ", gx, gy, gz, bx, shared, s, params);
-}
-
+// One launch of k's kernel, logged to $FAKE_CUDA_LOG as its grid, block, shared bytes and
+// parameter values.
 static CUresult launch(const struct Params* k, const char* kind, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                        unsigned shared, CUstream s, void** params) {
   int nparams = k->n;
@@ -152,6 +143,17 @@ static CUresult launch(const struct Params* k, const char* kind, unsigned gx, un
     }
   }
   return ok();
+}
+
+CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned shared, CUstream s, void** params, void** extra) {
+  return launch((const struct Params*)f, "", gx, gy, gz, bx, shared, s, params);
+}
+
+// Logged as a launch with "coop " before it.
+CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                   unsigned bz, unsigned shared, CUstream s, void** params) {
+  return launch((const struct Params*)f, "coop ", gx, gy, gz, bx, shared, s, params);
 }
 
 // Records the base, the innermost size, the byte stride of dim 1 and the innermost box.

@@ -408,7 +408,6 @@ void Builder::store(Value* ptr, Value* value, Value* mask, const MemoryHints& hi
     std::tie(ptr, mask) = broadcastPair(ptr, mask);
     ops = {ptr, broadcastTo(value, ptr->type().shape), mask};
   }
-  if (hints.isVolatile) fail("store takes no volatile hint");
   checked(create(OpKind::Store, ops, {}, hintAttrs(hints)));
 }
 

@@ -77,7 +77,6 @@ std::string atomSuffix(const Op& op, DType d, const std::string& arch) {
       return "";
   }
 }
-}  // namespace
 
 // A load's or store's PTX qualifiers from its hints, e.g. ".cg" or ".L1::evict_first.L2::cache_hint"
 // (the verifier and the frontend let at most one kind through); empty without hints.
@@ -88,6 +87,8 @@ std::string hintQualifiers(const Op& op) {
 }
 
 bool hasHints(const Op& op) { return op.hasAttr("cache") || op.hasAttr("evict") || op.hasAttr("volatile"); }
+
+}  // namespace
 
 // One atomic as Triton writes it in PTX, its sem and scope in the instruction:
 // atom.global.gpu.acq_rel.add.f32 (a CAS: atom.global.acq_rel.gpu.cas.b32), operands as
@@ -110,14 +111,16 @@ LVal* Lowering::ptxAtomic(const Op& op, DType d, LVal* ptr, LVal* v, LVal* cmp) 
     args.push_back(asBits(cmp));
   }
   args.push_back(asBits(v));
-  std::string text = "atom.global." + qual + "." + suffix + " $0, [$1], $2" + (cas ? ", $3;" : ";");
+  std::string at = "atom.global." + qual + ".", text;
   if (size_t bar = suffix.find('|'); bar != std::string::npos) {
     // Float max (min) as Triton does it, on the bits: a value with its sign bit clear is
     // the larger (smaller) by signed max (min) of its bits, one with it set by unsigned min
     // (max): IEEE order is sign-magnitude.
-    std::string ws = std::to_string(w), at = "atom.global." + qual + ".";
+    std::string ws = std::to_string(w);
     text = "{ .reg .pred neg; setp.lt.s" + ws + " neg, $2, 0; @!neg " + at + suffix.substr(0, bar) + ws +
            " $0, [$1], $2; @neg " + at + suffix.substr(bar + 1) + ws + " $0, [$1], $2; }";
+  } else {
+    text = at + suffix + " $0, [$1], $2" + (cas ? ", $3;" : ";");
   }
   std::string constraints = std::string("=") + reg + ",l," + reg + (cas ? std::string(",") + reg : "") + ",~{memory}";
   auto* ia = llvm::InlineAsm::get(llvm::FunctionType::get(bits, types, false), text, constraints, true);
@@ -145,15 +148,16 @@ void Lowering::lowerMemory(const Op& op) {
   Regs out{{}, L};
   int check = debugCheck(op, op.operand(0));
   auto elemBytes = static_cast<int64_t>(mod_.getDataLayout().getTypeAllocSize(mt));
+  bool hints = hasHints(op);
   if ((load || op.kind() == OpKind::Store) && d != DType::I1) {
     const Value* m = mask ? op.operand(maskIdx) : nullptr;
     int64_t width = accessWidth(op.operand(0), m);
-    int64_t eb = elemBytes;
     int rd = runDim(L, pt.shape);
-    int64_t best = rd < 0 ? 1 : std::min<int64_t>(16 / eb, vectorRun(L, dimStride(pt.shape, rd)));
+    int64_t best = rd < 0 ? 1 : std::min<int64_t>(16 / elemBytes, vectorRun(L, dimStride(pt.shape, rd)));
     if (pt.rank() > 0 && width < best)
-      hint(op, std::string(load ? "load" : "store") + " of " + std::to_string(width * eb) + "-byte accesses where " +
-                   std::to_string(best * eb) + " would fit: " + accessReason(op.operand(0), m));
+      hint(op, std::string(load ? "load" : "store") + " of " + std::to_string(width * elemBytes) +
+                   "-byte accesses where " + std::to_string(best * elemBytes) +
+                   " would fit: " + accessReason(op.operand(0), m));
     if (width > 1 && check < 0) {  // a checked access goes element by element
       lowerVectorAccess(op, p, mask, other, value, width, out);
       if (load) vals_[op.result()] = std::move(out);
@@ -164,7 +168,7 @@ void Lowering::lowerMemory(const Op& op) {
     LVal* ptr = p.e[s];
     if (load) {
       auto doLoad = [&]() -> LVal* {
-        LVal* v = hasHints(op) ? hintedAccess(op, mt, ptr, nullptr, elemBytes) : b_.CreateLoad(mt, ptr);
+        LVal* v = hints ? hintedAccess(op, mt, ptr, nullptr, elemBytes) : b_.CreateLoad(mt, ptr);
         return d == DType::I1 ? b_.CreateICmpNE(v, b_.getInt8(0)) : v;
       };
       LVal* cond = mask ? mask->e[s] : nullptr;
@@ -193,7 +197,7 @@ void Lowering::lowerMemory(const Op& op) {
           cond,
           [&]() -> LVal* {
             LVal* m = d == DType::I1 ? b_.CreateZExt(v, b_.getInt8Ty()) : v;
-            if (hasHints(op)) return hintedAccess(op, mt, ptr, m, elemBytes);
+            if (hints) return hintedAccess(op, mt, ptr, m, elemBytes);
             b_.CreateStore(m, ptr);
             return nullptr;
           },
