@@ -137,3 +137,18 @@ DTYPES = {
     "int8": np.int8,
     "float8e4nv": ml_dtypes.float8_e4m3fn,
 }
+
+
+@tf.jit
+def matmul_f16_acc(a_ptr, b_ptr, o_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """A K loop of out_dtype=float16 dots (pipelined on sm_90a: wgmma's f16 accumulator
+    carried in registers across iterations). M, N, K multiples of the blocks."""
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros([BM, BN], dtype=tl.float16)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
+        acc = tl.dot(a, b, acc, out_dtype=tl.float16)
+    tl.store(o_ptr + rm[:, None] * N + rn[None, :], acc)

@@ -1,6 +1,7 @@
 """tl.dot's variants on the GPU (issue 16 part 8), sm_90a here and sm_80 in a subprocess
 (TILEFUSE_TARGET=sm_80, the driver JIT-compiles it for the GPU at hand): f16 accumulators
-(mma.sync's f16 form; FMAs for small tiles, bit-identical to the interpreter's rule there),
+(wgmma's f16 form on sm_90a, in K loops too; mma.sync's on sm_80; FMAs for small tiles,
+bit-identical to the interpreter's rule there),
 3-D dots, input_precision ieee / tf32 / tf32x3 (operand rounding identical to the
 interpreter's), max_num_imprecise_acc, M, N or K below 16 (FMAs). Each result is checked
 against a float64 reference with the dtype's bound (tests/dot_variants_kernels.py)."""
@@ -25,6 +26,7 @@ from tests.dot_variants_kernels import (
     f32_bound,
     f64,
     magnitude,
+    matmul_f16_acc,
     random_operand,
     to_tf32,
 )
@@ -99,6 +101,26 @@ def test_f16_accumulator(mnk, has_acc, warps):
     if ON_FMAS(m, n, k):  # the FMA path computes the interpreter's rule, bit for bit
         exact = f16_acc_reference(a, b, acc if has_acc else np.zeros((m, n), np.float16), 16)
         np.testing.assert_array_equal(got.view(np.uint16), exact.view(np.uint16))
+
+
+@pytest.mark.parametrize("warps", [4, 8])
+@pytest.mark.parametrize("mnk", [(128, 128, 256), (256, 128, 512)])
+def test_f16_accumulator_k_loop(mnk, warps):
+    """A K loop of out_dtype=float16 dots: on sm_90a pipelined wgmma with the f16
+    accumulator in registers (wgmma's f16 form), on sm_80 mma.sync's f16 form."""
+    rng = np.random.default_rng(seed(("loop", mnk, warps)))
+    m, n, k = mnk
+    a, b = random_operand(rng, (m, k), np.float16), random_operand(rng, (k, n), np.float16)
+    out = cuda(np.zeros((m, n), np.float16))
+    kernel = matmul_f16_acc[(m // 128, n // 128)](
+        cuda(a), cuda(b), out, m, n, k, BM=128, BN=128, BK=64, num_warps=warps
+    )
+    check_close(host(out, np.float16), np.matmul(f64(a), f64(b)), TC * f16_bound(a, b))
+    ptx = kernel.asm["ptx"]
+    if os.environ.get("TILEFUSE_TARGET") == "sm_80":
+        assert "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16" in ptx
+    else:
+        assert "wgmma.mma_async.sync.aligned.m64n" in ptx and ".f16.f16.f16" in ptx and "mma.sync" not in ptx
 
 
 def test_fp8_f16_accumulator():

@@ -2,7 +2,8 @@
 bounds from the dtypes' unit roundoffs, and against exact emulations where the rule is exact:
 f16 accumulators (rounded to f16 every 32 bytes of K), tf32 rounding (ties away from zero),
 3-D dots (one 2-D dot per batch index), M, N or K below 16. Also: PTX for sm_80 and
-sm_90a (mma.sync's f16 form, FMAs for small dots) assembles."""
+sm_90a assembles and takes the instruction of its variant (f16 accumulators: wgmma's f16
+form on sm_90a, in a pipelined K loop too, mma.sync's on sm_80; FMAs for small dots)."""
 
 import os
 import zlib
@@ -24,6 +25,7 @@ from tests.dot_variants_kernels import (
     f32_bound,
     f64,
     magnitude,
+    matmul_f16_acc,
     random_operand,
     to_tf32,
 )
@@ -253,6 +255,10 @@ PTX_CASES = {
         arch, dot2d, Z((64, 64), np.float16), Z((64, 64), np.float16), Z((64, 64), np.float16),
         Z((64, 64), np.float16), 64, 64, 64, True, "ieee", True,
     ),
+    "f16_acc_loop": lambda arch: warm(
+        arch, matmul_f16_acc, Z((256, 256), np.float16), Z((256, 256), np.float16), Z((256, 256), np.float16),
+        256, 256, 256, BM=128, BN=128, BK=64, num_warps=8,
+    ),
     "f16_acc_small": lambda arch: warm(
         arch, dot2d, Z((4, 16), np.float16), Z((16, 8), np.float16), Z((4, 8), np.float16),
         Z((4, 8), np.float16), 4, 8, 16, True, "ieee", True,
@@ -284,8 +290,12 @@ def test_ptx(tmp_path, arch, case):
             PTX_CASES[case](arch)
         return
     ptx = PTX_CASES[case](arch)
-    if case == "f16_acc_64":
-        assert "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16" in ptx
+    if case == "f16_acc_64":  # wgmma's f16-accumulator form on sm_90a, mma.sync's on sm_80
+        want = "wgmma.mma_async.sync.aligned.m64n64k16.f16.f16.f16" if arch == "sm_90a" else "m16n8k16.row.col.f16"
+        assert want in ptx and (arch == "sm_80" or "mma.sync" not in ptx)
+    if case == "f16_acc_loop":
+        want = "wgmma.mma_async.sync.aligned.m64n128k16.f16.f16.f16" if arch == "sm_90a" else "m16n8k16.row.col.f16"
+        assert want in ptx and (arch == "sm_80" or ("mma.sync" not in ptx and "cp.async" in ptx))  # pipelined
     if case == "batched":
         want = "wgmma.mma_async" if arch == "sm_90a" else "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
         assert ptx.count(want) >= 4
@@ -306,4 +316,4 @@ def test_perf_hints_name_the_fallbacks():
     assert any("N=8 is below 16" in h and "runs on FMAs" in h for h in small), small
     f16 = hints(dot2d, Z((64, 64), np.float16), Z((64, 64), np.float16), Z((64, 64), np.float16),
                 Z((64, 64), np.float16), 64, 64, 64, True, "ieee", False)  # fmt: skip
-    assert any("dot not on wgmma" in h and "-> f16" in h and "mma.sync" in h for h in f16), f16
+    assert not any("dot not on wgmma" in h for h in f16), f16  # f16 accumulators are on wgmma

@@ -168,7 +168,10 @@ void verifyWgmma(const Op& op) {
   if (m % 64) fail(op, "needs M to be a multiple of 64, got M=" + std::to_string(m));
   if (k * bitWidth(a.elem) % 256) fail(op, "needs K in steps of 32 bytes, got K=" + std::to_string(k));
   Type want = Type::tile(a.elem == DType::I8 ? DType::I32 : DType::F32, {m, n});
-  if (acc.withoutLayout() != want) fail(op, "accumulator must be " + want.str() + ", got " + acc.withoutLayout().str());
+  // f16 products may accumulate in f16 (wgmma's f16 form).
+  bool f16Acc = a.elem == DType::F16 && acc.withoutLayout() == Type::tile(DType::F16, {m, n});
+  if (acc.withoutLayout() != want && !f16Acc)
+    fail(op, "accumulator must be " + want.str() + ", got " + acc.withoutLayout().str());
   if (!acc.dist() || acc.dist()->kind != DistKind::Wgmma)
     fail(op, "accumulator must be in a #wgmma layout, got the " + layoutName(acc));
   if (op.result(0)->type() != acc) fail(op, "result #0 must be the accumulator's type " + acc.str());

@@ -151,13 +151,16 @@ bool wgmmaApplies(const Op& dot, const std::string& arch, int threads, WgmmaShap
   DType acc = dot.result()->type().elem;
   // dot_scaled of fp4 runs on bf16 operands (every scaled fp4 value is a bf16 value),
   // of fp8 on the fp8 tensor cores.
-  bool halves = ((scaled && !(fp8(a.elem) && fp8(b.elem))) ||
-                 (a.elem == b.elem && (a.elem == DType::BF16 || a.elem == DType::F16))) &&
-                acc == DType::F32;
+  // f16 products may also accumulate in f16 (wgmma's f16 form: out_dtype=float16).
+  bool f16Acc = !scaled && a.elem == DType::F16 && b.elem == DType::F16 && acc == DType::F16;
+  bool halves = (((scaled && !(fp8(a.elem) && fp8(b.elem))) ||
+                  (a.elem == b.elem && (a.elem == DType::BF16 || a.elem == DType::F16))) &&
+                 acc == DType::F32) ||
+                f16Acc;
   bool bytes = (fp8(a.elem) && fp8(b.elem) && acc == DType::F32) ||
                (a.elem == DType::I8 && b.elem == DType::I8 && acc == DType::I32);
   if (!halves && !bytes)
-    return no("wgmma takes bf16/f16 or fp8 operands into f32, or int8 into int32; this dot has " +
+    return no("wgmma takes bf16/f16 or fp8 operands into f32, f16 into f16, or int8 into int32; this dot has " +
               std::string(dtypeName(a.elem)) + " x " + std::string(dtypeName(b.elem)) + " -> " +
               std::string(dtypeName(acc)));
   int64_t m = a.shape[0], k = a.shape[1], n = b.shape[1];

@@ -91,6 +91,8 @@ Regs Lowering::waitWgmma(const Regs& r, int pending, bool alone) {
     ptx(text);
     return r;
   }
+  // An f16 accumulator passes through as the f16x2 registers wgmma wrote.
+  if (!r.e.empty() && r.e[0]->getType()->isHalfTy()) return unpackHalves(waitWgmma(packHalves(r), pending, alone));
   std::vector<llvm::Type*> tys;
   std::string cons;
   for (LVal* x : r.e) {
@@ -119,6 +121,38 @@ Regs Lowering::waitWgmma(const Regs& r, int pending, bool alone) {
     b_.CreateUnreachable();
     b_.SetInsertPoint(cont);
   }
+  return out;
+}
+
+// Elements 2i and 2i+1 of `r` (f16 values) as the i32 holding them as an f16x2, and back.
+// A pair unpacked from one i32 is that i32: a wgmma result reaches its wait without a
+// move, which ptxas would otherwise guard with a wait of its own (C7517).
+Regs Lowering::packHalves(const Regs& r) {
+  auto* half2 = llvm::FixedVectorType::get(b_.getHalfTy(), 2);
+  auto unpackedFrom = [](LVal* x, uint64_t i) -> LVal* {
+    auto* ex = llvm::dyn_cast<llvm::ExtractElementInst>(x);
+    auto* at = ex ? llvm::dyn_cast<llvm::ConstantInt>(ex->getIndexOperand()) : nullptr;
+    auto* cast = ex ? llvm::dyn_cast<llvm::BitCastInst>(ex->getVectorOperand()) : nullptr;
+    return at && at->getZExtValue() == i && cast ? cast->getOperand(0) : nullptr;
+  };
+  Regs out{{}, r.L};
+  for (size_t i = 0; i + 1 < r.e.size(); i += 2) {
+    LVal* whole = unpackedFrom(r.e[i], 0);
+    if (whole && whole == unpackedFrom(r.e[i + 1], 1)) {
+      out.e.push_back(whole);
+      continue;
+    }
+    LVal* v = b_.CreateInsertElement(llvm::PoisonValue::get(half2), r.e[i], uint64_t{0});
+    out.e.push_back(b_.CreateBitCast(b_.CreateInsertElement(v, r.e[i + 1], uint64_t{1}), b_.getInt32Ty()));
+  }
+  return out;
+}
+
+Regs Lowering::unpackHalves(const Regs& r) {
+  auto* half2 = llvm::FixedVectorType::get(b_.getHalfTy(), 2);
+  Regs out{{}, r.L};
+  for (LVal* x : r.e)
+    for (uint64_t i = 0; i < 2; ++i) out.e.push_back(b_.CreateExtractElement(b_.CreateBitCast(x, half2), i));
   return out;
 }
 
@@ -375,6 +409,10 @@ Regs Lowering::issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LV
   int64_t m = g.m, k = g.k, n = g.n;
   int64_t eb = g.ta.eb, kStep = 32 / eb;
   bool ints = g.a == DType::I8;
+  // An f16 accumulator (out_dtype=float16) is instrN/4 f16x2 registers per instruction,
+  // holding the elements the f32 form holds in pairs of registers.
+  bool f16Acc = !acc.e.empty() && acc.e[0]->getType()->isHalfTy();
+  if (f16Acc) acc = packHalves(acc);
   auto* i64 = b_.getInt64Ty();
   ptx("wgmma.fence.sync.aligned;");
   LVal* smemAddr0 = b_.CreatePtrToInt(smem(), i64);
@@ -391,17 +429,18 @@ Regs Lowering::issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LV
     uint64_t fixed = (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32) | (uint64_t(swizzleMode(r)) << 62);
     return b_.CreateOr(d, b_.getInt64(fixed));
   };
-  int64_t nregs = w.instrN / 2;
+  int64_t nregs = w.instrN / (f16Acc ? 4 : 2);
   // `accumulate` false: D = A B (scale-d off), for a fresh partial sum.
   auto instr = [&](bool accumulate) {
     std::string text = std::string("{\n.reg .pred p;\nsetp.ne.b32 p, ") + (accumulate ? "1" : "0") +
                        ", 0;\nwgmma.mma_async.sync.aligned.m64n" + std::to_string(w.instrN) + "k" +
-                       std::to_string(kStep) + (ints ? ".s32." : ".f32.") + mmaTypeName(g.a) + "." + mmaTypeName(g.b) +
-                       " {";
+                       std::to_string(kStep) + (ints ? ".s32." : f16Acc ? ".f16." : ".f32.") + mmaTypeName(g.a) +
+                       "." + mmaTypeName(g.b) + " {";
     std::string cons;
+    bool intRegs = ints || f16Acc;
     for (int64_t i = 0; i < nregs; ++i) {
       text += (i ? ",$" : "$") + std::to_string(i);
-      cons += ints ? "=r," : "=f,";
+      cons += intRegs ? "=r," : "=f,";
     }
     // 16-bit types also take the operands' majorness.
     text += "}, $" + std::to_string(2 * nregs) + ", $" + std::to_string(2 * nregs + 1) + ", p";
@@ -410,7 +449,7 @@ Regs Lowering::issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LV
     text += ";\n}";
     for (int64_t i = 0; i < nregs; ++i) cons += std::to_string(i) + ",";
     cons += "l,l,~{memory}";
-    std::vector<llvm::Type*> argTys(nregs, ints ? b_.getInt32Ty() : b_.getFloatTy());
+    std::vector<llvm::Type*> argTys(nregs, intRegs ? b_.getInt32Ty() : b_.getFloatTy());
     auto* retTy = llvm::StructType::get(ctx_, argTys);
     argTys.push_back(i64);
     argTys.push_back(i64);
@@ -496,7 +535,7 @@ Regs Lowering::issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LV
   if (prevStart >= 0) addChunk(waitWgmma(prev, 0), prevStart);  // the overlap's last chunk
   if (promote) return sum;
   ptx("wgmma.commit_group.sync.aligned;");
-  return acc;
+  return f16Acc ? unpackHalves(acc) : acc;
 }
 
 }  // namespace tilefuse::lower::detail

@@ -387,6 +387,9 @@ class Lowering {
   LVal* sharedStage(const Value* buf, const Value* stage);
   void ptx(const std::string& text);
   Regs waitWgmma(const Regs& r, int pending, bool alone = false);
+  // f16 values in pairs as the i32 registers (f16x2) that hold them, and back.
+  Regs packHalves(const Regs& r);
+  Regs unpackHalves(const Regs& r);
   void waitPending(const Op& user);
   void lowerPrint(const Op& op);
   void lowerAssert(const Op& op);
