@@ -56,9 +56,10 @@ NOTES = {
     "make_block_ptr": "lowered to a tile of pointers and masks of the checked dims (the GPU vectorizes and "
     "pipelines it as pointer code); loops carry only its offsets",
     "cat": "1-D tiles of one type, can_reorder=True as Triton demands; the result keeps the order (input, other)",
-    "dot": "2-D and 3-D; input_precision defaults to ieee (f32 dots are not on tensor cores); "
-    "out_dtype=float16 accumulates f16 and fp8 products in f16; float8e4b15 operands are converted to f16 "
-    "(exactly) first",
+    "dot": "2-D and 3-D; input_precision defaults to ieee (f32 products on FMAs); tf32 and tf32x3 round the "
+    "operands to tf32 in the IR, and the GPU takes those dots on mma.sync m16n8k8 (M, N multiples of 16, K of 8); "
+    "out_dtype=float16 accumulates f16 and fp8 products in f16 (wgmma's f16 form on sm_90a); float8e4b15 "
+    "operands are converted to f16 (exactly) first",
     "tuple": "builtins.tuple: tuples are carried by loops and ifs, passed to and returned from @jit helpers, and "
     "passed at launch (tuples and NamedTuples of tensors and scalars, nested: one kernel argument per leaf; the "
     "structure is part of the specialization; GPU launches with them take the full launch path, not the C++ "

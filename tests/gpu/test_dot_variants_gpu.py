@@ -3,8 +3,9 @@
 (wgmma's f16 form on sm_90a, in K loops too; mma.sync's on sm_80; FMAs for small tiles,
 bit-identical to the interpreter's rule there),
 3-D dots, input_precision ieee / tf32 / tf32x3 (operand rounding identical to the
-interpreter's), max_num_imprecise_acc, M, N or K below 16 (FMAs). Each result is checked
-against a float64 reference with the dtype's bound (tests/dot_variants_kernels.py)."""
+interpreter's; tf32 products on mma.sync m16n8k8 where the tile allows),
+max_num_imprecise_acc, M, N or K below 16 (FMAs). Each result is checked against a
+float64 reference with the dtype's bound (tests/dot_variants_kernels.py)."""
 
 import importlib.util
 import os
@@ -164,7 +165,7 @@ def test_batched_f16_accumulator():
     check_close(host(out, np.float16), np.matmul(f64(a), f64(b)) + f64(acc), TC * f16_bound(a, b, acc))
 
 
-@pytest.mark.parametrize("mnk", [(16, 16, 16), (64, 64, 64), (8, 4, 128)])
+@pytest.mark.parametrize("mnk", [(16, 16, 16), (64, 64, 64), (128, 64, 256), (8, 4, 128)])
 def test_input_precision(mnk):
     rng = np.random.default_rng(seed(mnk))
     m, n, k = mnk
@@ -172,11 +173,11 @@ def test_input_precision(mnk):
     exact = np.matmul(f64(a), f64(b))
     ieee = run2d(a, b, prec="ieee")
     check_close(ieee, exact, f32_bound(a, b, exact_products=False))
-    tf32 = run2d(a, b, prec="tf32")
-    check_close(tf32, np.matmul(f64(to_tf32(a)), f64(to_tf32(b))), f32_bound(a, b))
+    tf32 = run2d(a, b, prec="tf32")  # on tensor cores (mma.sync m16n8k8) where M, N, K allow
+    check_close(tf32, np.matmul(f64(to_tf32(a)), f64(to_tf32(b))), TC * f32_bound(a, b))
     assert np.abs(f64(tf32) - exact).max() > 10 * np.abs(f64(ieee) - exact).max()
     x3 = run2d(a, b, prec="tf32x3")
-    check_close(x3, exact, (3 * k + 6) * 2.0**-24 * magnitude(a, b) + 2.0**-20 * magnitude(a, b))
+    check_close(x3, exact, TC * (3 * k + 6) * 2.0**-24 * magnitude(a, b) + 2.0**-20 * magnitude(a, b))
 
 
 def test_tf32_rounding_matches_the_interpreter():

@@ -3,7 +3,8 @@ bounds from the dtypes' unit roundoffs, and against exact emulations where the r
 f16 accumulators (rounded to f16 every 32 bytes of K), tf32 rounding (ties away from zero),
 3-D dots (one 2-D dot per batch index), M, N or K below 16. Also: PTX for sm_80 and
 sm_90a assembles and takes the instruction of its variant (f16 accumulators: wgmma's f16
-form on sm_90a, in a pipelined K loop too, mma.sync's on sm_80; FMAs for small dots)."""
+form on sm_90a, in a pipelined K loop too, mma.sync's on sm_80; tf32: mma.sync m16n8k8;
+ieee f32 and small dots: FMAs)."""
 
 import os
 import zlib
@@ -267,6 +268,14 @@ PTX_CASES = {
         arch, dot2d, Z((16, 32), ml_dtypes.float8_e4m3fn), Z((32, 16), ml_dtypes.float8_e4m3fn),
         Z((16, 16), np.float16), Z((16, 16), np.float16), 16, 16, 32, True, "ieee", False,
     ),
+    "tf32_64": lambda arch: warm(
+        arch, dot2d, Z((64, 64), np.float32), Z((64, 64), np.float32), Z((64, 64), np.float32),
+        Z((64, 64), np.float32), 64, 64, 64, False, "tf32", False,
+    ),
+    "ieee_64": lambda arch: warm(
+        arch, dot2d, Z((64, 64), np.float32), Z((64, 64), np.float32), Z((64, 64), np.float32),
+        Z((64, 64), np.float32), 64, 64, 64, False, "ieee", False,
+    ),
     "tf32x3": lambda arch: warm(
         arch, dot2d, Z((16, 16), np.float32), Z((16, 16), np.float32), Z((16, 16), np.float32),
         Z((16, 16), np.float32), 16, 16, 16, False, "tf32x3", False,
@@ -299,8 +308,10 @@ def test_ptx(tmp_path, arch, case):
     if case == "batched":
         want = "wgmma.mma_async" if arch == "sm_90a" else "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
         assert ptx.count(want) >= 4
-    if case in ("f16_acc_small", "small_int8", "tf32x3"):
-        assert "mma" not in ptx  # FMAs
+    if case in ("tf32_64", "tf32x3"):  # operands rounded to tf32: mma.sync's tf32 form (x3: three dots)
+        assert ptx.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") >= (3 if case == "tf32x3" else 1)
+    if case in ("f16_acc_small", "small_int8", "ieee_64"):
+        assert "mma" not in ptx  # FMAs (an ieee f32 dot keeps f32 products)
     if os.path.exists(PTXAS):
         assert_assembles(ptx, arch, tmp_path)
 

@@ -618,9 +618,14 @@ Value* Builder::dot(Value* a, Value* b, Value* acc, const std::string& precision
       Value* aSmall = roundToTf32(*this, binary(OpKind::Sub, a, aBig));
       Value* bSmall = roundToTf32(*this, binary(OpKind::Sub, b, bBig));
       acc = dot(aSmall, bBig, acc);
+      acc->definingOp()->setAttr("tf32", true);
       acc = dot(aBig, bSmall, acc);
+      acc->definingOp()->setAttr("tf32", true);
     }
-    return dot(aBig, bBig, acc);
+    // Operands that are tf32 values: the GPU may take them on tf32 tensor cores.
+    Value* r = dot(aBig, bBig, acc);
+    r->definingOp()->setAttr("tf32", true);
+    return r;
   }
   return checked(create(OpKind::Dot, {a, b, acc}, {acc->type()}));
 }

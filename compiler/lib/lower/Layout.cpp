@@ -103,16 +103,18 @@ Layout mmaAccLayout(int64_t m, int64_t n, int threads) {
   return l;
 }
 
-bool mmaApplies(const Type& at, const Type& bt, const Type& ct, const std::string& arch) {
+bool mmaApplies(const Type& at, const Type& bt, const Type& ct, const std::string& arch, bool tf32) {
   auto fp8 = [](DType d) { return d == DType::F8E4M3 || d == DType::F8E5M2; };
   DType a = at.elem, b = bt.elem;
   bool halfs = a == b && (a == DType::BF16 || a == DType::F16);
   bool ints = a == DType::I8 && b == DType::I8;
-  bool ok = halfs || ints ? arch >= "sm_80" : fp8(a) && fp8(b) ? arch >= "sm_89" : false;
+  // f32 operands that are tf32 values (input_precision "tf32"): mma.sync's tf32 form, m16n8k8.
+  bool tf = tf32 && a == DType::F32 && b == DType::F32;
+  bool ok = halfs || ints || tf ? arch >= "sm_80" : fp8(a) && fp8(b) ? arch >= "sm_89" : false;
   // f16 products may accumulate in f16 (mma's f16 form); fp8 ones only in f32 here.
   bool f16Acc = ct.elem == DType::F16 && a == DType::F16;
   if (ct.elem != (ints ? DType::I32 : DType::F32) && !f16Acc) return false;
-  int64_t kStep = halfs ? 16 : 32;
+  int64_t kStep = tf ? 8 : halfs ? 16 : 32;
   // Dots with M, N or K below 16 (or K below 32 for 8-bit) run on FMAs.
   return ok && at.shape[0] % 16 == 0 && bt.shape[1] % 16 == 0 && at.shape[1] % kStep == 0;
 }
@@ -261,7 +263,8 @@ class Planner {
         const Type& t = o.result()->type();
         if (wgmmaApplies(o, arch_, threads_, &w))
           plan[o.result()] = wgmmaAccLayout(t.shape[0], t.shape[1], w, threads_);
-        else if (o.kind() == OpKind::Dot && mmaApplies(o.operand(0)->type(), o.operand(1)->type(), t, arch_))
+        else if (o.kind() == OpKind::Dot &&
+                 mmaApplies(o.operand(0)->type(), o.operand(1)->type(), t, arch_, o.hasAttr("tf32")))
           plan[o.result()] = mmaAccLayout(t.shape[0], t.shape[1], threads_);
         else
           plan[o.result()] = blocked(o.result());

@@ -64,7 +64,7 @@ bool wgmmaApplies(const Op& dot, const std::string& arch, int threads, WgmmaShap
 // mma.sync applies to A (at) times B (bt) into ct: bf16/f16 and int8 from sm_80, fp8
 // (e4m3, e5m2, mixed) from sm_89, fp32 (int32) accumulators, whole m16n8k16 (16-bit)
 // or m16n8k32 (8-bit) tiles.
-bool mmaApplies(const Type& at, const Type& bt, const Type& ct, const std::string& arch);
+bool mmaApplies(const Type& at, const Type& bt, const Type& ct, const std::string& arch, bool tf32 = false);
 
 // The layout each tile value of `func` gets. Dots on wgmma (mma.sync) produce its
 // accumulator layout; elementwise ops follow their first operand of a non-blocked layout (so an

@@ -124,7 +124,8 @@ Regs Lowering::dequantize(const Op& op, const Type& t, const Regs& vals, const T
 }
 
 // Products on the tensor cores with mma.sync: m16n8k16 for bf16/f16 (f32 or, for f16,
-// f16 accumulators), m16n8k32 for fp8 (f32) and int8 (int32). A [M,K] and B [K,N] are in shared memory
+// f16 accumulators), m16n8k32 for fp8 (f32) and int8 (int32), m16n8k8 for tf32 (f32
+// operands the builder rounded to tf32: one element per register, the same fragments). A [M,K] and B [K,N] are in shared memory
 // (row-major). Fragment layouts: PTX ISA, "Matrix Fragments for mma.m16n8k16 /
 // mma.m16n8k32": each 32-bit operand register holds 4/eb consecutive K elements of one
 // row of A or column of B; `acc` and the result are in the mma layout (Layout.h), the

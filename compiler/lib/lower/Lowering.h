@@ -51,6 +51,8 @@ inline std::string mmaTypeName(DType d) {
       return "e4m3";
     case DType::F8E5M2:
       return "e5m2";
+    case DType::F32:  // f32 operands on tensor cores are tf32 values
+      return "tf32";
     default:
       return "s8";
   }

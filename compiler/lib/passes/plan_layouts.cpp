@@ -52,7 +52,8 @@ class Namer {
       L::WgmmaShape w;
       if (L::wgmmaApplies(*o, t.arch, t.threads, &w))
         dots_.push_back({r.shape, L::wgmmaAccLayout(r.shape[0], r.shape[1], w, t.threads), DistKind::Wgmma});
-      else if (o->kind() == OpKind::Dot && L::mmaApplies(o->operand(0)->type(), o->operand(1)->type(), r, t.arch))
+      else if (o->kind() == OpKind::Dot &&
+               L::mmaApplies(o->operand(0)->type(), o->operand(1)->type(), r, t.arch, o->hasAttr("tf32")))
         dots_.push_back({r.shape, L::mmaAccLayout(r.shape[0], r.shape[1], t.threads), DistKind::Mma});
     });
   }

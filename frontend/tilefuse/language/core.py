@@ -1099,8 +1099,9 @@ def dot(
 ):
     """Triton's tl.dot: 2-D [M, K] x [K, N] or 3-D [B, M, K] x [B, K, N] (one 2-D dot per
     batch index). input_precision ("ieee", "tf32", "tf32x3"; allow_tf32=True is "tf32")
-    applies to f32 operands; the default is "ieee", as f32 dots do not run on tensor cores
-    here (tf32 would only lose precision). out_dtype=float16 accumulates f16 and fp8
+    applies to f32 operands; the default is "ieee" (f32 products, on FMAs on the GPU); tf32
+    dots round the operands to tf32 and run on tf32 tensor cores (mma.sync) where the tile
+    allows. out_dtype=float16 accumulates f16 and fp8
     products in f16. max_num_imprecise_acc is accepted and checked; fp8 products
     accumulate in f32 (the GPU's wgmma accumulator over the whole K loop)."""
     a, b = to_tensor(input, _builder), to_tensor(other, _builder)
