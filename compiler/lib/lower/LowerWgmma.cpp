@@ -30,6 +30,16 @@ int swizzleMode(int64_t r) { return r == 128 ? 1 : r == 64 ? 2 : 3; }
 // flight: 3 x 64 fp32 registers leave room under the 255 of a thread for addresses.
 constexpr int64_t kOverlapSlots = 64;
 
+// The 32-wide K blocks over which a dot_scaled scale table is known to repeat: all of
+// them when it is a broadcast along K of one scale per row (FP8-block's 1x128 and
+// 128x128 scales, broadcast by the kernel to the 32-blocks of dot_scaled), else 1.
+int64_t repeatedScaleBlocks(const Value* v) {
+  const Op* d = v->definingOp();
+  while (d && d->kind() == OpKind::Bitcast) d = d->operand(0)->definingOp();
+  if (d && d->kind() == OpKind::Broadcast && d->operand(0)->type().shape[1] == 1) return v->type().shape[1];
+  return 1;
+}
+
 }  // namespace
 
 // Shared memory for wgmma operands as allocate-shared placed it above floor_: the
@@ -459,9 +469,16 @@ Regs Lowering::issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LV
   auto* fresh = instr(false);
   // fp8 tensor cores add with fewer bits than fp32: every 128 of K goes into a fresh
   // partial sum that is then added to the accumulator in fp32 — for dot_scaled every
-  // 32-wide K block, times its two scales (the power of two 2^(sa + sb - 254) is exact).
+  // 32-wide K block, times its two scales (powers of two: the products are exact), or
+  // every run of blocks (up to 128 of K) over which both scales are known equal: one
+  // promotion instead of four for FP8-block's 128-blocks. One chunk per dot is never
+  // slower than several overlapped (each chunk's promotion costs the same), so the
+  // chunk is as long as the scales allow.
   bool promote = g.promote;
-  int64_t chunk = scaled ? 32 : 128;
+  int64_t chunk = 128;
+  if (scaled)
+    chunk = 32 * std::min({repeatedScaleBlocks(scaled->operand(1)), repeatedScaleBlocks(scaled->operand(3)),
+                           int64_t{4}});
   Regs sum = acc;
   FragmentLines lines = scaled ? fragmentLines(acc.L, n) : FragmentLines{};
   // Adds the partial sum of the chunk from K index `start` to `sum` (times its scales),
@@ -474,10 +491,15 @@ Regs Lowering::issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LV
       for (LVal* r : lines.rows) ra.push_back(scaleOf(scales, sa, r, start / 32));
       for (LVal* c : lines.cols) cb.push_back(scaleOf(scales + 4 * sa.numel(), sb, c, start / 32));
     }
+    // sum + (p cb) ra in one FMUL and one FFMA: both products are exact (powers of
+    // two), so the FFMA rounds once, as sum + p (ra cb) does.
     for (size_t i = 0; i < sum.e.size(); ++i) {
       LVal* p = part.e[i];
-      if (scaled) p = b_.CreateFMul(p, b_.CreateFMul(ra[lines.rowOf[i]], cb[lines.colOf[i]]));
-      sum.e[i] = b_.CreateFAdd(sum.e[i], p);
+      if (scaled)
+        sum.e[i] = b_.CreateIntrinsic(llvm::Intrinsic::fma, {b_.getFloatTy()},
+                                      {b_.CreateFMul(p, cb[lines.colOf[i]]), ra[lines.rowOf[i]], sum.e[i]});
+      else
+        sum.e[i] = b_.CreateFAdd(sum.e[i], p);
     }
   };
   // With room for two partial sums besides the accumulator (64 fp32 slots each at

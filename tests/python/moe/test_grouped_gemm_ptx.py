@@ -107,19 +107,40 @@ def test_kernels_are_on_the_fast_path(monkeypatch, tmp_path, call, cfg):
             assert "cp.async.cg.shared.global" in low["ptx"]
 
 
-@pytest.mark.skipif(not shutil.which("ptxas") and not shutil.os.path.exists(PTXAS), reason="needs ptxas")
-@pytest.mark.parametrize("call", ["forward_mxfp8", "dgrad_fp8_block"])
-def test_fp8_promotion_overlaps_the_next_chunk(monkeypatch, tmp_path, call):
-    """The default config's block-scaled K step (two 32-wide chunks): chunk 2's wgmma group
-    is in flight while chunk 1 is promoted (wait_group 1), every row's and column's scale
-    is read once per chunk, decoded (a thread of a 64 x 128 warpgroup fragment holds 2 rows
-    and 32 columns: 34 fp32 reads, 68 for two chunks), and ptxas keeps the wgmma pipeline
-    without spilling."""
-    seen = launches(monkeypatch, lambda: CALLS[call](moe.GemmConfig()))
+def _fp8_ptx(monkeypatch, call, cfg):
+    seen = launches(monkeypatch, lambda: CALLS[call](cfg))
     (kernel, args, meta), *_ = [s for s in seen if s[0].__name__ == "grouped_gemm_fp8_kernel"]
     warps, stages = meta.pop("num_warps"), meta.pop("num_stages")
-    ptx = gpu.lower(kernel.compile(*args, **meta), "sm_90a", warps, stages, keep_ir=False)["ptx"]
+    return gpu.lower(kernel.compile(*args, **meta), "sm_90a", warps, stages, keep_ir=False)["ptx"]
+
+
+@pytest.mark.skipif(not shutil.which("ptxas") and not shutil.os.path.exists(PTXAS), reason="needs ptxas")
+def test_mxfp8_promotion_overlaps_the_next_chunk(monkeypatch, tmp_path):
+    """MXFP8's K step of the default config (two 32-blocks of their own scales): chunk 2's
+    wgmma group is in flight while chunk 1 is promoted (wait_group 1), every row's and
+    column's scale is read once per chunk, decoded (a thread of a 64 x 128 warpgroup
+    fragment holds 2 rows and 32 columns: 34 fp32 reads, 68 for two chunks), each slot
+    promoted by one FFMA, and ptxas keeps the wgmma pipeline without spilling."""
+    ptx = _fp8_ptx(monkeypatch, "forward_mxfp8", moe.GemmConfig())
     assert ptx.count("wgmma.wait_group.sync.aligned 1;") == 1
     assert ptx.count("ld.shared.f32") == 2 * 34, ptx.count("ld.shared.f32")
+    assert ptx.count("fma.rn.f32") == 2 * 64, ptx.count("fma.rn.f32")
+    report = assert_assembles(ptx, "sm_90a", tmp_path, verbose=True)
+    assert "C7511" not in report and "0 bytes spill stores" in report, report
+
+
+@pytest.mark.skipif(not shutil.which("ptxas") and not shutil.os.path.exists(PTXAS), reason="needs ptxas")
+@pytest.mark.parametrize("call", ["forward_fp8_block", "dgrad_fp8_block"])
+@pytest.mark.parametrize("block_k", [64, 128])
+def test_fp8_block_promotes_once_per_step(monkeypatch, tmp_path, call, block_k):
+    """FP8-block's scales are one per row for a whole 128-block, broadcast along K to
+    dot_scaled's 32-blocks: the compiler sees the broadcast and promotes the K step's
+    partial sum once (the default 64 and 128 of K: one wgmma group, waited with
+    wait_group 0, one scale read per row and column, one FFMA per slot)."""
+    ptx = _fp8_ptx(monkeypatch, call, moe.GemmConfig(128, 128, block_k, 8, 3))
+    assert "wgmma.wait_group.sync.aligned 1;" not in ptx
+    assert ptx.count("ld.shared.f32") == 34, ptx.count("ld.shared.f32")
+    assert ptx.count("fma.rn.f32") == 64, ptx.count("fma.rn.f32")
+    assert ptx.count("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3") == block_k // 32
     report = assert_assembles(ptx, "sm_90a", tmp_path, verbose=True)
     assert "C7511" not in report and "0 bytes spill stores" in report, report
