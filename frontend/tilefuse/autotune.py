@@ -219,8 +219,7 @@ class Autotuner(_Launchable):
         do_bench=None,
         cache_results=True,
     ):
-        if use_cuda_graph:
-            raise ValueError("tilefuse.autotune: use_cuda_graph is not supported")
+        self.use_cuda_graph = bool(use_cuda_graph)
         self.fn, self.arg_names = fn, list(arg_names)
         self.base_fn = _base_of(fn)
         self.configs = list(configs) or [Config({})]
@@ -407,6 +406,10 @@ class Autotuner(_Launchable):
         try:
             if self.user_do_bench is not None:
                 t = self.user_do_bench(kernel_call, quantiles=(0.5, 0.2, 0.8))
+            elif self.use_cuda_graph:
+                t = testing.quantiles_of(
+                    testing.measure_graph(kernel_call, self.rep_ms, backend=backend), (0.5, 0.2, 0.8)
+                )
             else:
                 t = testing.quantiles_of(
                     testing.measure(kernel_call, self.warmup_ms, self.rep_ms, backend=backend), (0.5, 0.2, 0.8)
@@ -493,7 +496,8 @@ def _screen_gpu(kernels: dict, args, kwargs) -> dict:
 
 class _Decisions:
     """The disk cache of one decision: TILEFUSE_CACHE_DIR/autotune/<kernel>-<hash>.json, keyed
-    by the kernel's source, the key values and dtypes, the device, the compiler and the configs."""
+    by the kernel's source, the key values and dtypes, the device, the compiler, the configs
+    and the timing (CUDA-graph replays or not)."""
 
     def __init__(self, tuner: Autotuner, key, backend):
         base = tuner.base_fn
@@ -511,6 +515,8 @@ class _Decisions:
             "compiler": [defaults.__version__, gpu._compiler_fingerprint()],
             "configs": [str(c) for c in self.configs],
         }
+        if tuner.use_cuda_graph:  # timed another way: its own decision (older keys stay as they were)
+            material["timing"] = "cuda_graph"
         digest = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:40]
         self.dir = os.path.join(_C.runtime.DiskCache().dir, "autotune")
         self.path = os.path.join(self.dir, f"{base.__name__}-{digest}.json")

@@ -1,4 +1,5 @@
-"""tilefuse.testing, as triton.testing: do_bench, assert_close, perf_report and Benchmark.
+"""tilefuse.testing, as triton.testing: do_bench, do_bench_cudagraph, assert_close, perf_report
+and Benchmark.
 
 do_bench times with CUDA events and flushes the L2 cache (a buffer of twice the device's L2,
 zeroed) before every timed run when kernels run on the GPU; on the interpreter it reads
@@ -61,6 +62,16 @@ class _CudaClock:
     def elapsed_ms(self, start, end) -> float:
         return start.elapsed_time(end)
 
+    def graph_runs(self, fn, n):
+        """A replay function of one CUDA graph holding n calls of fn, captured on a side
+        stream (the kernels launch on torch's current stream, the capture's)."""
+        g = self.torch.cuda.CUDAGraph()
+        with self.torch.cuda.graph(g):
+            for _ in range(n):
+                fn()
+        self.sync()
+        return g.replay
+
 
 def _make_clock(backend: str):
     if backend != "cuda":
@@ -122,6 +133,48 @@ def measure(fn, warmup, rep, grad_to_none=None, backend=None) -> list:
         marks.append((s, clock.mark()))
     clock.sync()
     return [clock.elapsed_ms(s, e) for s, e in marks]
+
+
+def measure_graph(fn, rep, grad_to_none=None, backend=None, retries=10) -> list:
+    """Per-call times in ms of `fn` replayed from a CUDA graph, as Triton's
+    do_bench_cudagraph: one call, five to estimate its time, then a graph of rep ms of calls
+    (no host launch overhead, no L2 flush between them) replayed `retries` times, each
+    replay's time over its calls. On the interpreter, where there are no graphs, the wall
+    clock's per-call times (measure)."""
+    clock = _make_clock(select_backend(()) if backend is None else backend)
+    if not hasattr(clock, "graph_runs"):
+        return measure(fn, 0, rep, grad_to_none, backend)
+
+    def call():
+        for x in grad_to_none or ():
+            x.grad = None
+        fn()
+
+    call()  # compiles and loads outside the capture
+    clock.sync()
+    start = clock.mark()
+    for _ in range(5):
+        call()
+    end = clock.mark()
+    clock.sync()
+    n = max(1, int(rep / max(clock.elapsed_ms(start, end) / 5, 1e-6)))
+    replay = clock.graph_runs(call, n)
+    times = []
+    for _ in range(retries):
+        s = clock.mark()
+        replay()
+        e = clock.mark()
+        clock.sync()
+        times.append(clock.elapsed_ms(s, e) / n)
+    return times
+
+
+def do_bench_cudagraph(fn, rep=20, grad_to_none=None, quantiles=None, return_mode="mean"):
+    """The run time of `fn` in ms from CUDA-graph replays, as triton.testing.do_bench_cudagraph
+    (measure_graph); the result as do_bench's."""
+    if return_mode not in _RETURN_MODES:
+        raise ValueError(f"return_mode must be one of {', '.join(_RETURN_MODES)}, got {return_mode!r}")
+    return summarize(measure_graph(fn, rep, grad_to_none), quantiles, return_mode)
 
 
 def do_bench(fn, warmup=25, rep=100, grad_to_none=None, quantiles=None, return_mode="mean"):

@@ -9,6 +9,9 @@ import subprocess
 import sys
 
 import pytest
+import tilefuse as tf
+import tilefuse.language as tl
+from tilefuse import testing
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
@@ -77,3 +80,35 @@ def test_tuned_matmuls_are_right_and_the_decisions_cached(tmp_path):
         assert n_timed == 0 and choice == first[case][1], (case, n_timed, choice)
         assert worst <= 1.0
     assert len(list((tmp_path / "cache" / "autotune").glob("*.json"))) == 4
+
+
+def test_use_cuda_graph_tunes_from_graph_replays():
+    """use_cuda_graph=True: each config's launches are captured into a CUDA graph on
+    torch's stream and timed from its replays, and the choice computes the right result;
+    do_bench_cudagraph returns its 10 replay times, and the kernel, counting its runs, ran
+    1 + 5 + 10 n times (the replays really launched it)."""
+
+    @tf.jit
+    def count_add(x_ptr, y_ptr, runs_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m) * 3 + 1, mask=m)
+        if tl.program_id(0) == 0:
+            tl.atomic_add(runs_ptr, 1)
+
+    cfgs = [tf.Config({"BLOCK": b}) for b in (128, 256, 1024)]
+    k = tf.autotune(cfgs, key=["n"], rep=5, use_cuda_graph=True, cache_results=False)(count_add)
+    n = 1 << 20
+    x = torch.randn(n, device="cuda")
+    y = torch.full_like(x, float("nan"))
+    runs = torch.zeros(1, device="cuda", dtype=torch.int32)
+    k[lambda m: (tf.cdiv(n, m["BLOCK"]),)](x, y, runs, n)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y, x * 3 + 1, rtol=0, atol=0)
+    assert len(k.configs_timings) == 3 and all(0 < t[0] < 1.0 for t in k.configs_timings.values())
+    runs.zero_()
+    t = testing.do_bench_cudagraph(lambda: count_add[(n // 1024,)](x, y, runs, n, BLOCK=1024), rep=5, return_mode="all")
+    torch.cuda.synchronize()
+    calls = int(runs.item()) - 6
+    assert len(t) == 10 and all(v > 0 for v in t)
+    assert calls > 0 and calls % 10 == 0, runs.item()

@@ -257,6 +257,38 @@ def test_fake_clock_through_do_bench(monkeypatch):
     )
 
 
+def test_use_cuda_graph_times_graph_replays(monkeypatch):
+    # BLOCK b costs b/64 ms on the device; timed from graphs, the 1 ms of launch is not in it.
+    clock = FakeGraphClock()
+    monkeypatch.setattr(testing, "_make_clock", lambda backend: clock)
+    cost = lambda a: clock.advance(a["BLOCK"] / 64 + (0 if clock.replaying else 1.0))  # noqa: E731
+    cfgs = [tf.Config({"BLOCK": b}, pre_hook=cost) for b in (256, 64, 128)]
+    k = tf.autotune(cfgs, key=["n"], rep=30, use_cuda_graph=True)(add_twice)
+    x, out0 = data(100, 8)
+    out = out0.copy()
+    # Timed as on the GPU ("cuda": the fake clock stands for CUDA events), run on the interpreter.
+    k.nargs = dict(zip(k.arg_names, (x, out, 100)))
+    timings = {c.kwargs["BLOCK"]: k._bench((x, out, 100), {}, grid, c, "cuda") for c in cfgs}
+    assert {b: t[0] for b, t in timings.items()} == pytest.approx({256: 4.0, 64: 1.0, 128: 2.0})
+    # n calls per graph: rep over the estimate, which includes the launch (1 + b/64 ms)
+    assert clock.captures == [int(30 / 5.0), int(30 / 2.0), int(30 / 3.0)]
+    # each config ran once, five times for the estimate, then ten replays of its graph
+    calls = sum(1 + 5 + 10 * n for n in clock.captures)
+    np.testing.assert_allclose(out, out0 + calls * 2 * x, rtol=1e-5)
+
+
+def test_do_bench_cudagraph_on_the_interpreter_uses_the_wall_clock():
+    x, out0 = data(100, 8)
+    out, calls = out0.copy(), []
+    t = testing.do_bench_cudagraph(
+        lambda: (calls.append(1), add_twice[grid](x, out, 100, BLOCK=64)), rep=5, return_mode="all"
+    )
+    assert 1 <= len(t) < len(calls) and all(v > 0 for v in t)  # measure: untimed calls, then timed ones
+    np.testing.assert_allclose(out, out0 + len(calls) * 2 * x, rtol=1e-5)
+    with pytest.raises(ValueError, match="return_mode"):
+        testing.do_bench_cudagraph(lambda: None, return_mode="avg")
+
+
 def test_heuristics_and_pre_hook():
     seen = []
 
@@ -370,6 +402,26 @@ class FakeClock:
 
     def elapsed_ms(self, start, end):
         return end - start
+
+
+class FakeGraphClock(FakeClock):
+    """FakeClock with CUDA graphs: a call outside a graph also costs 1 ms of host launch,
+    a replay runs the captured calls without it (capturing runs nothing)."""
+
+    def __init__(self):
+        super().__init__()
+        self.replaying, self.captures = False, []
+
+    def graph_runs(self, fn, n):
+        self.captures.append(n)
+
+        def replay():
+            self.replaying = True
+            for _ in range(n):
+                fn()
+            self.replaying = False
+
+        return replay
 
 
 GPU_SCREEN = r"""
