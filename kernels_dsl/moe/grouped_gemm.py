@@ -330,11 +330,14 @@ def k_loop_fp8(
     BC: tl.constexpr,
 ):
     """k_loop on block-scaled fp8 operands (grouped_gemm_fp8_kernel's): the output columns
-    `cols` (and with TWO `cols_b`) of B_g, those past O read 0."""
+    `cols` (and with TWO `cols_b`) of B_g, those past O read 0. The scales of step c + BC
+    are loaded at the top of step c (the loop carries them), so that their latency hides
+    behind step c's dots rather than stalling step c + BC's."""
     rm = tl.arange(0, BM)
     rc = tl.arange(0, BC)
     rows = (m0 + rm)[:, None] < end
     a_rows = a_ptr + m0.to(tl.int64) * C + rm[:, None] * C
+    a_scale_rows = m0.to(tl.int64) + rm
     w_rows = g.to(tl.int64) * W_ROW + cols
     w_block = g * W_BLOCK
     w_cols = w_ptr + w_rows[None, :] * W_COLS + 32 * w_block
@@ -342,16 +345,26 @@ def k_loop_fp8(
     w_cols_b = w_ptr + w_rows_b[None, :] * W_COLS + 32 * w_block
     acc = tl.zeros((BM, BO), dtype=tl.float32)
     acc_b = tl.zeros((BM, BO), dtype=tl.float32)
-    for c in range(0, tl.where(valid, C, 0), BC):
+    steps = tl.where(valid, C, 0)
+    first = steps > 0
+    sa = _scale_codes(sa_ptr, a_scale_rows, 0, 0, SA_STRIDE, (m0 + rm < end) & first, SA_ROWS, BC)
+    sb = _scale_codes(sw_ptr, w_rows, w_block, 0, SW_STRIDE, (cols < O) & first, SW_ROWS, BC)
+    sb_b = _scale_codes(sw_ptr, w_rows_b, w_block, 0, SW_STRIDE, (cols_b < O) & first & TWO, SW_ROWS, BC)
+    for c in range(0, steps, BC):
+        more = c + BC < steps
+        sa_next = _scale_codes(sa_ptr, a_scale_rows, 0, c + BC, SA_STRIDE, (m0 + rm < end) & more, SA_ROWS, BC)
+        sb_next = _scale_codes(sw_ptr, w_rows, w_block, c + BC, SW_STRIDE, (cols < O) & more, SW_ROWS, BC)
         a = tl.load(a_rows + (c + rc)[None, :], mask=rows, other=0)
         b = tl.load(w_cols + (c + rc)[:, None], mask=(cols < O)[None, :], other=0)
-        sa = _scale_codes(sa_ptr, m0.to(tl.int64) + rm, 0, c, SA_STRIDE, m0 + rm < end, SA_ROWS, BC)
-        sb = _scale_codes(sw_ptr, w_rows, w_block, c, SW_STRIDE, cols < O, SW_ROWS, BC)
         acc = tl.dot_scaled(a, sa, FA, b, sb, FW, acc)
         if TWO:
+            sb_b_next = _scale_codes(
+                sw_ptr, w_rows_b, w_block, c + BC, SW_STRIDE, (cols_b < O) & more, SW_ROWS, BC
+            )
             b = tl.load(w_cols_b + (c + rc)[:, None], mask=(cols_b < O)[None, :], other=0)
-            sb = _scale_codes(sw_ptr, w_rows_b, w_block, c, SW_STRIDE, cols_b < O, SW_ROWS, BC)
-            acc_b = tl.dot_scaled(a, sa, FA, b, sb, FW, acc_b)
+            acc_b = tl.dot_scaled(a, sa, FA, b, sb_b, FW, acc_b)
+            sb_b = sb_b_next
+        sa, sb = sa_next, sb_next
     return acc, acc_b
 
 

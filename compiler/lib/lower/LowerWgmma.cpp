@@ -30,15 +30,29 @@ int swizzleMode(int64_t r) { return r == 128 ? 1 : r == 64 ? 2 : 3; }
 // flight: 3 x 64 fp32 registers leave room under the 255 of a thread for addresses.
 constexpr int64_t kOverlapSlots = 64;
 
+// Whether v's rows are each one value repeated along dim 1: a broadcast of one column,
+// through bitcasts and layout conversions, or a loop-carried value whose initial and
+// yielded values both are (scales the loop loads a step ahead).
+bool repeatsAlongK(const Value* v, int depth = 0) {
+  if (depth > 8) return false;
+  const Value* x = convertSource(v);
+  const Op* d = x->definingOp();
+  if (!d) {  // a block argument: a for loop's carried value?
+    const Block* body = x->ownerBlock();
+    const Op* loop = body ? body->parentOp() : nullptr;
+    if (!loop || loop->kind() != OpKind::For || x->index() == 0) return false;
+    unsigned i = x->index() - 1;
+    return repeatsAlongK(loop->operand(3 + i), depth + 1) &&
+           repeatsAlongK(body->terminator()->operand(i), depth + 1);
+  }
+  if (d->kind() == OpKind::Bitcast || d->kind() == OpKind::ConvertLayout) return repeatsAlongK(d->operand(0), depth + 1);
+  return d->kind() == OpKind::Broadcast && d->operand(0)->type().shape[1] == 1;
+}
+
 // The 32-wide K blocks over which a dot_scaled scale table is known to repeat: all of
 // them when it is a broadcast along K of one scale per row (FP8-block's 1x128 and
 // 128x128 scales, broadcast by the kernel to the 32-blocks of dot_scaled), else 1.
-int64_t repeatedScaleBlocks(const Value* v) {
-  const Op* d = v->definingOp();
-  while (d && d->kind() == OpKind::Bitcast) d = d->operand(0)->definingOp();
-  if (d && d->kind() == OpKind::Broadcast && d->operand(0)->type().shape[1] == 1) return v->type().shape[1];
-  return 1;
-}
+int64_t repeatedScaleBlocks(const Value* v) { return repeatsAlongK(v) ? v->type().shape[1] : 1; }
 
 }  // namespace
 
