@@ -155,9 +155,37 @@ def spin_lock(lock_ptr, count_ptr, sum_ptr, v_ptr):
 
 
 @tf.jit
+def spin_lock_tile(lock_ptr, data_ptr, SEM: tl.constexpr, BLOCK: tl.constexpr):
+    # Triton's test_atomic_cas: every thread's elements change inside the lock, so every
+    # thread must see the cas's old value (not only the one that ran the atomic).
+    ptrs = data_ptr + tl.arange(0, BLOCK)
+    while tl.atomic_cas(lock_ptr, 0, 1, SEM) == 1:
+        pass
+    tl.store(ptrs, tl.load(ptrs) + 1.0)
+    tl.debug_barrier()
+    tl.atomic_xchg(lock_ptr, 0)
+
+
+@tf.jit
+def ticket_rows(counter_ptr, out_ptr, BLOCK: tl.constexpr):
+    # Each program draws a ticket (the counter's old value) and writes ticket * BLOCK + i
+    # across a whole tile: every thread uses the scalar atomic's result.
+    ticket = tl.atomic_add(counter_ptr, 1)
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + tl.program_id(0) * BLOCK + offs, ticket * BLOCK + offs)
+
+
+@tf.jit
 def reverse_through_memory(x_ptr, tmp_ptr, out_ptr, BLOCK: tl.constexpr):
     # Each thread reads what other threads wrote: the barrier orders the two.
     offs = tl.arange(0, BLOCK)
     tl.store(tmp_ptr + offs, tl.load(x_ptr + offs))
     tl.debug_barrier()
     tl.store(out_ptr + offs, tl.load(tmp_ptr + BLOCK - 1 - offs))
+
+
+def check_tickets(counter, out, programs, block):
+    """ticket_rows' results: tickets 0 .. programs-1 each drawn once, every row ticket * block + i."""
+    tickets = out[:, 0] // block
+    assert int(counter[0]) == programs and sorted(tickets.tolist()) == list(range(programs))
+    np.testing.assert_array_equal(out, tickets[:, None] * block + np.arange(block)[None, :])

@@ -96,3 +96,20 @@ def test_debug_barrier(block, rng):
     out = torch.empty(block, device="cuda")
     ak.reverse_through_memory[(1,)](cuda(x), torch.empty(block, device="cuda"), out, BLOCK=block)
     np.testing.assert_array_equal(out.cpu().numpy(), x[::-1])
+
+
+@pytest.mark.parametrize("sem", [None, "acquire", "release", "acq_rel", "relaxed"])
+def test_spin_lock_tile(sem):
+    # Triton's test_atomic_cas on 2,000 programs: each thread's 1.0 added inside the lock.
+    data, lock = torch.zeros(128, device="cuda"), torch.zeros(1, device="cuda", dtype=torch.int32)
+    ak.spin_lock_tile[(2000,)](lock, data, SEM=sem, BLOCK=128)
+    assert lock.item() == 0
+    np.testing.assert_array_equal(data.cpu().numpy(), np.full(128, 2000.0, np.float32))
+
+
+@pytest.mark.parametrize("programs,block", [(7, 64), (500, 256)])
+def test_ticket_rows(programs, block):
+    counter, out = torch.zeros(1, device="cuda", dtype=torch.int32), torch.full((programs, block), -1, device="cuda")
+    out = out.to(torch.int32)
+    ak.ticket_rows[(programs,)](counter, out, BLOCK=block)
+    ak.check_tickets(counter.cpu().numpy(), out.cpu().numpy(), programs, block)

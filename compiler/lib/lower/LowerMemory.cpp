@@ -227,7 +227,31 @@ void Lowering::lowerMemory(const Op& op) {
     };
     out.e.push_back(guarded(cond, atomic, llvm::Constant::getNullValue(et)));
   }
-  if (op.numResults()) vals_[op.result()] = std::move(out);
+  if (!op.numResults()) return;
+  if (!load && !op.result()->unused()) out = shareOwned(out, op.result()->type());
+  vals_[op.result()] = std::move(out);
+}
+
+// `r` with the value of each element's owning copy in every copy, through shared memory
+// (r itself unless its layout has copies). An atomic runs in the owning copy only, so the
+// others hold 0 until this: a spin lock's loop condition must be the same in every thread.
+Regs Lowering::shareOwned(const Regs& r, const Type& t) {
+  const Layout& L = r.L;
+  bool copies = std::any_of(L.thr.begin(), L.thr.end(), [](int64_t b) { return b == 0; }) ||
+                std::any_of(L.reg.begin(), L.reg.end(), [](int64_t b) { return b == 0; });
+  if (!copies) return r;
+  barrier();  // readers of the scratch space before: done
+  guarded(
+      owner(L),
+      [&]() -> LVal* {
+        toSmem(r, t, 0);
+        return nullptr;
+      },
+      nullptr);
+  barrier();
+  Regs out{{}, L};
+  for (int s = 0; s < slots(L); ++s) out.e.push_back(fromSmem(0, flatIndex(L, s), t));
+  return out;
 }
 
 // A hinted load (value null) or store of `ty` (a scalar or vector of `bytes` bytes) at

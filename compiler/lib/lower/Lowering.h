@@ -178,6 +178,7 @@ class Lowering {
     return true;
   }
   LVal* owner(const Layout& l);
+  Regs shareOwned(const Regs& r, const Type& t);
   LVal* threadPart(const Layout& l);
   // Registers of `v` in layout `l`: copied (scalars, constants, splats), relabeled,
   // recomputed (index math) or moved through shared memory (convert).

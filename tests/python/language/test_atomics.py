@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tilefuse as tf
 import tilefuse.language as tl
+from tilefuse import gpu
 
 from tests import atomic_kernels as ak
 from tests.ptxas import PTXAS, assert_assembles
@@ -72,6 +73,36 @@ def test_spin_lock(rng):
     lock, count, total = np.zeros(1, np.int32), np.array([7], np.int32), np.array([-3], np.int64)
     ak.spin_lock[(programs,)](lock, count, total, v)
     assert (lock[0], count[0], total[0]) == (0, 7 + programs, -3 + int(v.sum()))
+
+
+@pytest.mark.parametrize("sem", [None, "acquire", "acq_rel"])
+def test_spin_lock_tile(sem):
+    data, lock = np.zeros(128, np.float32), np.zeros(1, np.int32)
+    ak.spin_lock_tile[(40,)](lock, data, SEM=sem, BLOCK=128)
+    assert lock[0] == 0 and (data == 40).all()
+
+
+def test_ticket_rows():
+    programs, block = 23, 64
+    counter, out = np.array([0], np.int32), np.full((programs, block), -1, np.int32)
+    ak.ticket_rows[(programs,)](counter, out, BLOCK=block)
+    ak.check_tickets(counter, out, programs, block)
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_used_scalar_atomic_results_reach_every_thread(arch, tmp_path):
+    """An atomic runs in one thread per element; a result the program uses goes to the
+    other threads through shared memory (st.shared by the owner between two barriers, then
+    ld.shared by all) — the spin lock's loop condition and the tickets' tile."""
+    data, lock = np.zeros(128, np.float32), np.zeros(1, np.int32)
+    for kernel, args, meta in (
+        (ak.spin_lock_tile, (lock, data), dict(SEM="acquire", BLOCK=128)),
+        (ak.ticket_rows, (lock, np.zeros((4, 64), np.int32)), dict(BLOCK=64)),
+    ):
+        ptx = gpu.lower(kernel.compile(*args, **meta), arch, 4, 3, keep_ir=False)["ptx"]
+        # the kernels use shared memory for nothing else
+        assert "atom.global" in ptx and "st.shared" in ptx and "ld.shared" in ptx, ptx
+        assert_assembles(ptx, arch, tmp_path)
 
 
 def test_debug_barrier(rng):
