@@ -21,7 +21,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]  # not tilefuse's: a copied p
 sys.path.insert(0, str(ROOT / "bench"))
 import moe_tune  # noqa: E402
 
-SOURCE = ROOT / "bench" / "data" / "moe_bench_h200_2026-12-01.json"
+SOURCE = ROOT / "bench" / "data" / "moe_bench_h200_2026-12-02.json"
 gg = importlib.import_module("tilefuse.moe.grouped_gemm")
 
 
@@ -39,7 +39,7 @@ def test_entries_are_the_fastest_checked_rows():
         timed = [
             r["tflops"]
             for r in rows
-            if (r["shape"], r["op"], r["routing"], r["who"], r["status"])
+            if (r["shape"], moe_tune.tuned_op(r), r["routing"], r["who"], r["status"])
             == (e["shape"], e["op"], "0.7-1.3", "ours", "ok")
         ]
         assert len(timed) >= 2 and max(timed) == pytest.approx(e["tflops"], abs=0.05)
@@ -93,6 +93,26 @@ def test_dgrad_launches_the_tuned_tiles():
     got = launched(moe.grouped_gemm_dgrad, dy, w, torch.zeros(4, dtype=torch.int32))
     key, warps, _ = next(v for n, v in got.items() if n.startswith("grouped_gemm"))
     assert (key["BM"], key["BO"], key["BC"], warps) == (str(bm), str(bn), str(bk), nw)
+
+
+@pytest.mark.parametrize("recipe", ["mxfp8", "fp8_block"])
+def test_fp8_forward_launches_the_tuned_tiles(recipe):
+    torch = pytest.importorskip("torch")
+    e = next(e for e in tuned.table("sm_90a")["entries"] if e["op"] == f"fwd {recipe}")
+    bm, bn, bk, nw, ns, _ = e["config"]
+    groups, splits = 4, torch.zeros(4, dtype=torch.int32)
+    x = torch.empty((4096, e["k"]), dtype=torch.bfloat16)
+    w = torch.empty((groups * e["n"], e["k"]), dtype=torch.bfloat16)
+    wkw = dict(block=(128, 128)) if recipe == "fp8_block" else {}
+    with prebuild.recording():
+        qx, qw = moe.quantize(x, recipe), moe.quantize(w, recipe, **wkw)
+    got = launched(moe.grouped_gemm, qx, qw, splits)
+    key, warps, stages = got["grouped_gemm_fp8_kernel"]
+    assert (key["BM"], key["BO"], key["BC"], warps, stages) == (str(bm), str(bn), str(bk), nw, ns)
+    # with a bias (not measured): the default
+    d = moe.GemmConfig()
+    key, warps, _ = launched(moe.grouped_gemm, qx, qw, splits, torch.empty((groups, e["n"])))["grouped_gemm_fp8_kernel"]
+    assert (key["BM"], key["BO"], key["BC"], warps) == (str(d.block_m), str(d.block_n), str(d.block_k), d.num_warps)
 
 
 def test_interpreter_keeps_its_small_tiles():

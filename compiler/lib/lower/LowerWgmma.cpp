@@ -274,7 +274,8 @@ void Lowering::lowerSmemOp(const Op& op) {
                    .ta = sharedTile(a),
                    .tb = sharedTile(b),
                    .kMajor = kMajor,
-                   .promote = isFp8(a.elem)};
+                   .promote = wgmmaOpPromotes(op),
+                   .fresh = isFp8(a.elem) && freshFp8(op.operand(4), a.shape[1])};
       Regs acc = in(op.operand(4), layoutOf(op.result(0)));
       vals_[op.result(0)] =
           issueWgmma(g, wgmmaTiling(g.m, g.n, threads_), std::move(acc), stageAddr(op, 0), stageAddr(op, 2));
@@ -527,7 +528,7 @@ Regs Lowering::issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LV
   LVal* colBand = b_.CreateMul(wgn, idx(n / w.wgN));
   for (int64_t kk = 0; kk < k; kk += kStep) {
     int64_t kb = kk * eb;  // byte offset along K
-    bool chunkStart = promote && kk % chunk == 0;
+    bool chunkStart = (promote && kk % chunk == 0) || (g.fresh && kk == 0);
     for (int64_t rm = 0; rm < w.repM; ++rm) {
       // A, K-major: rows at SBO = 8 rows apart; K steps move within the swizzled row.
       LVal* row0 = b_.CreateAdd(rowBand, idx(rm * 64));

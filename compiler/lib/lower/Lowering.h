@@ -80,12 +80,14 @@ struct Pipeline : PipelinePlan {
 
 // One wgmma group's operands as they lie in shared memory: A [M, K] K-major, B [N, K]
 // (kMajor) or [K, N]; `promote`: fp8, its products added in fp32 every 128 of K (or
-// per scale block), the group waited for as it goes.
+// per scale block), the group waited for as it goes; `fresh`: the accumulator is zero,
+// so the first instruction starts the sum (scale-d off) instead of reading registers.
 struct WgmmaGroup {
   DType a, b;
   int64_t m, k, n;
   SharedTile ta, tb;
   bool kMajor, promote;
+  bool fresh = false;
 };
 
 // Loop-carried values of one iteration (block arguments, in argument order; other

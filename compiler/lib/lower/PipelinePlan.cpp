@@ -7,18 +7,6 @@
 namespace tilefuse::lower::detail {
 namespace {
 
-// A zero, possibly splat, broadcast, converted or cast (zero in every format and rounding mode:
-// an fp8 load's other=0.0 is a cast of an f32 constant).
-bool isZeroConstant(const Value* v) {
-  const Op* def = convertSource(v)->definingOp();
-  if (def && (def->kind() == OpKind::Splat || def->kind() == OpKind::Broadcast || def->kind() == OpKind::Cast))
-    return isZeroConstant(def->operand(0));
-  if (!def || def->kind() != OpKind::Constant) return false;
-  const Attr& a = *def->attr("value");
-  // -0.0 too: masked-out products only add zeros to the dot.
-  return std::holds_alternative<double>(a) ? std::get<double>(a) == 0.0 : std::get<int64_t>(a) == 0;
-}
-
 // Whether `mask`, within every aligned run of `w` elements along dim d, is true on a
 // prefix of the run and false after: an `and` of masks constant on such runs and of
 // comparisons x < m (m > x) with x contiguous and m constant on them, possibly

@@ -45,10 +45,32 @@ inline bool isFp8(DType d) { return d == DType::F8E4M3 || d == DType::F8E5M2; }
 inline bool scaledOnFp8(const Op& dot) {
   return dot.kind() == OpKind::DotScaled && isFp8(dot.operand(0)->type().elem) && isFp8(dot.operand(2)->type().elem);
 }
+// A zero, possibly splat, broadcast, converted or cast (zero in every format and rounding
+// mode: an fp8 load's other=0.0 is a cast of an f32 constant).
+inline bool isZeroConstant(const Value* v) {
+  const Op* def = convertSource(v)->definingOp();
+  if (def && (def->kind() == OpKind::Splat || def->kind() == OpKind::Broadcast || def->kind() == OpKind::Cast))
+    return isZeroConstant(def->operand(0));
+  if (!def || def->kind() != OpKind::Constant) return false;
+  const Attr& a = *def->attr("value");
+  // -0.0 too: masked-out products only add zeros to the dot.
+  return std::holds_alternative<double>(a) ? std::get<double>(a) == 0.0 : std::get<int64_t>(a) == 0;
+}
+// An fp8 dot of at most 128 of K into a zero accumulator is one partial sum of the
+// tensor cores' precision, which is what promotion would add to zero: it needs none
+// and stays in flight like a bf16 group (a kernel adds it in fp32 itself, e.g. times its
+// block scales a K step later, while the next step's group runs).
+inline bool freshFp8(const Value* acc, int64_t k) { return k <= 128 && isZeroConstant(acc); }
 // fp8 dots add their products in fp32 outside the tensor cores (LowerWgmma.cpp): every
 // 128 of K, or every scale block of a dot_scaled; they wait for their own groups.
 inline bool wgmmaPromotes(const Op& dot) {
-  return (dot.kind() == OpKind::Dot && isFp8(dot.operand(0)->type().elem)) || scaledOnFp8(dot);
+  if (dot.kind() == OpKind::Dot && isFp8(dot.operand(0)->type().elem))
+    return !freshFp8(dot.operand(2), dot.operand(0)->type().shape[1]);
+  return scaledOnFp8(dot);
+}
+// The same for the GPU stage's wgmma op (A, its stage, B, its stage, the accumulator).
+inline bool wgmmaOpPromotes(const Op& w) {
+  return isFp8(w.operand(0)->type().elem) && !freshFp8(w.operand(4), w.operand(0)->type().shape[1]);
 }
 // A dot that plan-layouts put on wgmma (its result in the #wgmma layout), or on
 // mma.sync (#mma): the GPU-stage passes and the lowering take the instruction from it.

@@ -11,6 +11,9 @@
 //     `wgmma_wait` on the last group's token leaving this iteration's groups in flight
 //     (the previous iteration's read the stage being refilled), and a barrier, as every
 //     warpgroup must be done with it. fp8 groups complete as they promote: not counted.
+//   - a wgmma result read by other ops (a fresh fp8 partial sum a kernel promotes
+//     itself): `wgmma_wait` before the first reader in its iteration, or, carried, in
+//     the next one, leaving the groups issued since in flight (resultWaits).
 //   - after the loop: one `wgmma_wait {pending = 0}` on the carried wgmma token passing
 //     every accumulator the loop yields (their uses read the waited values), then the
 //     drain of the copies, `async_wait {pending = 0}` on the carried group token.
@@ -82,6 +85,101 @@ bool holds(Block& body, OpKind kind) {
   return found;
 }
 
+// Whether op (or an op nested in it) reads v.
+bool reads(Op& op, const Value* v) {
+  bool found = false;
+  op.walk([&](Op* o) {
+    for (Value* x : o->operands()) found = found || x == v;
+  });
+  return found;
+}
+
+// Replaces v by r in the ops of `body` after `from` (and nested in them).
+void replaceAfter(Block& body, const Op* from, Value* v, Value* r) {
+  bool after = false;
+  for (auto& o : body.ops()) {
+    if (after)
+      o->walk([&](Op* x) {
+        for (unsigned k = 0; k < x->numOperands(); ++k)
+          if (x->operand(k) == v) x->setOperand(k, r);
+      });
+    after = after || o.get() == from;
+  }
+}
+
+// The first op of `body` from `start` on that reads v and is neither a wgmma (which takes
+// an accumulator in flight), a wait (already placed: the pass may run again) nor the
+// yield; with the wgmma groups in flight issued before
+// it from `start` on (`inFlight`) and the last one's token.
+struct Reader {
+  Op* op = nullptr;
+  int inFlight = 0;
+  Value* last = nullptr;
+};
+Reader firstReader(Block& body, const Op* start, const Value* v) {
+  Reader r;
+  bool on = start == nullptr;
+  for (auto& o : body.ops()) {
+    if (o.get() == start) {
+      on = true;
+      continue;
+    }
+    if (!on) continue;
+    bool reader = o->kind() != OpKind::Wgmma && o->kind() != OpKind::WgmmaWait && o.get() != body.terminator();
+    if (reader && reads(*o, v)) {
+      r.op = o.get();
+      return r;
+    }
+    if (o->kind() == OpKind::Wgmma && !L::wgmmaOpPromotes(*o)) {
+      ++r.inFlight;
+      r.last = o->result(1);
+    }
+  }
+  return r;
+}
+
+Op* waitFor(Builder& b, Op* before, Value* token, Value* v, int pending) {
+  b.setInsertionPointBefore(before);
+  Op* wait = b.create(OpKind::WgmmaWait, {token, v}, {v->type()}, {{"pending", int64_t{pending}}});
+  wait->result(0)->setName(v->name().empty() ? "" : v->name() + "_done");
+  return wait;
+}
+
+// Reads of a wgmma group's result by ops other than a wgmma (a fresh fp8 partial sum,
+// which a kernel promotes itself): in its iteration, a wgmma_wait before the first
+// reader, leaving the groups issued after it in flight; carried to the next iteration,
+// one before the first reader there, leaving that iteration's groups so far in flight
+// (the step's group runs while the last one's sum is promoted), or, when no group comes
+// before that reader, one before the yield.
+void resultWaits(Builder& b, Op& loop) {
+  Block& body = loop.region(0);
+  Op& y = *body.terminator();
+  std::vector<Op*> groups;
+  for (auto& o : body.ops())
+    if (o->kind() == OpKind::Wgmma && !L::wgmmaOpPromotes(*o)) groups.push_back(o.get());
+  for (Op* g : groups) {
+    Value* v = g->result(0);
+    Reader r = firstReader(body, g, v);
+    if (r.op) {
+      Op* w = waitFor(b, r.op, r.last ? r.last : g->result(1), v, r.inFlight);
+      replaceAfter(body, w, v, w->result(0));
+    }
+    for (unsigned i = 0; i < y.numOperands(); ++i) {
+      if (y.operand(i) != v) continue;
+      Value* arg = body.arg(1 + i);
+      Reader next = firstReader(body, nullptr, arg);
+      if (!next.op) continue;
+      if (next.last) {
+        Op* w = waitFor(b, next.op, next.last, arg, next.inFlight);
+        replaceAfter(body, w, arg, w->result(0));
+      } else {
+        Op* w = waitFor(b, &y, g->result(1), v, 0);
+        y.setOperand(i, w->result(0));
+      }
+    }
+  }
+}
+
 void loopWaits(Builder& b, Op& loop) {
   Block& body = loop.region(0);
   std::vector<Op*> groups;
@@ -124,7 +222,7 @@ void loopWaits(Builder& b, Op& loop) {
       if (o.get() == groups.front()) past = true;
       if (readsRing(*o)) {
         last = o->result(1);
-        inFlight += !L::isFp8(o->operand(0)->type().elem);
+        inFlight += !L::wgmmaOpPromotes(*o);
       }
       if (past && copiesIntoRing(*o)) {
         refill = o.get();
@@ -137,6 +235,7 @@ void loopWaits(Builder& b, Op& loop) {
       b.create(OpKind::Barrier, {}, {});
     }
   }
+  resultWaits(b, loop);
   // After the loop: the accumulators, then the drain.
   Op* after = nullptr;
   for (auto it = loop.parentBlock()->ops().begin(); it != loop.parentBlock()->ops().end(); ++it)
@@ -148,7 +247,7 @@ void loopWaits(Builder& b, Op& loop) {
   for (unsigned i = 0; i < y.numOperands(); ++i) {
     const Op* d = y.operand(i)->definingOp();
     bool inFlight = d && d->kind() == OpKind::Wgmma && y.operand(i) == d->result(0) &&
-                    !L::isFp8(d->operand(0)->type().elem) && !loop.result(i)->unused();
+                    !L::wgmmaOpPromotes(*d) && !loop.result(i)->unused();
     bool waited = std::any_of(loop.result(i)->uses().begin(), loop.result(i)->uses().end(),
                               [](const Use& u) { return u.user->kind() == OpKind::WgmmaWait; });
     if (!inFlight || waited) continue;
