@@ -229,6 +229,9 @@ def main(argv=None):
     ap.add_argument("--check-only", action="store_true", help="check every case, time none")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "moe_bench.json"))
     ap.add_argument("--config", action="append", help="our bf16 tiles, e.g. 128x256x64w8s3 (repeatable)")
+    ap.add_argument(
+        "--fp8-config", action="append", help="our fp8 forward's tiles (repeatable; default: the host's pick)"
+    )
     ap.add_argument("--sections", default="gemm,memory,mlp")
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--group-m", type=int, help="PERSISTENT_GROUP_M of the persistent order (default 8)")
@@ -243,6 +246,7 @@ def main(argv=None):
     reps = args.reps or (5 if args.quick else 15)
     warmup = 2 if args.quick else 3
     configs = [parse_config(c) for c in (args.config or CONFIGS)]
+    fp8_configs = [parse_config(c) for c in args.fp8_config] if args.fp8_config else [None]
     sections = args.sections.split(",")
     rng = np.random.default_rng(int(os.environ.get("MOE_BENCH_SEED", "0")))
     start = time.perf_counter()
@@ -259,7 +263,7 @@ def main(argv=None):
         skewed = [n for n in SKEWED if not args.quick or n in QUICK["skewed"]]
         for name, shape in pick(GEMM_SHAPES, "gemm").items():
             for sk in (False, True) if name in skewed else (False,):
-                job = functools.partial(gemm_cases, backend, name, shape, splits_for, sk, configs, rng)
+                job = functools.partial(gemm_cases, backend, name, shape, splits_for, sk, configs, rng, fp8_configs)
                 jobs.append((f"gemm {name}{' skewed' if sk else ''}", job))
     if "memory" in sections:
         t, f = MEMORY_SHAPE if backend.gpu else (96, 64)

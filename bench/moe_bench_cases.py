@@ -4,6 +4,7 @@ call, returning its result), check (result -> error RMS against float64)} or, fo
 this machine lacks, {..., unavailable: why}. Data is made when a shape's cases are asked
 for and dropped with them."""
 
+import functools
 import importlib
 
 from moe_bench_arrays import check_groups, error_rms, offsets, torch
@@ -40,7 +41,7 @@ def _cfg_name(c):
     return f"{c.block_m}x{c.block_n}x{c.block_k}w{c.num_warps}s{c.num_stages}"
 
 
-def gemm_cases(B, name, shape, splits_for, skewed, configs, rng):
+def gemm_cases(B, name, shape, splits_for, skewed, configs, rng, fp8_configs=(None,)):
     e, rows, k, n = shape
     s = splits_for(rows, e, skewed, rng)
     routing = "skewed" if skewed else "0.7-1.3"
@@ -88,20 +89,27 @@ def gemm_cases(B, name, shape, splits_for, skewed, configs, rng):
                 waves = (cdiv(rows, cfg.block_m) + min(e, rows)) * cdiv(o, cfg.block_n) / host.num_programs(x)
                 out.append(case | dict(config=_cfg_name(cfg), persistent=persistent, waves=waves))
     out.append(c("wgrad bf16", "default", "ours", "bf16", lambda: moe.grouped_gemm_wgrad(dy, x, splits), wgrad_check))
-    out += _fp8_ours(B, x, w, splits, c, fwd_check)
+    for cfg in fp8_configs:
+        out += _fp8_ours(B, x, w, splits, c, fwd_check, cfg)
     out += _gemm_peers(B, name, routing, x, w, dy, s, offs, c, fwd_check, dgrad_check, wgrad_check)
     return out
 
 
-def _fp8_ours(B, x, w, splits, c, fwd_check):
+def _fp8_ours(B, x, w, splits, c, fwd_check, cfg):
+    """Our fp8 forward on MXFP8 and FP8-block operands (quantized here, not timed) at tile
+    config `cfg` (None: what the host picks); bench/moe_tune.py tunes them per recipe, the
+    variant's first word."""
     w2 = w.reshape(-1, w.shape[2])
-    mx = moe.quantize(x, "mxfp8"), moe.quantize(w2, "mxfp8")
-    out = [c("fwd fp8", "mxfp8 (1x32 e8m0)", "ours", "fp8", lambda: moe.grouped_gemm(*mx, splits), fwd_check)]
+    recipes = [("mxfp8", "mxfp8 (1x32 e8m0)", {})]
     if w2.shape[0] % 128 == 0 and x.shape[1] % 128 == 0:
-        fb = moe.quantize(x, "fp8_block"), moe.quantize(w2, "fp8_block", block=(128, 128))
-        out.append(
-            c("fwd fp8", "fp8_block (1x128, 128x128)", "ours", "fp8", lambda: moe.grouped_gemm(*fb, splits), fwd_check)
-        )
+        recipes.append(("fp8_block", "fp8_block (1x128, 128x128)", dict(block=(128, 128))))
+    out = []
+    for recipe, variant, wkw in recipes:
+        qx, qw = moe.quantize(x, recipe), moe.quantize(w2, recipe, **wkw)
+        tag = {} if cfg is None else dict(config=_cfg_name(cfg), persistent=None)
+        fn = functools.partial(moe.grouped_gemm, qx, qw, splits, config=cfg)
+        case = c("fwd fp8", variant + ("" if cfg is None else f" {_cfg_name(cfg)}"), "ours", "fp8", fn, fwd_check)
+        out.append(case | tag)
     return out
 
 

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from moe_bench import parse_config  # noqa: E402
 from moe_bench_cases import GEMM_SHAPES  # noqa: E402
 
-TUNED_OPS = ("fwd bf16", "dgrad bf16")
+TUNED_OPS = ("fwd bf16", "dgrad bf16", "fwd mxfp8", "fwd fp8_block")
 BALANCED = "0.7-1.3"
 
 
@@ -39,19 +39,30 @@ def gemm_dims(shape: str, op: str):
     return (n, k) if op.startswith("fwd") else (k, n)
 
 
+def tuned_op(row: dict) -> str | None:
+    """The op moe.tuned names a row's measurement by: its op, except the fp8 forward's rows
+    ("fwd fp8" beside torch's fp8 for the ratios), tuned per recipe, the variant's first word:
+    "fwd mxfp8", "fwd fp8_block"."""
+    op = row.get("op")
+    if op == "fwd fp8" and row.get("variant"):
+        return f"fwd {row['variant'].split()[0]}"
+    return op
+
+
 def build(results: list[dict], sources: list[str]) -> dict:
     """The table from moe_bench JSON documents (their rows of ours)."""
     runs, best = [], {}
     for doc, src in zip(results, sources):
         runs.append(dict(file=src, date=doc["date"], backend=doc["backend"], command=doc["command"]))
         for r in doc["rows"]:
-            if r.get("section") != "gemm" or r.get("who") != "ours" or r.get("op") not in TUNED_OPS:
+            op = tuned_op(r)
+            if r.get("section") != "gemm" or r.get("who") != "ours" or op not in TUNED_OPS or "config" not in r:
                 continue
             if r.get("status") != "ok" or "tflops" not in r:
                 continue
             # the rule's pick is stored as None: lookup's callers keep deciding by the rule
             persistent = None if "[rule]" in r["variant"] else r["persistent"]
-            key = (r["op"], r["shape"], r["routing"], r["config"], persistent)
+            key = (op, r["shape"], r["routing"], r["config"], persistent)
             best[key] = max(best.get(key, 0.0), r["tflops"])
     entries = []
     for op, shape, routing, config, persistent in sorted(best, key=str):

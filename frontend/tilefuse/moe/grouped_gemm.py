@@ -354,7 +354,9 @@ def _fp8_gemm(fn, a, w, splits, bias, bias_scale, out, out_dtype, config, dgrad)
     o = k if dgrad else n
     _check_bias(fn, bias, bias_scale, like, groups, o, rows)
     y = _out(fn, out, like, (rows, o), out_dtype)
-    cfg = _config(fn, config, like)
+    # moe.tuned measured the forward without bias, per recipe ("fwd mxfp8", "fwd fp8_block")
+    tuned_op = None if dgrad or bias is not None else f"fwd {a.recipe}"
+    cfg = _config(fn, config, like, tuned_op, o, c)
     # FP8-block: a step within one 128-block (one scale per row and step).
     block_c = next(b for b in (cfg.block_k, 128, 64, 32) if c % b == 0 and b % 32 == 0 and (b <= 128 or mx))
     sched = _schedule(like, splits, rows, cfg.block_m)
