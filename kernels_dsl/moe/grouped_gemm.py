@@ -358,9 +358,7 @@ def k_loop_fp8(
         b = tl.load(w_cols + (c + rc)[:, None], mask=(cols < O)[None, :], other=0)
         acc = tl.dot_scaled(a, sa, FA, b, sb, FW, acc)
         if TWO:
-            sb_b_next = _scale_codes(
-                sw_ptr, w_rows_b, w_block, c + BC, SW_STRIDE, (cols_b < O) & more, SW_ROWS, BC
-            )
+            sb_b_next = _scale_codes(sw_ptr, w_rows_b, w_block, c + BC, SW_STRIDE, (cols_b < O) & more, SW_ROWS, BC)
             b = tl.load(w_cols_b + (c + rc)[:, None], mask=(cols_b < O)[None, :], other=0)
             acc_b = tl.dot_scaled(a, sa, FA, b, sb_b, FW, acc_b)
             sb_b = sb_b_next

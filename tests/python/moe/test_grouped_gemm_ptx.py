@@ -144,3 +144,58 @@ def test_fp8_block_promotes_once_per_step(monkeypatch, tmp_path, call, block_k):
     assert ptx.count("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3") == block_k // 32
     report = assert_assembles(ptx, "sm_90a", tmp_path, verbose=True)
     assert "C7511" not in report and "0 bytes spill stores" in report, report
+
+
+# The configs the host launches when a call passes none: the default, and on sm_90a the
+# tuned table's entry for each op it serves (moe.tuned).
+HOST_CONFIGS = {
+    "forward": ("fwd bf16", "default"),
+    "dgrad": ("dgrad bf16", "default"),
+    "wgrad": (None, "default"),
+    "forward_mxfp8": ("fwd mxfp8", "default"),
+    "forward_fp8_block": ("fwd fp8_block", "default"),
+    "dgrad_mxfp8": (None, "default"),
+    "dgrad_fp8_block": (None, "default"),
+    "wgrad_mxfp8": (None, "default"),
+    "wgrad_fp8_block": (None, "default"),
+}
+
+
+def host_config_cases():
+    """(call, config) pairs: each library GEMM at every config the host may pick for it."""
+    from tilefuse.moe import tuned
+
+    cases = []
+    for call, (op, _) in HOST_CONFIGS.items():
+        cfgs = {moe.GemmConfig()}
+        for e in (tuned.table("sm_90a") or {}).get("entries", []):
+            if e["op"] == op:
+                cfgs.add(moe.GemmConfig(*e["config"][:5]))
+        cases += [(call, c) for c in sorted(cfgs)]
+    return cases
+
+
+def case_id(v):
+    return v if isinstance(v, str) else "x".join(map(str, v[:3]))
+
+
+def gemm_ptx(monkeypatch, call, cfg):
+    """[(kernel name, PTX)] of the GEMM kernels `call` launches at `cfg`, for sm_90a."""
+    out = []
+    for kernel, args, meta in launches(monkeypatch, lambda: CALLS[call](cfg)):
+        if kernel.__name__ in GEMMS:
+            warps, stages = meta.pop("num_warps", 4), meta.pop("num_stages", 3)
+            ptx = gpu.lower(kernel.compile(*args, **meta), "sm_90a", warps, stages, keep_ir=False)["ptx"]
+            out.append((kernel.__name__, ptx))
+    return out
+
+
+@pytest.mark.skipif(not shutil.which("ptxas") and not shutil.os.path.exists(PTXAS), reason="needs ptxas")
+@pytest.mark.parametrize("call,cfg", host_config_cases(), ids=case_id)
+def test_host_configs_do_not_spill(monkeypatch, tmp_path, call, cfg):
+    """No local-memory spills in the library GEMMs at the tiles the host launches (128 x 256
+    fp8 tiles do spill: 128 accumulator and 128 partial-sum slots per thread; neither the
+    default nor the tuned table picks them)."""
+    for name, ptx in gemm_ptx(monkeypatch, call, cfg):
+        report = assert_assembles(ptx, "sm_90a", tmp_path, verbose=True)
+        assert "0 bytes spill stores" in report and "C7514" not in report, (name, report)
