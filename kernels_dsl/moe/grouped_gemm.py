@@ -460,13 +460,19 @@ def grouped_wgrad_fp8_kernel(
     a_ptrs = dy_ptr + rn[:, None] * RP + r0 + rr[None, :]
     b_ptrs = x_ptr + rk[None, :] * RP + r0 + rr[:, None]
     acc = tl.zeros((BN, BK), dtype=tl.float32)
+    # the next step's scales loaded a step ahead (k_loop_fp8)
+    first = rows > 0
+    sa = _scale_codes(sdy_ptr, rn, r0 // 32, 0, S_STRIDE, (rn < N) & first, S_ROWS, BR)
+    sb = _scale_codes(sx_ptr, rk, r0 // 32, 0, S_STRIDE, (rk < K) & first, S_ROWS, BR)
     for r in range(0, rows, BR):
+        more = r + BR < rows
+        sa_next = _scale_codes(sdy_ptr, rn, r0 // 32, r + BR, S_STRIDE, (rn < N) & more, S_ROWS, BR)
+        sb_next = _scale_codes(sx_ptr, rk, r0 // 32, r + BR, S_STRIDE, (rk < K) & more, S_ROWS, BR)
         live = (r + rr) < rows
         a = tl.load(a_ptrs + r, mask=(rn[:, None] < N) & live[None, :], other=0)
         b = tl.load(b_ptrs + r, mask=(rk[None, :] < K) & live[:, None], other=0)
-        sa = _scale_codes(sdy_ptr, rn, r0 // 32, r, S_STRIDE, rn < N, S_ROWS, BR)
-        sb = _scale_codes(sx_ptr, rk, r0 // 32, r, S_STRIDE, rk < K, S_ROWS, BR)
         acc = tl.dot_scaled(a, sa, FD, b, sb, FX, acc)
+        sa, sb = sa_next, sb_next
     out = dw_ptr + g.to(tl.int64) * N * K + rn[:, None] * K + rk[None, :]
     tl.store(out, acc.to(dw_ptr.dtype.element_ty), mask=(rn[:, None] < N) & (rk[None, :] < K))
 
