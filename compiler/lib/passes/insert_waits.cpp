@@ -107,10 +107,10 @@ void replaceAfter(Block& body, const Op* from, Value* v, Value* r) {
   }
 }
 
-// The first op of `body` from `start` on that reads v and is neither a wgmma (which takes
-// an accumulator in flight), a wait (already placed: the pass may run again) nor the
-// yield; with the wgmma groups in flight issued before
-// it from `start` on (`inFlight`) and the last one's token.
+// The first op of `body` after `start` (null: from the top) that reads v and is neither
+// a wgmma (which takes an accumulator in flight), a wait (already placed: the pass may
+// run again) nor the yield; with the wgmma groups left in flight that were issued before
+// it (`inFlight`) and the last one's token.
 struct Reader {
   Op* op = nullptr;
   int inFlight = 0;
