@@ -107,19 +107,26 @@ def summarize(times, quantiles=None, return_mode="mean"):
     return {"min": min, "max": max, "mean": statistics.mean, "median": statistics.median}[return_mode](times)
 
 
-def measure(fn, warmup, rep, grad_to_none=None, backend=None) -> list:
-    """Per-run times in ms of `fn`: one run, five to estimate its time, then warmup ms of
-    untimed runs and rep ms of timed ones, each after an L2 flush."""
-    clock = _make_clock(select_backend(()) if backend is None else backend)
+def _estimate_ms(clock, fn, flush) -> float:
+    """One untimed call of fn (compiles and loads), then the mean time of five (each after an
+    L2 flush when `flush`); never zero, as callers divide by it."""
     fn()
     clock.sync()
     start = clock.mark()
     for _ in range(5):
-        clock.flush()
+        if flush:
+            clock.flush()
         fn()
     end = clock.mark()
     clock.sync()
-    estimate = max(clock.elapsed_ms(start, end) / 5, 1e-6)  # a zero estimate would divide by zero
+    return max(clock.elapsed_ms(start, end) / 5, 1e-6)
+
+
+def measure(fn, warmup, rep, grad_to_none=None, backend=None) -> list:
+    """Per-run times in ms of `fn`: one run, five to estimate its time, then warmup ms of
+    untimed runs and rep ms of timed ones, each after an L2 flush."""
+    clock = _make_clock(select_backend(()) if backend is None else backend)
+    estimate = _estimate_ms(clock, fn, flush=True)
     n_warmup, n_repeat = max(1, int(warmup / estimate)), max(1, int(rep / estimate))
     for _ in range(n_warmup):
         fn()
@@ -150,14 +157,7 @@ def measure_graph(fn, rep, grad_to_none=None, backend=None, retries=10) -> list:
             x.grad = None
         fn()
 
-    call()  # compiles and loads outside the capture
-    clock.sync()
-    start = clock.mark()
-    for _ in range(5):
-        call()
-    end = clock.mark()
-    clock.sync()
-    n = max(1, int(rep / max(clock.elapsed_ms(start, end) / 5, 1e-6)))
+    n = max(1, int(rep / _estimate_ms(clock, call, flush=False)))  # its first call outside the capture
     replay = clock.graph_runs(call, n)
     times = []
     for _ in range(retries):

@@ -335,7 +335,8 @@ def k_loop_fp8(
     behind step c's dots rather than stalling step c + BC's."""
     rm = tl.arange(0, BM)
     rc = tl.arange(0, BC)
-    rows = (m0 + rm)[:, None] < end
+    live = m0 + rm < end
+    rows = live[:, None]
     a_rows = a_ptr + m0.to(tl.int64) * C + rm[:, None] * C
     a_scale_rows = m0.to(tl.int64) + rm
     w_rows = g.to(tl.int64) * W_ROW + cols
@@ -347,12 +348,12 @@ def k_loop_fp8(
     acc_b = tl.zeros((BM, BO), dtype=tl.float32)
     steps = tl.where(valid, C, 0)
     first = steps > 0
-    sa = _scale_codes(sa_ptr, a_scale_rows, 0, 0, SA_STRIDE, (m0 + rm < end) & first, SA_ROWS, BC)
+    sa = _scale_codes(sa_ptr, a_scale_rows, 0, 0, SA_STRIDE, live & first, SA_ROWS, BC)
     sb = _scale_codes(sw_ptr, w_rows, w_block, 0, SW_STRIDE, (cols < O) & first, SW_ROWS, BC)
     sb_b = _scale_codes(sw_ptr, w_rows_b, w_block, 0, SW_STRIDE, (cols_b < O) & first & TWO, SW_ROWS, BC)
     for c in range(0, steps, BC):
         more = c + BC < steps
-        sa_next = _scale_codes(sa_ptr, a_scale_rows, 0, c + BC, SA_STRIDE, (m0 + rm < end) & more, SA_ROWS, BC)
+        sa_next = _scale_codes(sa_ptr, a_scale_rows, 0, c + BC, SA_STRIDE, live & more, SA_ROWS, BC)
         sb_next = _scale_codes(sw_ptr, w_rows, w_block, c + BC, SW_STRIDE, (cols < O) & more, SW_ROWS, BC)
         a = tl.load(a_rows + (c + rc)[None, :], mask=rows, other=0)
         b = tl.load(w_cols + (c + rc)[:, None], mask=(cols < O)[None, :], other=0)

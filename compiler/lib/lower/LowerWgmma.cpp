@@ -266,6 +266,7 @@ void Lowering::lowerSmemOp(const Op& op) {
     case OpKind::Wgmma: {
       const Type &a = op.operand(0)->type(), &b = op.operand(2)->type();
       bool kMajor = op.hasAttr("b_kmajor") && op.boolAttr("b_kmajor");
+      bool promote = wgmmaOpPromotes(op);
       WgmmaGroup g{.a = a.elem,
                    .b = b.elem,
                    .m = a.shape[0],
@@ -274,8 +275,8 @@ void Lowering::lowerSmemOp(const Op& op) {
                    .ta = sharedTile(a),
                    .tb = sharedTile(b),
                    .kMajor = kMajor,
-                   .promote = wgmmaOpPromotes(op),
-                   .fresh = isFp8(a.elem) && freshFp8(op.operand(4), a.shape[1])};
+                   .promote = promote,
+                   .fresh = isFp8(a.elem) && !promote};  // a fresh fp8 sum (freshFp8)
       Regs acc = in(op.operand(4), layoutOf(op.result(0)));
       vals_[op.result(0)] =
           issueWgmma(g, wgmmaTiling(g.m, g.n, threads_), std::move(acc), stageAddr(op, 0), stageAddr(op, 2));

@@ -108,10 +108,7 @@ def test_kernels_are_on_the_fast_path(monkeypatch, tmp_path, call, cfg):
 
 
 def _fp8_ptx(monkeypatch, call, cfg):
-    seen = launches(monkeypatch, lambda: CALLS[call](cfg))
-    (kernel, args, meta), *_ = [s for s in seen if s[0].__name__ == "grouped_gemm_fp8_kernel"]
-    warps, stages = meta.pop("num_warps"), meta.pop("num_stages")
-    return gpu.lower(kernel.compile(*args, **meta), "sm_90a", warps, stages, keep_ir=False)["ptx"]
+    return next(ptx for name, ptx in gemm_ptx(monkeypatch, call, cfg) if name == "grouped_gemm_fp8_kernel")
 
 
 @pytest.mark.skipif(not shutil.which("ptxas") and not shutil.os.path.exists(PTXAS), reason="needs ptxas")
