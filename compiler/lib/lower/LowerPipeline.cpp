@@ -6,8 +6,6 @@
 // share), descriptor loads with TMA (thread 0 issues whole boxes that complete on the
 // stage's mbarrier); every cp.async moves a run of 4, 8 or 16 contiguous, aligned bytes
 // (pipeline-schedule's staged_width).
-#include <map>
-
 #include "Lowering.h"
 
 namespace tilefuse::lower::detail {
@@ -90,25 +88,11 @@ void Lowering::cpAsyncRuns(const StagedCopy& l, const Regs& ptrs, const Regs& ma
                      std::to_string(bytes) + ", $2;";
   auto* ty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt32Ty(), b_.getInt64Ty(), b_.getInt32Ty()}, false);
   auto* copy = llvm::InlineAsm::get(ty, text, "r,l,r,~{memory}", true);
-  // A slot's index is the thread part OR its own (disjoint bits), so its row and column
-  // are the thread's plus constants. Runs whose tile rows differ by a multiple of 8 share
-  // the swizzle's XOR term: one offset per column and row mod 8, the rest immediates
-  // (fewer registers live across a pipelined loop).
-  LVal* t = threadPart(L);
-  LVal *rowT = coord(t, shape, 0), *colT = coord(t, shape, 1);
-  int64_t n = shape[1];
-  std::map<std::pair<int64_t, int64_t>, LVal*> bases;
   for (int s = 0; s < slots(L); s += static_cast<int>(l.width)) {
     if (!slotOwned(L, s)) continue;
-    int64_t sp = slotPart(L, s), r = sp / n, c = sp % n;
-    int64_t tr = l.transposed ? c : r, tc = l.transposed ? r : c;
-    LVal*& at = bases[{tc, tr % 8}];
-    if (!at) {
-      LVal* tileRow = b_.CreateAdd(l.transposed ? colT : rowT, idx(tr % 8));
-      LVal* tileCol = b_.CreateAdd(l.transposed ? rowT : colT, idx(tc));
-      at = swizzledOffset(tileRow, tileCol, l.tile);
-    }
-    LVal* dst = b_.CreateAdd(base, b_.CreateAdd(at, idx((tr - tr % 8) * l.tile.swizzle)));
+    LVal* e = flatIndex(L, s);
+    LVal *row = coord(e, shape, 0), *col = coord(e, shape, 1);
+    LVal* dst = b_.CreateAdd(base, l.transposed ? swizzledOffset(col, row, l.tile) : swizzledOffset(row, col, l.tile));
     LVal* size;
     if (l.prefix) {  // the bytes of the run's valid prefix
       LVal* n = idx(0);
