@@ -221,7 +221,7 @@ bool planPipeline(const Op& loop, const AxisAnalysis& axis, int threads, int sta
         continue;
       }
       StagedCopy l{
-          .load = ld, .tile = tile, .offset = stageBytes, .transposed = i == 1 && bs.transposeOnStage};
+          .load = ld, .tile = tile, .offset = stageBytes, .transposed = i == 1 && bs.transposeOnStage, .bitcast = cast};
       if (std::string bad = planCopy(l, body, bs.elemBytes, axis, threads); !bad.empty()) return no(name + bad);
       stageBytes += swizzleAtoms(v->type().numel() * bs.elemBytes);
       slot[i] = static_cast<int>(p->loads.size());

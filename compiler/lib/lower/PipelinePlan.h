@@ -2,7 +2,7 @@
 // pipeline, which loads of them are staged into the ring of shared-memory stages, in
 // which layout, at which offset and by which copy (cp.async runs or TMA boxes), or why
 // a loop with a wgmma dot cannot pipeline. The pipeline-schedule pass writes it into
-// the GPU-stage IR; pipeline-expand writes the loop out from it.
+// the GPU-stage IR; the lowering (LowerPipeline.cpp) reads it back and expands the loop.
 #pragma once
 
 #include <set>
@@ -24,6 +24,7 @@ struct StagedCopy {
   int64_t offset = 0;           // its byte offset in a stage
   bool transposed = false;      // a [K, N] B in a K-major tile
   bool prefix = false;          // the mask is a valid prefix of each run (prefixMask)
+  const Op* bitcast = nullptr;  // the bitcast the dot reads the loaded bytes through
 };
 
 struct PipelinePlan {
