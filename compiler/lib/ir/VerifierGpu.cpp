@@ -176,6 +176,22 @@ void verifyWgmma(const Op& op) {
     fail(op, "accumulator must be in a #wgmma layout, got the " + layoutName(acc));
   if (op.result(0)->type() != acc) fail(op, "result #0 must be the accumulator's type " + acc.str());
   resultToken(op, 1);
+  if (op.numOperands() == 5) {
+    if (op.hasAttr("scale_chunk")) fail(op, "has scale_chunk but no scale tables");
+    return;
+  }
+  if (op.numOperands() != 7) fail(op, "takes both scale tables or none, got one");
+  if (!fp8(a.elem)) fail(op, "scale tables need 8-bit float operands, got " + std::string(dtypeName(a.elem)));
+  Type as = Type::tile(DType::E8M0, {m, k / 32}), bs = Type::tile(DType::E8M0, {n, k / 32});
+  if (op.operand(5)->type().withoutLayout() != as)
+    fail(op, "A's scales must be " + as.str() + ", got " + op.operand(5)->type().withoutLayout().str());
+  if (op.operand(6)->type().withoutLayout() != bs)
+    fail(op, "B's scales must be " + bs.str() + ", got " + op.operand(6)->type().withoutLayout().str());
+  requireAttr(op, "scale_chunk", 1);
+  int64_t chunk = op.intAttr("scale_chunk");
+  if (chunk < 32 || chunk > 128 || chunk % 32 || k % chunk)
+    fail(op, "scale_chunk must be 32, 64, 96 or 128 and divide K=" + std::to_string(k) + ", got " +
+                 std::to_string(chunk));
 }
 
 // cp.async of a pointer tile into a stage: runs of `width` elements (4, 8 or 16 bytes,
@@ -192,7 +208,10 @@ void verifyAsyncCopy(const Op& op) {
   std::vector<int64_t> shape = buf.shape;
   if (transposed) std::swap(shape[0], shape[1]);
   const Type& p = op.operand(2)->type();
-  Type want = Type::ptrTile(buf.elem, shape);
+  // The copy moves bytes: integer pointers may fill a buffer of another type of their
+  // width (fp8 operands loaded as bytes).
+  DType from = p.isTile() && isInt(p.elem) && bitWidth(p.elem) == bitWidth(buf.elem) ? p.elem : buf.elem;
+  Type want = Type::ptrTile(from, shape);
   if (p.withoutLayout() != want)
     fail(op, std::string("pointers must be ") + want.str() +
                  (transposed ? " (the buffer's tile transposed)" : " (the buffer's tile)") + ", got " +
@@ -372,7 +391,8 @@ void verifyGpuOp(const Op& op) {
       const Type& d = op.operand(0)->type();
       if (!d.isDesc()) fail(op, "first operand must be a tensor descriptor, got " + d.str());
       const Type& buf = tileBuffer(op, 1, "buffer");
-      if (buf.elem != d.elem || buf.shape != d.shape)
+      bool bytes = isInt(d.elem) && bitWidth(buf.elem) == bitWidth(d.elem);  // as async_copy's
+      if ((buf.elem != d.elem && !bytes) || buf.shape != d.shape)
         fail(op, "buffer must hold the descriptor's block " + Type::tile(d.elem, d.shape).str() + ", got " +
                      buf.withoutLayout().str());
       indexOperand(op, 2, "stage");

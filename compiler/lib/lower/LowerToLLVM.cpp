@@ -364,16 +364,11 @@ void Lowering::lowerFor(const Op& op) {
   std::vector<Value*> carried = body.args();
   carried.erase(carried.begin());
   auto inits = inLayouts(std::vector<Value*>(op.operands().begin() + 3, op.operands().end()), carried);
-  auto pipe = pipelines_.find(&op);
   // An expanded pipeline's copies are in flight while it runs (scratchBase()).
   bool rings = std::any_of(body.ops().begin(), body.ops().end(), [](const auto& o) {
     return o->kind() == OpKind::Wgmma && o->operand(0)->type().shared()->stages > 1;
   });
   pipelinedLoops_ += rings;
-  if (pipe != pipelines_.end()) {
-    ++pipelinedLoops_;
-    pipelinePrologue(pipe->second, op, lb, ub, step, inits);
-  }
   llvm::BasicBlock* pre = b_.GetInsertBlock();
   auto* header = llvm::BasicBlock::Create(ctx_, "for.header", fn_);
   auto* bodyBB = llvm::BasicBlock::Create(ctx_, "for.body", fn_);
@@ -420,10 +415,6 @@ void Lowering::lowerFor(const Op& op) {
       wgmmaPending_.erase(convertSource(yielded[i]));  // loop-internal names of the same registers
       wgmmaPending_.erase(carried[i]);
     }
-  }
-  if (pipe != pipelines_.end()) {
-    ptx("cp.async.wait_group 0;");
-    --pipelinedLoops_;
   }
   pipelinedLoops_ -= rings;
   // Its iterations waited for every TMA load it and its prologue issued (invalid ones
@@ -487,7 +478,7 @@ void Lowering::lowerWhile(const Op& op) {
 }
 
 void Lowering::lowerOp(const Op& op) {
-  if (pipelinedLoads_.count(&op) || stagedTrans_.count(&op)) return;  // staged by a wgmma dot
+  if (stagedTrans_.count(&op)) return;  // staged by a wgmma dot
   // Its readers convert its operand (in()) where they read it, as they need it: index
   // math recomputed, anything else through shared memory.
   if (op.kind() == OpKind::ConvertLayout) return;

@@ -30,35 +30,12 @@ int swizzleMode(int64_t r) { return r == 128 ? 1 : r == 64 ? 2 : 3; }
 // flight: 3 x 64 fp32 registers leave room under the 255 of a thread for addresses.
 constexpr int64_t kOverlapSlots = 64;
 
-// Whether v's rows are each one value repeated along dim 1: a broadcast of one column,
-// through bitcasts and layout conversions, or a loop-carried value whose initial and
-// yielded values both are (scales the loop loads a step ahead).
-bool repeatsAlongK(const Value* v, int depth = 0) {
-  if (depth > 8) return false;
-  const Value* x = convertSource(v);
-  const Op* d = x->definingOp();
-  if (!d) {  // a block argument: a for loop's carried value?
-    const Block* body = x->ownerBlock();
-    const Op* loop = body ? body->parentOp() : nullptr;
-    if (!loop || loop->kind() != OpKind::For || x->index() == 0) return false;
-    unsigned i = x->index() - 1;
-    return repeatsAlongK(loop->operand(3 + i), depth + 1) &&
-           repeatsAlongK(body->terminator()->operand(i), depth + 1);
-  }
-  if (d->kind() == OpKind::Bitcast || d->kind() == OpKind::ConvertLayout) return repeatsAlongK(d->operand(0), depth + 1);
-  return d->kind() == OpKind::Broadcast && d->operand(0)->type().shape[1] == 1;
-}
-
-// The 32-wide K blocks over which a dot_scaled scale table is known to repeat: all of
-// them when it is a broadcast along K of one scale per row (FP8-block's 1x128 and
-// 128x128 scales, broadcast by the kernel to the 32-blocks of dot_scaled), else 1.
-int64_t repeatedScaleBlocks(const Value* v) { return repeatsAlongK(v) ? v->type().shape[1] : 1; }
 
 }  // namespace
 
 // Shared memory for wgmma operands as allocate-shared placed it above floor_: the
-// rings of the pipelined loops (LowerPipeline.cpp), the two stages dot_scaled
-// alternates between, the staged operand buffers (smem_alloc), then scratch.
+// rings of the pipelined loops (pipeline-expand), the two stages dot_scaled alternates
+// between, the staged operand buffers (smem_alloc), then scratch.
 void Lowering::reserveWgmmaOperands(const Block& body) {
   const Op& f = *body.parentOp();
   auto placed = [&](const Op& op, const char* name) {
@@ -67,27 +44,15 @@ void Lowering::reserveWgmmaOperands(const Block& body) {
   };
   std::function<void(const Block&)> walk = [&](const Block& b) {
     for (const auto& o : b.ops()) {
-      Pipeline p;
-      bool pipelined = o->kind() == OpKind::For && readPipeline(*o, &p);
+      // Only hand-written GPU-stage IR can arrive scheduled but not expanded.
+      if (o->hasAttr("pipeline_stages"))
+        throw UserError(o->loc(), "a loop with a pipeline schedule: run pipeline-expand before lowering");
       if (o->hasAttr("no_pipeline")) hint(*o, "K loop not pipelined: " + o->strAttr("no_pipeline"));
-      if (pipelined) {
-        p.base = floor_ + placed(*o, "ring_at");
-        if (p.anyTma()) {
-          p.barrier = static_cast<int>(placed(*o, "barrier_slot"));
-          barrierSlots_ = std::max(barrierSlots_, p.barrier + p.stages);
-        }
-        auto& slot = pipelines_[o.get()] = p;
-        for (const Op* d : p.dots) pipelinedDots_[d] = &slot;
-        for (const StagedCopy& l : p.loads) {
-          pipelinedLoads_.insert(l.load);
-          if (l.bitcast) pipelinedLoads_.insert(l.bitcast);
-        }
-      }
       if (onWgmma(*o)) {
         // A trans that only feeds B is staged from its operand: nothing to lower.
         const Op* t = o->kind() == OpKind::Dot ? o->operand(1)->definingOp() : nullptr;
         if (t && wgmmaB(*o).value != o->operand(1)) stagedTrans_.insert(t);
-        if (!pipelinedDots_.count(o.get())) wgmmaStageBytes_ = placed(f, "smem_wgmma_stage");
+        wgmmaStageBytes_ = placed(f, "smem_wgmma_stage");
       }
       for (unsigned r = 0; r < o->numRegions(); ++r) walk(o->region(r));
     }
@@ -254,6 +219,7 @@ void Lowering::lowerSmemOp(const Op& op) {
       return;
     case OpKind::LocalStore: {
       // Until the wait for their wgmma, conversions use the scratch space above them.
+      claimOperandSpace(false);
       staging_ = true;
       bool transposed = op.hasAttr("transposed") && op.boolAttr("transposed");
       return stageOperand(get(op.operand(2)), op.operand(2)->type(), stageAddr(op, 0), transposed,
@@ -278,8 +244,10 @@ void Lowering::lowerSmemOp(const Op& op) {
                    .promote = promote,
                    .fresh = isFp8(a.elem) && !promote};  // a fresh fp8 sum (freshFp8)
       Regs acc = in(op.operand(4), layoutOf(op.result(0)));
-      vals_[op.result(0)] =
-          issueWgmma(g, wgmmaTiling(g.m, g.n, threads_), std::move(acc), stageAddr(op, 0), stageAddr(op, 2));
+      std::optional<ScaleTables> st;
+      if (op.numOperands() > 5) st = stageScales(op.operand(5), op.operand(6), op.intAttr("scale_chunk"));
+      vals_[op.result(0)] = issueWgmma(g, wgmmaTiling(g.m, g.n, threads_), std::move(acc), stageAddr(op, 0),
+                                       stageAddr(op, 2), st ? &*st : nullptr);
       vals_[op.result(1)] = Regs{{}, layoutOf(op.result(1))};
       if (g.promote) staging_ = false;  // its groups were waited for as it promoted
       return;
@@ -315,7 +283,6 @@ void Lowering::lowerSmemOp(const Op& op) {
 }
 
 void Lowering::lowerWgmma(const Op& op, const WgmmaShape& w) {
-  if (auto it = pipelinedDots_.find(&op); it != pipelinedDots_.end()) return lowerPipelinedDot(op, w, *it->second);
   const Layout& L = layoutOf(op.result());
   Regs acc = in(op.operand(accOperand(op)), L);
   WgmmaB bs = wgmmaB(op);
@@ -337,7 +304,9 @@ void Lowering::lowerWgmma(const Op& op, const WgmmaShape& w) {
     a = get(op.operand(0));
     b = get(bs.value);
   }
-  int64_t scales = scaledOnFp8(op) ? stageScales(op) : -1;
+  std::optional<ScaleTables> st;
+  if (scaledOnFp8(op))
+    st = stageScales(op.operand(1), op.operand(3), scaleChunk(op.operand(1), op.operand(3)));
   auto* i32 = b_.getInt32Ty();
   if (!wgmmaStage_) {
     IRBuilder<> eb(entry_);
@@ -355,8 +324,7 @@ void Lowering::lowerWgmma(const Op& op, const WgmmaShape& w) {
   stageOperand(b, bt, bBase, bs.transposeOnStage, wgmmaOperandTile(op, 1, w));
   ptx("fence.proxy.async.shared::cta;");
   barrier();
-  vals_[op.result()] =
-      issueWgmma(dotGroup(op, w), w, std::move(acc), aBase, bBase, scales >= 0 ? &op : nullptr, scales);
+  vals_[op.result()] = issueWgmma(dotGroup(op, w), w, std::move(acc), aBase, bBase, st ? &*st : nullptr);
   if (!wgmmaPromotes(op)) wgmmaPending_.insert(op.result());
 }
 
@@ -364,19 +332,19 @@ void Lowering::lowerWgmma(const Op& op, const WgmmaShape& w) {
 // decoded to fp32 powers of two to shared memory, where the promotion reads each
 // accumulator row's and column's scale; returns their shared byte offset. Decoding
 // here costs a code or two per thread, in the promotion one per row and column read.
-int64_t Lowering::stageScales(const Op& op) {
+ScaleTables Lowering::stageScales(const Value* sa, const Value* sb, int64_t chunk) {
   auto decoded = [&](const Value* v) {
     Regs r = get(v);
     for (LVal*& e : r.e) e = decodeE8M0(e);
     return r;
   };
-  const Type &sa = op.operand(1)->type(), &sb = op.operand(3)->type();
+  const Type &ta = sa->type(), &tb = sb->type();
   // Above the operand stages and rings, which a wgmma in flight may still read.
   barrier();
-  toSmemAt(decoded(op.operand(1)), sa.withElem(DType::F32), scratch_);
-  toSmemAt(decoded(op.operand(3)), sb.withElem(DType::F32), scratch_ + 4 * sa.numel());
+  toSmemAt(decoded(sa), ta.withElem(DType::F32), scratch_);
+  toSmemAt(decoded(sb), tb.withElem(DType::F32), scratch_ + 4 * ta.numel());
   barrier();
-  return scratch_;
+  return {scratch_, ta, tb, chunk};
 }
 
 // The decoded scale of K block `block` of row `row` in the fp32 table at byte `table`.
@@ -431,7 +399,7 @@ Lowering::FragmentLines Lowering::fragmentLines(const Layout& l, int64_t n) {
 // proxy) accumulating into `acc`; returns the new accumulator. `scaled`: the fp8
 // dot_scaled whose scale tables start at shared byte `scales`.
 Regs Lowering::issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LVal* aBase, LVal* bBase,
-                          const Op* scaled, int64_t scales) {
+                          const ScaleTables* scaled) {
   int64_t m = g.m, k = g.k, n = g.n;
   int64_t eb = g.ta.eb, kStep = 32 / eb;
   bool ints = g.a == DType::I8;
@@ -492,9 +460,7 @@ Regs Lowering::issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LV
   // chunk is as long as the scales allow.
   bool promote = g.promote;
   int64_t chunk = 128;
-  if (scaled)
-    chunk = 32 * std::min({repeatedScaleBlocks(scaled->operand(1)), repeatedScaleBlocks(scaled->operand(3)),
-                           int64_t{4}});
+  if (scaled) chunk = scaled->chunk;
   Regs sum = acc;
   FragmentLines lines = scaled ? fragmentLines(acc.L, n) : FragmentLines{};
   // Adds the partial sum of the chunk from K index `start` to `sum` (times its scales),
@@ -503,9 +469,8 @@ Regs Lowering::issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LV
   auto addChunk = [&](const Regs& part, int64_t start) {
     std::vector<LVal*> ra, cb;
     if (scaled) {
-      const Type &sa = scaled->operand(1)->type(), &sb = scaled->operand(3)->type();
-      for (LVal* r : lines.rows) ra.push_back(scaleOf(scales, sa, r, start / 32));
-      for (LVal* c : lines.cols) cb.push_back(scaleOf(scales + 4 * sa.numel(), sb, c, start / 32));
+      for (LVal* r : lines.rows) ra.push_back(scaleOf(scaled->at, scaled->a, r, start / 32));
+      for (LVal* c : lines.cols) cb.push_back(scaleOf(scaled->at + 4 * scaled->a.numel(), scaled->b, c, start / 32));
     }
     // sum + (p cb) ra in one FMUL and one FFMA: both products are exact (powers of
     // two), so the FFMA rounds once, as sum + p (ra cb) does.

@@ -2,7 +2,7 @@
 // split by area: LowerToLLVM.cpp (kernel, layouts of values, control flow,
 // elementwise dispatch), LowerArith.cpp (arithmetic, math, casts and rounding),
 // LowerMemory.cpp, LowerReduce.cpp, LowerDot.cpp (mma.sync and FMA dots),
-// LowerWgmma.cpp (Hopper dots), LowerPipeline.cpp (cp.async K loops) and
+// LowerWgmma.cpp (Hopper dots), LowerPipeline.cpp (the ops of pipelined K loops) and
 // LowerCall.cpp (noinline functions). It lowers GPU-stage IR: every layout is a
 // type's, written by plan-layouts from Layout.cpp's plan.
 #pragma once
@@ -60,24 +60,6 @@ inline std::string mmaTypeName(DType d) {
 // Shared bytes [0, kBarrierBytes) hold the mbarriers of kernels with tensor maps.
 constexpr int64_t kBarrierBytes = 1024;
 
-// A software-pipelined K loop (LowerPipeline.cpp): the schedule the pipeline-schedule
-// pass wrote into the loop and its loads, and the state of its expansion.
-struct Pipeline : PipelinePlan {
-  int barrier = 0;                     // first mbarrier slot (TMA operands), one per stage
-  llvm::AllocaInst* phases = nullptr;  // bit s: the parity stage s waits for next
-  int64_t base = 0;                    // the ring in shared memory
-  bool anyTma() const {
-    return std::any_of(loads.begin(), loads.end(), [](const StagedCopy& l) { return l.tma; });
-  }
-  bool allTma() const {
-    return std::all_of(loads.begin(), loads.end(), [](const StagedCopy& l) { return l.tma; });
-  }
-  std::vector<const Value*> args;       // loop values the copies depend on (pipelineArgs)
-  llvm::AllocaInst* counter = nullptr;  // stage of the current iteration
-  LVal* ub = nullptr;
-  LVal* step = nullptr;
-};
-
 // One wgmma group's operands as they lie in shared memory: A [M, K] K-major, B [N, K]
 // (kMajor) or [K, N]; `promote`: fp8, its products added in fp32 every 128 of K (or
 // per scale block), the group waited for as it goes; `fresh`: the accumulator is zero,
@@ -90,14 +72,13 @@ struct WgmmaGroup {
   bool fresh = false;
 };
 
-// Loop-carried values of one iteration (block arguments, in argument order; other
-// values only ever looked up, never found).
-struct ArgOrder {
-  bool operator()(const Value* a, const Value* b) const {
-    return a->index() != b->index() ? a->index() < b->index() : std::less<const Value*>()(a, b);
-  }
+// The e8m0 scale tables of a dot_scaled of fp8 ([M, K/32] and [N, K/32]), decoded to
+// fp32 in shared memory from byte `at`, A's then B's; `chunk`: the K run promoted at once.
+struct ScaleTables {
+  int64_t at;
+  Type a, b;
+  int64_t chunk;
 };
-using Env = std::map<const Value*, Regs, ArgOrder>;
 
 class Lowering {
  public:
@@ -363,13 +344,13 @@ class Lowering {
   void stageOperand(const Regs& r, const Type& t, LVal* base, bool transpose, const SharedTile& tile);
   LVal* swizzledOffset(LVal* row, LVal* col, const SharedTile& tile);
   WgmmaGroup dotGroup(const Op& op, const WgmmaShape& w) const;
-  // `scaled`: a dot_scaled on fp8 whose scale tables start at shared byte `scales`.
+  // `scaled`: the scale tables of a dot_scaled on fp8.
   Regs issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LVal* aBase, LVal* bBase,
-                  const Op* scaled = nullptr, int64_t scales = -1);
+                  const ScaleTables* scaled = nullptr);
   // The GPU-stage ops of staged dots (stage-dot-operands), each from its operands' types.
   void lowerSmemOp(const Op& op);
   LVal* stageAddr(const Op& op, unsigned buf);
-  int64_t stageScales(const Op& op);
+  ScaleTables stageScales(const Value* sa, const Value* sb, int64_t chunk);
   LVal* scaleOf(int64_t table, const Type& t, LVal* row, int64_t block);
   // A layout's distinct rows and columns in this thread, and each slot's among them.
   struct FragmentLines {
@@ -377,13 +358,6 @@ class Lowering {
     std::vector<int> rowOf, colOf;
   };
   FragmentLines fragmentLines(const Layout& l, int64_t n);
-  bool readPipeline(const Op& loop, Pipeline* p);
-  Regs evalUnder(const Value* v, const Block& body, const Env& env);
-  Env advance(Env env, const Block& body, LVal* step, int steps);
-  std::vector<const Value*> pipelineArgs(const Pipeline& p, const Block& body);
-  void copyStage(const Pipeline& p, const Block& body, const Env& env, LVal* stage, LVal* valid);
-  void pipelinePrologue(Pipeline& p, const Op& loop, LVal* lb, LVal* ub, LVal* step, const std::vector<Regs>& inits);
-  void lowerPipelinedDot(const Op& op, const WgmmaShape& w, const Pipeline& p);
   // The ops of expanded pipelines (LowerPipeline.cpp).
   void lowerAsyncOp(const Op& op);
   void asyncCopy(const Op& op);
@@ -492,15 +466,26 @@ class Lowering {
   // async_wait {pending = 0}, TMA ones until the end of the loop that consumes them (a
   // prologue's copies are in flight before its loop starts, while its masks convert).
   bool cpAsyncInFlight_ = false, tmaInFlight_ = false;
-  int64_t scratchBase() const {
-    bool busy = pipelinedLoops_ || cpAsyncInFlight_ || tmaInFlight_ || !wgmmaPending_.empty() || staging_;
-    return busy ? scratch_ : floor_;
+  bool operandsBusy() const {
+    return pipelinedLoops_ || cpAsyncInFlight_ || tmaInFlight_ || !wgmmaPending_.empty() || staging_;
+  }
+  int64_t scratchBase() {
+    if (operandsBusy()) return scratch_;
+    scratchOverOperands_ = scratch_ > floor_;
+    return floor_;
+  }
+  // Before the first write into the operand space (a copy or a staged operand) after
+  // conversions used it as scratch: every thread's reads of that scratch come first,
+  // else a fast thread's copy overwrites what a slow thread has yet to read.
+  void claimOperandSpace(bool asyncProxy) {
+    if (operandsBusy() || !scratchOverOperands_) return;
+    scratchOverOperands_ = false;
+    barrier();
+    if (asyncProxy) ptx("fence.proxy.async.shared::cta;");  // TMA writes through the async proxy
   }
   bool staging_ = false;  // staged operands written, their wgmma not yet waited for
+  bool scratchOverOperands_ = false;  // scratch at floor_ used since the operand space was last claimed
   int64_t wgmmaStageBytes_ = 0, wgmmaBase_ = 0;
-  std::unordered_map<const Op*, Pipeline> pipelines_;  // by for op
-  std::unordered_map<const Op*, const Pipeline*> pipelinedDots_;
-  std::set<const Op*> pipelinedLoads_;
   std::set<const Op*> stagedTrans_;  // trans ops whose [N, K] operand a wgmma stages as B
   llvm::AllocaInst* wgmmaStage_ = nullptr;
   std::set<const Value*> wgmmaPending_;

@@ -203,14 +203,11 @@ bool planPipeline(const Op& loop, const AxisAnalysis& axis, int threads, int sta
                         : !v->uses().empty() && std::all_of(v->uses().begin(), v->uses().end(), [&](const Use& u) {
                             return dots.count(u.user) && u.index == 0;
                           });
-      const Op* ld = v->definingOp();
-      // dot_scaled's operands are fp8 bitcasts of loaded bytes: the copy moves the bytes.
-      const Op* cast = ld && ld->kind() == OpKind::Bitcast ? ld : nullptr;
-      if (cast) {
-        v = cast->operand(0);
-        ld = v->definingOp();
+      if (const Value* bytes = stagedBytes(v); bytes != v) {
+        v = bytes;
         onlyDots = onlyDots && v->uses().size() == 1;
       }
+      const Op* ld = v->definingOp();
       if (!ld || v->ownerBlock() != &body || !onlyDots)
         return no(name + " is not a load in the loop used only by the loop's dots");
       SharedTile tile = wgmmaOperandTile(*dot, i, w, threads);
@@ -221,7 +218,7 @@ bool planPipeline(const Op& loop, const AxisAnalysis& axis, int threads, int sta
         continue;
       }
       StagedCopy l{
-          .load = ld, .tile = tile, .offset = stageBytes, .transposed = i == 1 && bs.transposeOnStage, .bitcast = cast};
+          .load = ld, .tile = tile, .offset = stageBytes, .transposed = i == 1 && bs.transposeOnStage};
       if (std::string bad = planCopy(l, body, bs.elemBytes, axis, threads); !bad.empty()) return no(name + bad);
       stageBytes += swizzleAtoms(v->type().numel() * bs.elemBytes);
       slot[i] = static_cast<int>(p->loads.size());
@@ -232,6 +229,11 @@ bool planPipeline(const Op& loop, const AxisAnalysis& axis, int threads, int sta
   p->stages = stages;
   p->stageBytes = stageBytes;
   return true;
+}
+
+const Value* stagedBytes(const Value* v) {
+  const Op* d = v->definingOp();
+  return d && d->kind() == OpKind::Bitcast ? d->operand(0) : v;
 }
 
 }  // namespace tilefuse::lower::detail

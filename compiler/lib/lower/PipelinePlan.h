@@ -2,7 +2,7 @@
 // pipeline, which loads of them are staged into the ring of shared-memory stages, in
 // which layout, at which offset and by which copy (cp.async runs or TMA boxes), or why
 // a loop with a wgmma dot cannot pipeline. The pipeline-schedule pass writes it into
-// the GPU-stage IR; the lowering (LowerPipeline.cpp) reads it back and expands the loop.
+// the GPU-stage IR; pipeline-expand writes the loop out from it.
 #pragma once
 
 #include <set>
@@ -24,7 +24,6 @@ struct StagedCopy {
   int64_t offset = 0;           // its byte offset in a stage
   bool transposed = false;      // a [K, N] B in a K-major tile
   bool prefix = false;          // the mask is a valid prefix of each run (prefixMask)
-  const Op* bitcast = nullptr;  // the bitcast the dot reads the loaded bytes through
 };
 
 struct PipelinePlan {
@@ -45,6 +44,10 @@ std::string accessReason(const AxisAnalysis& axis, const Value* ptr, const Value
 // for a loop without a wgmma dot (`why` empty) or one that cannot pipeline (`why`
 // says why). Descriptor loads copy with TMA when plan-tma put their descriptor on it.
 bool planPipeline(const Op& loop, const AxisAnalysis& axis, int threads, int stages, PipelinePlan* p, std::string* why);
+
+// The value whose bytes a wgmma operand reads: `v`, or what its bitcast reinterprets
+// (dot_scaled's fp8 operands are bitcasts of loaded bytes; the copy moves the bytes).
+const Value* stagedBytes(const Value* v);
 
 // The values a copy of load `ld` depends on: pointers and mask, or the offsets.
 std::vector<const Value*> copyInputs(const Op& ld);

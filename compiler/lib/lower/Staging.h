@@ -68,10 +68,42 @@ inline bool wgmmaPromotes(const Op& dot) {
     return !freshFp8(dot.operand(2), dot.operand(0)->type().shape[1]);
   return scaledOnFp8(dot);
 }
-// The same for the GPU stage's wgmma op (A, its stage, B, its stage, the accumulator).
+// The same for the GPU stage's wgmma op (A, its stage, B, its stage, the accumulator,
+// and for a scaled one A's and B's scale tables, which it always promotes by).
 inline bool wgmmaOpPromotes(const Op& w) {
+  if (w.numOperands() > 5) return true;
   return isFp8(w.operand(0)->type().elem) && !freshFp8(w.operand(4), w.operand(0)->type().shape[1]);
 }
+// Whether v's rows are each one value repeated along dim 1: a broadcast of one column,
+// through bitcasts and layout conversions, or a loop-carried value whose initial and
+// yielded values both are (scales the loop loads a step ahead).
+inline bool repeatsAlongK(const Value* v, int depth = 0) {
+  if (depth > 8) return false;
+  const Value* x = convertSource(v);
+  const Op* d = x->definingOp();
+  if (!d) {  // a block argument: a for loop's carried value?
+    const Block* body = x->ownerBlock();
+    const Op* loop = body ? body->parentOp() : nullptr;
+    if (!loop || loop->kind() != OpKind::For || x->index() == 0) return false;
+    unsigned i = x->index() - 1;
+    return repeatsAlongK(loop->operand(3 + i), depth + 1) &&
+           repeatsAlongK(body->terminator()->operand(i), depth + 1);
+  }
+  if (d->kind() == OpKind::Bitcast || d->kind() == OpKind::ConvertLayout) return repeatsAlongK(d->operand(0), depth + 1);
+  return d->kind() == OpKind::Broadcast && d->operand(0)->type().shape[1] == 1;
+}
+
+// The 32-wide K blocks over which a dot_scaled scale table is known to repeat: all of
+// them when it is a broadcast along K of one scale per row (FP8-block's 1x128 and
+// 128x128 scales, broadcast by the kernel to the 32-blocks of dot_scaled), else 1.
+inline int64_t repeatedScaleBlocks(const Value* v) { return repeatsAlongK(v) ? v->type().shape[1] : 1; }
+// The K run over which a fp8 dot_scaled's partial sum is promoted at once: 32 of K
+// (one scale block), or up to 128 where both scale tables repeat along K (one FFMA per
+// slot instead of four for FP8-block's 128-blocks).
+inline int64_t scaleChunk(const Value* sa, const Value* sb) {
+  return 32 * std::min({repeatedScaleBlocks(sa), repeatedScaleBlocks(sb), int64_t{4}});
+}
+
 // A dot that plan-layouts put on wgmma (its result in the #wgmma layout), or on
 // mma.sync (#mma): the GPU-stage passes and the lowering take the instruction from it.
 inline bool onWgmmaLayout(const Op& op) {

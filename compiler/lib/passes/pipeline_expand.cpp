@@ -14,9 +14,10 @@
 // The waits that order copies and reads are left to insert-waits (async_wait before
 // the dots, wgmma_wait before a stage is overwritten and after the loop, the drain),
 // except an mbarrier's wait, which belongs to the phase bookkeeping done here.
-// allocate-shared then places the rings like any buffer. Loops of dot_scaled, or of
-// operands bitcast after their load, keep their schedule: the lowering still expands
-// them (LowerPipeline.cpp).
+// allocate-shared then places the rings like any buffer. A load the dots read through
+// a bitcast (fp8 operands loaded as bytes) fills a ring of the bitcast's type; a
+// dot_scaled of fp8 operands becomes a wgmma that also takes the two scale tables and
+// the K run it promotes at once (scale_chunk).
 //
 // before (pipeline-schedule, 3 stages):
 //   %acc = for %lb, %n, %st, %zero, %ap0 : ... {pipeline_stage_bytes = 32768, pipeline_stages = 3} {
@@ -36,6 +37,7 @@
 //     async_copy %av_ring, %next, %ap_2, ... ; %g = async_commit ...
 //     yield %d, %ap_next, %stage_next, %g, %t
 #include <map>
+#include <set>
 
 #include "../lower/PipelinePlan.h"
 #include "tilefuse/ir/Builder.h"
@@ -64,6 +66,21 @@ Op* nextOp(const Op* op) {
   throw InternalError("pipeline-expand: an op not in its block");
 }
 
+// The staged load a dot operand reads, directly or through a bitcast of its bytes.
+const Op* stagedLoad(const Value* operand) {
+  const Op* d = L::stagedBytes(operand)->definingOp();
+  if (!d || !d->hasAttr("staged_at")) throw InternalError("pipeline-expand: a pipelined dot's operand is not a staged load");
+  return d;
+}
+
+// The element type a ring holds: the load's, or that of the bitcast its dots read.
+DType ringElem(const Op& load) {
+  const Value* v = load.result();
+  if (v->uses().size() == 1 && v->uses().front().user->kind() == OpKind::Bitcast)
+    return v->uses().front().user->result()->type().elem;
+  return v->type().elem;
+}
+
 // The loop values the copies of `rings` depend on (copyLoopArgs).
 std::vector<const Value*> copyArgs(const std::vector<Ring>& rings, const Block& body) {
   std::vector<const Op*> loads;
@@ -74,17 +91,6 @@ std::vector<const Value*> copyArgs(const std::vector<Ring>& rings, const Block& 
 class Expander {
  public:
   Expander(Builder& b, Op& loop, int threads) : b_(b), loop_(loop), body_(loop.region(0)), threads_(threads) {}
-
-  // False: the loop keeps its schedule for the lowering (see the file comment).
-  bool expandable() const {
-    for (const auto& o : body_.ops()) {
-      if (o->kind() == OpKind::DotScaled && L::onWgmmaLayout(*o)) return false;
-      if (o->kind() == OpKind::Bitcast && o->operand(0)->definingOp() &&
-          o->operand(0)->definingOp()->hasAttr("staged_at"))
-        return false;
-    }
-    return true;
-  }
 
   void run();
 
@@ -224,7 +230,7 @@ void Expander::run() {
     if (!o->hasAttr("staged_at")) continue;
     const std::vector<int64_t>& t = o->intsAttr("staged_tile");
     SharedLayout s{.swizzle = t[3], .rows = t[0], .cols = t[1], .eb = t[2], .stages = stages_};
-    Value* buf = b_.create(OpKind::SmemAlloc, {}, {Type::smem(o->result()->type().elem, {t[0], t[1]}, s)})->result();
+    Value* buf = b_.create(OpKind::SmemAlloc, {}, {Type::smem(ringElem(*o), {t[0], t[1]}, s)})->result();
     buf->setName((o->result()->name().empty() ? "staged" : o->result()->name()) + "_ring");
     rings_.push_back({o.get(), buf});
     tma = tma || o->kind() == OpKind::DescLoad;
@@ -278,19 +284,30 @@ void Expander::run() {
   }
   Value* tok = nullptr;
   for (Op* dot : dots) {
+    bool scaled = dot->kind() == OpKind::DotScaled;
     L::WgmmaB bs = L::wgmmaB(*dot, threads_);
-    Op* trans = bs.value != dot->operand(1) ? dot->operand(1)->definingOp() : nullptr;
+    Value* bIn = dot->operand(scaled ? 2 : 1);
+    Op* trans = bs.value != bIn ? bIn->definingOp() : nullptr;
     b_.setInsertionPointBefore(dot);
     b_.setLoc(dot->loc());
-    Value* a = ringOf.at(dot->operand(0)->definingOp());
-    Value* bb = ringOf.at(bs.value->definingOp());
-    Op* mma = b_.create(OpKind::Wgmma, {a, stage, bb, stage, dot->operand(2)}, {dot->result()->type(), Type::token()});
+    std::vector<Value*> ins = {ringOf.at(stagedLoad(dot->operand(0))), stage, ringOf.at(stagedLoad(bs.value)), stage,
+                               dot->operand(L::accOperand(*dot))};
+    if (scaled) {
+      ins.push_back(dot->operand(1));
+      ins.push_back(dot->operand(3));
+    }
+    Op* mma = b_.create(OpKind::Wgmma, ins, {dot->result()->type(), Type::token()});
     if (bs.kMajor) mma->setAttr("b_kmajor", true);
+    if (scaled) mma->setAttr("scale_chunk", L::scaleChunk(dot->operand(1), dot->operand(3)));
     mma->result(0)->setName(dot->result()->name());
     tok = mma->result(1);
     dot->result()->replaceAllUsesWith(mma->result(0));
+    Value* bRead = trans ? trans->operand(0) : bIn;  // bs.value, as the loop's own value
+    std::set<Op*> reads = {dot->operand(0)->definingOp(), bRead->definingOp()};
     dot->erase();
     if (trans && trans->result()->unused()) trans->erase();
+    for (Op* r : reads)  // the bitcasts of staged bytes
+      if (r->kind() == OpKind::Bitcast && r->result()->unused()) r->erase();
   }
   b_.setLoc(loop_.loc());
   b_.setInsertionPointBefore(afterDots);
@@ -330,8 +347,7 @@ void pipeline_expand(Module& m) {
     f->walk([&](Op* o) {
       if (o->kind() == OpKind::For && o->hasAttr("pipeline_stages")) loops.push_back(o);
     });
-    for (Op* loop : loops)
-      if (Expander e(b, *loop, threads); e.expandable()) e.run();
+    for (Op* loop : loops) Expander(b, *loop, threads).run();
   }
 }
 

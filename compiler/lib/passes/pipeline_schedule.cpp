@@ -7,8 +7,8 @@
 // descriptors read) and its copy: TMA boxes (its descriptor is on TMA, plan-tma) or
 // cp.async runs of `staged_width` elements (`staged_prefix`: each run copies the valid
 // prefix of its mask; `staged_transposed`: a [K, N] tile stored K-major). A loop with a
-// wgmma dot that cannot pipeline gets the reason, which TILEFUSE_PERF_HINTS prints. The
-// lowering expands the loop from these attributes (LowerPipeline.cpp).
+// wgmma dot that cannot pipeline gets the reason, which TILEFUSE_PERF_HINTS prints.
+// pipeline-expand writes the loop out from these attributes.
 //
 // before (sm_90a, 8 warps, num_stages = 3):
 //   %acc = for %lb, %n, %st, %zero : tile<128x128xf32, W> {

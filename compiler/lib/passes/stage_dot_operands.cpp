@@ -7,7 +7,9 @@
 // warpgroup may still read the buffers' bytes) and after the fence that shows them to
 // the tensor cores; the dot becomes a wgmma group on the buffers and a wait for it
 // (fp8 dots, which promote every 128 of K in fp32, complete their groups themselves).
-// allocate-shared places the buffers; dot_scaled keeps the lowering's own staging.
+// allocate-shared places the buffers. A dot_scaled of fp8 operands becomes a wgmma that
+// also takes its two scale tables (it promotes, so it waits for itself); one of fp4
+// operands keeps the lowering's staging, which dequantizes it to bf16 in registers.
 //
 // before (sm_90a, 4 warps):
 //   %d = dot %a, %b, %c : tile<64x64xf32, W>
@@ -45,9 +47,11 @@ void stage(Builder& b, Op& dot, const std::string& arch, int threads) {
   if (!L::wgmmaApplies(dot, arch, threads, &w))
     throw InternalError("stage-dot-operands: a dot in a #wgmma layout that wgmma cannot run");
   L::WgmmaB bs = L::wgmmaB(dot, threads);
+  bool scaled = dot.kind() == OpKind::DotScaled;
   Value* a = dot.operand(0);
+  Value* bIn = dot.operand(scaled ? 2 : 1);
   Value* bv = const_cast<Value*>(bs.value);  // an operand of `dot` or of the trans feeding it
-  Op* trans = bv != dot.operand(1) ? dot.operand(1)->definingOp() : nullptr;
+  Op* trans = bv != bIn ? bIn->definingOp() : nullptr;
   std::string name = dot.result()->name().empty() ? "dot" : dot.result()->name();
   b.setInsertionPointBefore(&dot);
   b.setLoc(dot.loc());
@@ -67,9 +71,14 @@ void stage(Builder& b, Op& dot, const std::string& arch, int threads) {
   if (bs.transposeOnStage) storeB->setAttr("transposed", true);
   b.create(OpKind::FenceAsyncShared, {}, {});
   b.create(OpKind::Barrier, {}, {});
-  Value* acc = dot.operand(2);
-  Op* mma = b.create(OpKind::Wgmma, {sa, s, sb, s, acc}, {dot.result()->type(), Type::token()});
+  std::vector<Value*> ins = {sa, s, sb, s, dot.operand(L::accOperand(dot))};
+  if (scaled) {
+    ins.push_back(dot.operand(1));
+    ins.push_back(dot.operand(3));
+  }
+  Op* mma = b.create(OpKind::Wgmma, ins, {dot.result()->type(), Type::token()});
   if (bs.kMajor) mma->setAttr("b_kmajor", true);
+  if (scaled) mma->setAttr("scale_chunk", L::scaleChunk(dot.operand(1), dot.operand(3)));
   Value* out = mma->result(0);
   if (!L::wgmmaPromotes(dot)) {
     Op* wait = b.create(OpKind::WgmmaWait, {mma->result(1), out}, {out->type()}, {{"pending", int64_t{0}}});
@@ -92,7 +101,8 @@ void stage_dot_operands(Module& m) {
     int threads = 32 * static_cast<int>(f->intAttr("num_warps"));
     std::vector<Op*> dots;
     f->walk([&](Op* o) {
-      if (o->kind() == OpKind::Dot && L::onWgmmaLayout(*o) && !pipelined(*o)) dots.push_back(o);
+      bool staged = o->kind() == OpKind::Dot || L::scaledOnFp8(*o);
+      if (staged && L::onWgmmaLayout(*o) && !pipelined(*o)) dots.push_back(o);
     });
     for (Op* d : dots) stage(b, *d, f->strAttr("arch"), threads);
   }
