@@ -37,5 +37,7 @@ def assert_first_copy_waits_for_scratch(ptx):
         elif _SHARED_ACCESS.match(line):
             pending = pending or n
         elif _ASYNC_COPY.match(line):
-            assert pending is None, f"PTX line {n}: the first async copy, with no bar.sync since the shared access on line {pending}"
+            assert (
+                pending is None
+            ), f"PTX line {n}: the first async copy, with no bar.sync since the shared access on line {pending}"
             return
