@@ -101,3 +101,20 @@ def test_interpreter_refuses_the_gpu_stage():
         I.launch(gpu, kernel.name, (4, 1, 1), args, bufs)
     I.launch(kernel.module, kernel.name, (4, 1, 1), args, bufs)  # the module itself is unchanged
     np.testing.assert_array_equal(out, x * 2)
+
+
+@pytest.mark.parametrize("swizzle", [32, 64, 128])
+def test_local_load_reads_a_staged_tile(tmp_path, swizzle):
+    # local_load: vector ld.shared of 16-byte runs at the buffer's swizzled places.
+    from tests.ptxas import assert_assembles
+    from tests.staged_copy_case import module
+
+    low = _C.lower.compile(module(swizzle, read=None), "copy_kernel", "sm_90a", 4, 1)
+    ld = [line for line in low.ptx.splitlines() if "ld.shared" in line]
+    assert len(ld) == 4 and all(".v4.b32" in line for line in ld), ld  # 32 f16 per thread in runs of 8
+    assert low.spec.shared_bytes >= 64 * 64 * 2
+    assert_assembles(low.ptx, "sm_90a", tmp_path)
+    # Read back in another layout (the pointers convert through scratch above the buffer).
+    other = _C.lower.compile(module(swizzle), "copy_kernel", "sm_90a", 4, 1).ptx
+    assert sum(".v4.b32" in line and "ld.shared" in line for line in other.splitlines()) >= 4
+    assert_assembles(other, "sm_90a", tmp_path)

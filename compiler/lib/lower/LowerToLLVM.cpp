@@ -680,6 +680,7 @@ void Lowering::lowerOp(const Op& op) {
       return barrier();
     case OpKind::SmemAlloc:
     case OpKind::LocalStore:
+    case OpKind::LocalLoad:
     case OpKind::Barrier:
     case OpKind::FenceAsyncShared:
     case OpKind::Wgmma:

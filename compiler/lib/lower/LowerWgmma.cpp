@@ -187,6 +187,24 @@ void Lowering::stageOperand(const Regs& r, const Type& t, LVal* base, bool trans
   }
 }
 
+// Reads a tile of t in layout L from smem byte `base`, laid out as `tile` (the inverse
+// of stageOperand); runs of elements consecutive in the tile's rows come as one vector
+// load. Every slot is read, copies of an element included.
+Regs Lowering::readStaged(const Type& t, const Layout& L, LVal* base, const SharedTile& tile) {
+  int64_t eb = tile.eb;
+  int run = static_cast<int>(std::min<int64_t>(16 / eb, vectorRun(L, 1)));
+  auto* vt = llvm::FixedVectorType::get(elemType(t.elem), run);
+  Regs out{{}, L};
+  for (int s = 0; s < slots(L); s += run) {
+    LVal* e = flatIndex(L, s);
+    LVal* off = swizzledOffset(coord(e, t.shape, 0), coord(e, t.shape, 1), tile);
+    LVal* addr = b_.CreateGEP(b_.getInt8Ty(), smem(), b_.CreateAdd(base, off));
+    LVal* v = b_.CreateAlignedLoad(vt, addr, llvm::Align(eb * run));
+    for (int i = 0; i < run; ++i) out.e.push_back(b_.CreateExtractElement(v, b_.getInt32(i)));
+  }
+  return out;
+}
+
 namespace {
 
 SharedTile sharedTile(const Type& buf) {
@@ -202,7 +220,7 @@ LVal* Lowering::stageAddr(const Op& op, unsigned buf) {
   return b_.CreateAdd(get(op.operand(buf)).e[0], b_.CreateMul(get(op.operand(buf + 1)).e[0], idx(bytes)));
 }
 
-// smem_alloc, local_store, barrier, fence_async_shared, wgmma and wgmma_wait: each
+// smem_alloc, local_store, local_load, barrier, fence_async_shared, wgmma and wgmma_wait: each
 // takes its addresses from its buffers' #shared layouts and allocate-shared's
 // placement, and its instruction from their element types.
 void Lowering::lowerSmemOp(const Op& op) {
@@ -224,6 +242,13 @@ void Lowering::lowerSmemOp(const Op& op) {
       bool transposed = op.hasAttr("transposed") && op.boolAttr("transposed");
       return stageOperand(get(op.operand(2)), op.operand(2)->type(), stageAddr(op, 0), transposed,
                           sharedTile(op.operand(0)->type()));
+    }
+    case OpKind::LocalLoad: {
+      const Type& t = op.result()->type();
+      if (t.rank() != 2 || t.elem == DType::I1)
+        throw UserError(op.loc(), "local_load of " + t.str() + ": only 2-D tiles of non-boolean elements are lowered");
+      vals_[op.result()] = readStaged(t, layoutOf(op.result()), stageAddr(op, 0), sharedTile(op.operand(0)->type()));
+      return;
     }
     case OpKind::Barrier:
       return barrier();

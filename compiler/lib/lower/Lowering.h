@@ -342,6 +342,7 @@ class Lowering {
   void reserveWgmmaOperands(const Block& body);
   void lowerWgmma(const Op& op, const WgmmaShape& w);
   void stageOperand(const Regs& r, const Type& t, LVal* base, bool transpose, const SharedTile& tile);
+  Regs readStaged(const Type& t, const Layout& L, LVal* base, const SharedTile& tile);
   LVal* swizzledOffset(LVal* row, LVal* col, const SharedTile& tile);
   WgmmaGroup dotGroup(const Op& op, const WgmmaShape& w) const;
   // `scaled`: the scale tables of a dot_scaled on fp8.
