@@ -1,6 +1,9 @@
 // tilefuse-opt: reads tile-IR text, verifies it, runs the named passes in the
-// order given and prints the result.
+// order given and prints the result; with --emit=llvm or --emit=ptx, the lowering of
+// each GPU-stage kernel instead (for its arch and num_warps), so that emitters have lit
+// tests of their own.
 //   tilefuse-opt FILE|- [--split-input-file] [--print-locations] [--PASS[=key=value,...] ...] [--pipeline]
+//                [--emit=llvm|ptx]
 #include <algorithm>
 #include <fstream>
 #include <iostream>
@@ -10,6 +13,7 @@
 
 #include "tilefuse/ir/Text.h"
 #include "tilefuse/ir/Verifier.h"
+#include "tilefuse/lower/LowerToLLVM.h"
 #include "tilefuse/passes/Passes.h"
 
 using namespace tilefuse;
@@ -18,7 +22,7 @@ namespace {
 
 int usage() {
   std::cerr << "usage: tilefuse-opt FILE|- [--split-input-file] [--print-locations] [--pipeline] "
-               "[--PASS[=key=value,...] ...]\n"
+               "[--PASS[=key=value,...] ...] [--emit=llvm|ptx]\n"
                "passes:\n";
   for (const auto& p : passes::registry()) {
     std::string flag(p.name);
@@ -49,11 +53,28 @@ std::vector<Chunk> splitInput(const std::string& text, bool split) {
   return chunks;
 }
 
+// The lowered LLVM IR or PTX of each GPU-stage kernel of `m`, for its own arch and warps.
+std::string emit(const Module& m, const std::string& what) {
+  std::string out;
+  for (const Op* f : m.funcs()) {
+    if (!isGpuStage(*f) || !f->hasAttr("kernel") || !f->boolAttr("kernel")) continue;
+    lower::LowerOptions o;
+    o.arch = f->strAttr("arch");
+    o.numWarps = static_cast<int>(f->intAttr("num_warps"));
+    o.numStages = 1;  // GPU-stage IR carries its pipelines already expanded
+    lower::LoweredKernel k = lower::compileKernel(m, funcName(*f), o);
+    out += what == "ptx" ? k.ptx : k.llir;
+  }
+  if (out.empty()) throw UserError({}, "--emit=" + what + ": no GPU-stage kernel (gpu = true, kernel = true) to lower");
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string file;
   bool split = false, pipeline = false;
+  std::string emitWhat;
   PrintOptions popts;
   std::vector<std::pair<const passes::PassInfo*, passes::PassOptions>> order;
   for (int i = 1; i < argc; ++i) {
@@ -64,6 +85,8 @@ int main(int argc, char** argv) {
       popts.locations = true;
     } else if (a == "--pipeline") {
       pipeline = true;
+    } else if (a == "--emit=llvm" || a == "--emit=ptx") {
+      emitWhat = a.substr(7);
     } else if (a == "--help" || a == "-h") {
       return usage();
     } else if (a.rfind("--", 0) == 0) {
@@ -108,7 +131,7 @@ int main(int argc, char** argv) {
       verifyModule(*m);
       for (const auto& [p, opts] : order) passes::runPass(*p, *m, "opt", true, opts);
       if (pipeline) passes::runPipeline(*m);
-      std::cout << printModule(*m, popts);
+      std::cout << (emitWhat.empty() ? printModule(*m, popts) : emit(*m, emitWhat));
     } catch (const UserError& e) {
       std::cerr << e.what() << "\n";
       rc = 1;
