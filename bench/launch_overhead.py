@@ -61,6 +61,22 @@ def build_cpp_launch(x, y, out, n):
     return [str(d / "launch_cpp"), str(d / "add.ptx"), "add_kernel", "128"]
 
 
+def alternate(launch, cmd, first=None):
+    """The Python launch's per-call time and the C++ figures of `cmd`, taken in alternation
+    ROUNDS times (a launch's cost drifts by ~10% within minutes, so both are compared by
+    their medians over the same minutes)."""
+    pys = [first if first is not None else per_call_us(launch)]
+    rounds = [run_cpp_launch(cmd)]
+    for _ in range(ROUNDS - 1):
+        pys.append(per_call_us(launch))
+        rounds.append(run_cpp_launch(cmd))
+    return pys, rounds
+
+
+def median(xs):
+    return sorted(xs)[len(xs) // 2]
+
+
 def run_cpp_launch(cmd):
     return json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
 
@@ -152,17 +168,11 @@ def main():
         res["parts_us"]["current stream"] = per_call_us(lambda: stream(0))
     try:
         cmd = build_cpp_launch(x, y, out, n)
-        # A launch's cost drifts by ~10% within minutes: the Python and the C++ figures are
-        # taken in alternation, ROUNDS times, and compared by their medians.
-        rounds = [run_cpp_launch(cmd)]
-        pys = [res["python_launch_us"]]
-        for _ in range(ROUNDS - 1):
-            pys.append(per_call_us(lambda: k[(4,)](x, y, out, n, BLOCK_SIZE=1024)))
-            rounds.append(run_cpp_launch(cmd))
+        pys, rounds = alternate(lambda: k[(4,)](x, y, out, n, BLOCK_SIZE=1024), cmd, first=res["python_launch_us"])
         res["python_launch_us_rounds"] = pys
         res["cpp_rounds"] = rounds
-        res["python_launch_us"] = sorted(pys)[len(pys) // 2]
-        res["cpp"] = {key: sorted(r[key] for r in rounds)[len(rounds) // 2] for key in rounds[0]}
+        res["python_launch_us"] = median(pys)
+        res["cpp"] = {key: median([r[key] for r in rounds]) for key in rounds[0]}
         if os.environ.get("TILEFUSE_FAKE_DRIVER"):
             res["note"] = "the stand-in driver's calls cost nothing: these are host-side costs, no ratio to a launch"
         else:
