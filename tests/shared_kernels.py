@@ -238,3 +238,26 @@ def k_tuples(ptrs, scales, out_ptr, n, BLOCK: tl.constexpr):
     m = offs < n
     x, y, z = tl.load(x_ptr + offs, mask=m), tl.load(y_ptr + offs, mask=m), tl.load(z_ptr + offs, mask=m)
     tl.store(out_ptr + offs, x * scales[0] + y * scales[1] + z, mask=m)
+
+
+@tf.jit
+def fp4_dot_loop(
+    a_ptr, as_ptr, b_ptr, bs_ptr, c_ptr, M, N, K, KS, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr
+):
+    # An MXFP4 GEMM: C = (A 2^(sa - 127)) (B 2^(sb - 127)) with A [M, K] and B [K, N] as
+    # e2m1 codes packed two per byte along K (A [M, K/2] and Bᵀ [N, K/2] bytes, the even
+    # element in the low nibble), sa [M, K/32] and sb [N, K/32] e8m0 codes; K % BK == 0.
+    # KS = K / 32, the scales' row stride: an argument, so that the launch sees (and
+    # specializes on) its alignment, which K // 32 in the kernel would not show.
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk, rs = tl.arange(0, BK // 2), tl.arange(0, BK // 32)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        kk = k // 2 + rk
+        a = tl.load(a_ptr + rm[:, None] * (K // 2) + kk[None, :], mask=rm[:, None] < M, other=0)
+        bt = tl.load(b_ptr + rn[:, None] * (K // 2) + kk[None, :], mask=rn[:, None] < N, other=0)
+        sa = tl.load(as_ptr + rm[:, None] * KS + (k // 32 + rs)[None, :], mask=rm[:, None] < M, other=0)
+        sb = tl.load(bs_ptr + rn[:, None] * KS + (k // 32 + rs)[None, :], mask=rn[:, None] < N, other=0)
+        acc = tl.dot_scaled(a, sa, "e2m1", tl.trans(bt), sb, "e2m1", acc)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))

@@ -80,6 +80,7 @@ int64_t SharedLayout::stageBytes() const { return (rows * cols * eb + 1023) / 10
 // start never changes the XOR.
 int64_t SharedLayout::offset(int64_t stage, int64_t row, int64_t col) const {
   int64_t byte = col * eb;
+  if (swizzle == 0) return stage * stageBytes() + row * cols * eb + byte;  // unswizzled rows
   int64_t off = byte / swizzle * rows * swizzle + row * swizzle + byte % swizzle;
   off ^= ((off >> 7) & (swizzle / 16 - 1)) << 4;
   return stage * stageBytes() + off;

@@ -54,18 +54,22 @@ void checkSmem(const Op& op, const Type& t) {
     return;
   }
   std::string of = " of " + t.withoutLayout().str();
-  if (s->swizzle != 32 && s->swizzle != 64 && s->swizzle != 128)
-    fail(op, "#shared swizzle must be 32, 64 or 128 bytes, got " + std::to_string(s->swizzle));
+  if (s->swizzle != 0 && s->swizzle != 32 && s->swizzle != 64 && s->swizzle != 128)
+    fail(op, "#shared swizzle must be 0 (unswizzled rows), 32, 64 or 128 bytes, got " + std::to_string(s->swizzle));
   if (s->eb * 8 != bitWidth(t.elem))
     fail(op, "#shared eb=" + std::to_string(s->eb) + of + " must be its element size in bytes");
   if (t.rank() < 2 || s->cols != t.shape.back() || s->rows * s->cols != t.numel())
     fail(op, "#shared rows=" + std::to_string(s->rows) + ", cols=" + std::to_string(s->cols) + of +
                  " must be its outer dimensions flattened and its last dimension");
+  if (s->stages < 1) fail(op, "#shared stages must be at least 1, got " + std::to_string(s->stages));
+  if (s->swizzle == 0) {
+    if (s->cols * s->eb % 4) fail(op, "#shared unswizzled rows" + of + " must be whole 4-byte words");
+    return;
+  }
   if (s->rows % 8) fail(op, "#shared rows=" + std::to_string(s->rows) + of + " must be whole 8-row swizzle groups");
   if (s->cols * s->eb % s->swizzle)
     fail(op, "#shared rows of " + std::to_string(s->cols * s->eb) + " bytes" + of + " must be whole " +
                  std::to_string(s->swizzle) + "-byte swizzle spans");
-  if (s->stages < 1) fail(op, "#shared stages must be at least 1, got " + std::to_string(s->stages));
 }
 
 // --- operands of the GPU ops ---
@@ -103,9 +107,13 @@ const Op* producer(const Value* v) {
     const Op* p = d ? d : v->ownerBlock()->parentOp();
     auto yielded = [](const Block& b, unsigned i) { return b.terminator()->operand(i); };
     switch (p->kind()) {
-      case OpKind::For:
-        v = d ? yielded(p->region(0), v->index()) : p->operand(3 + v->index() - 1);
+      case OpKind::For: {
+        // A carried value is what the body yields for it (its initial value stands in for
+        // the iteration before the first), unless the body passes it through unchanged.
+        const Value* y = yielded(p->region(0), d ? v->index() : v->index() - 1);
+        v = d || y != v ? y : p->operand(3 + v->index() - 1);
         break;
+      }
       case OpKind::If:
         v = yielded(p->region(0), v->index());
         break;
@@ -155,6 +163,7 @@ void verifyWgmma(const Op& op) {
     kMajor = op.boolAttr("b_kmajor");
   }
   if (a.rank() != 2 || b.rank() != 2) fail(op, "operands must be 2-D buffers, got " + a.str() + " and " + b.str());
+  if (!a.shared()->swizzle || !b.shared()->swizzle) fail(op, "operands must be swizzled buffers (swizzle 32, 64 or 128)");
   int64_t m = a.shape[0], k = a.shape[1], n = b.shape[kMajor ? 0 : 1];
   if (b.shape[kMajor ? 1 : 0] != k)
     fail(op, std::string("B must be ") + (kMajor ? "[N, K]" : "[K, N]") + " with K=" + std::to_string(k) + ", got " +
@@ -270,10 +279,11 @@ void checkStagedAttrs(const Op& op, bool gpu) {
   requireAttr(op, "staged_at", 1);
   requireAttr(op, "staged_tile", 4);
   requireAttr(op, "staged_copy", 3);
+  if (op.hasAttr("staged_read_back")) requireAttr(op, "staged_read_back", 0);
   const std::vector<int64_t>& t = op.intsAttr("staged_tile");
   const Type& r = op.result()->type();
-  if (t.size() != 4 || t[0] * t[1] != r.numel() || (t[3] != 32 && t[3] != 64 && t[3] != 128))
-    fail(op, "staged_tile must be [rows, cols, element bytes, swizzle 32/64/128] holding " + r.str());
+  if (t.size() != 4 || t[0] * t[1] != r.numel() || (t[3] != 0 && t[3] != 32 && t[3] != 64 && t[3] != 128))
+    fail(op, "staged_tile must be [rows, cols, element bytes, swizzle 0/32/64/128] holding " + r.str());
   const std::string& copy = op.strAttr("staged_copy");
   if (copy != "tma" && copy != "cp.async")
     fail(op, "staged_copy must be \"tma\" or \"cp.async\", got \"" + copy + "\"");

@@ -20,7 +20,7 @@ Layout scalarLayout(int threads) {
   return l;
 }
 
-Layout blockedLayout(const std::vector<int64_t>& shape, int threads, int64_t maxRun, int runDim) {
+Layout blockedLayout(const std::vector<int64_t>& shape, int threads, int64_t maxRun, int runDim, int64_t minRun) {
   if (shape.empty()) return scalarLayout(threads);
   int rank = static_cast<int>(shape.size());
   int d0 = runDim < 0 ? rank - 1 : runDim;
@@ -33,7 +33,7 @@ Layout blockedLayout(const std::vector<int64_t>& shape, int threads, int64_t max
     for (int64_t b = 1; b < shape[d]; b *= 2) steps.push_back(b * dimStride(shape, d));
   }
   int64_t n = int64_t{1} << steps.size();
-  int64_t v = std::min<int64_t>({maxRun, std::max<int64_t>(1, n / threads), shape[d0]});
+  int64_t v = std::min<int64_t>({maxRun, std::max<int64_t>(minRun, n / threads), shape[d0]});
   Layout l;
   size_t next = 0;
   for (int64_t b = 1; b < v; b *= 2) l.reg.push_back(steps[next++]);
@@ -124,7 +124,8 @@ Layout defaultLayout(const Type& t, int threads) {
   bool bytes = t.isPtr() && (t.elem == DType::I8 || t.elem == DType::U8 || t.elem == DType::F8E4M3 ||
                              t.elem == DType::F8E5M2 || t.elem == DType::E8M0 || t.elem == DType::F8E4B15 ||
                              t.elem == DType::I1);
-  return blockedLayout(t.shape, threads, bytes ? 16 : 8);
+  int64_t eb = t.isPtr() ? std::max(1, bitWidth(t.elem) / 8) : 4;
+  return blockedLayout(t.shape, threads, bytes ? 16 : 8, -1, 4 / std::min<int64_t>(4, eb));
 }
 
 WgmmaShape wgmmaTiling(int64_t m, int64_t n, int threads) {
@@ -205,7 +206,7 @@ class Planner {
         if (c[d] > std::max<int64_t>(1, along < 0 ? c[last] : c[along])) along = static_cast<int>(d);
       if (along < 0 || c[last] > 1) continue;
       int64_t run = vectorRun(defaultLayout(ptr->type(), threads_));  // as long as the default layout's
-      want(ptr, blockedLayout(ptr->type().shape, threads_, run, along));
+      want(ptr, blockedLayout(ptr->type().shape, threads_, run, along, run));
     }
   }
   LayoutPlan plan;

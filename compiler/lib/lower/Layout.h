@@ -40,8 +40,10 @@ struct WgmmaShape {
 
 Layout scalarLayout(int threads);
 // Runs of up to maxRun consecutive elements of dim `runDim` (-1: the last) per thread,
-// consecutive threads on consecutive runs, then the other dims from the last.
-Layout blockedLayout(const std::vector<int64_t>& shape, int threads, int64_t maxRun = 8, int runDim = -1);
+// consecutive threads on consecutive runs, then the other dims from the last. Runs are
+// at least minRun long where the dim allows, even if threads then hold copies.
+Layout blockedLayout(const std::vector<int64_t>& shape, int threads, int64_t maxRun = 8, int runDim = -1,
+                     int64_t minRun = 1);
 // The flat-index step of dim d of a row-major shape.
 int64_t dimStride(const std::vector<int64_t>& shape, size_t d);
 // The dim whose consecutive elements `l`'s first slots hold (-1: none).
@@ -49,7 +51,9 @@ int runDim(const Layout& l, const std::vector<int64_t>& shape);
 // How many leading slots of `l` hold consecutive elements of the dim of step `stride`.
 int64_t vectorRun(const Layout& l, int64_t stride = 1);
 // Blocked, with runs of 16 for pointers to 1-byte elements (16-byte accesses) and 8
-// otherwise (16-byte accesses for 16-bit types; one layout across casts).
+// otherwise (16-byte accesses for 16-bit types; one layout across casts); runs of at
+// least 4 bytes for pointers (a tile too small to give every thread 4 bytes has threads
+// hold copies): the smallest access cp.async makes.
 Layout defaultLayout(const Type& t, int threads);
 Layout wgmmaAccLayout(int64_t m, int64_t n, const WgmmaShape& w, int threads);
 Layout mmaAccLayout(int64_t m, int64_t n, int threads);

@@ -110,7 +110,7 @@ void Lowering::cpAsyncRuns(const StagedCopy& l, const Regs& ptrs, const Regs& ma
       LVal* tileCol = b_.CreateAdd(l.transposed ? rowT : colT, idx(tc));
       at = swizzledOffset(tileRow, tileCol, l.tile);
     }
-    LVal* dst = b_.CreateAdd(base, b_.CreateAdd(at, idx((tr - tr % 8) * l.tile.swizzle)));
+    LVal* dst = b_.CreateAdd(base, b_.CreateAdd(at, idx((tr - tr % 8) * l.tile.rowPitch())));
     LVal* size;
     if (l.prefix) {  // the bytes of the run's valid prefix
       LVal* n = idx(0);

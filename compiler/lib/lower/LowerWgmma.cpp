@@ -162,6 +162,7 @@ void Lowering::waitPending(const Op& user) {
 LVal* Lowering::swizzledOffset(LVal* row, LVal* col, const SharedTile& tile) {
   int64_t R = tile.swizzle;
   LVal* byte = b_.CreateMul(col, idx(tile.eb));
+  if (R == 0) return b_.CreateAdd(b_.CreateMul(row, idx(tile.rowPitch())), byte);
   LVal* block = b_.CreateLShr(byte, idx(__builtin_ctzll(R)));
   LVal* off = b_.CreateAdd(b_.CreateMul(block, idx(tile.blockBytes())),
                            b_.CreateAdd(b_.CreateMul(row, idx(R)), b_.CreateAnd(byte, idx(R - 1))));

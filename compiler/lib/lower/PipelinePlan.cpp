@@ -118,7 +118,51 @@ std::string planCopy(StagedCopy& l, const Block& body, int64_t eb, const AxisAna
   return "";
 }
 
+// Ops a dot operand computed in the loop may be made of (its loads aside): they stay
+// where they are, computing from what the loads read back from their rings.
+bool computeOp(const Op& op) {
+  switch (op.kind()) {
+    case OpKind::Cast:
+    case OpKind::Bitcast:
+    case OpKind::Join:
+    case OpKind::Reshape:
+    case OpKind::Trans:
+      return true;
+    default:
+      return indexOp(op);
+  }
+}
+
+// The loads in `body` that the computation of `v` reads (into `leaves`), or why `v`
+// cannot be computed from loads read back from rings.
+std::string computedFrom(const Value* v, const Block& body, std::set<const Value*>& seen,
+                         std::vector<const Op*>& leaves) {
+  if (v->ownerBlock() != &body || !seen.insert(v).second) return "";
+  const Op* def = v->definingOp();
+  if (!def) return "";  // the induction variable or a carried value
+  if (def->kind() == OpKind::Load) {
+    if (def->result()->type().rank() != 2) return " is computed from a load that is not 2-D";
+    leaves.push_back(def);
+    return "";
+  }
+  if (def->kind() == OpKind::DescLoad) return " is computed from a descriptor load (read back only from cp.async copies)";
+  if (!computeOp(*def))
+    return " is computed in the loop by " + std::string(def->mnemonic()) +
+           " (a computed operand may only convert, reshape and combine elementwise what the loop loads)";
+  for (const Value* o : def->operands())
+    if (std::string bad = computedFrom(o, body, seen, leaves); !bad.empty()) return bad;
+  return "";
+}
+
 }  // namespace
+
+SharedTile readBackTile(const Type& t) {
+  int64_t eb = std::max(1, bitWidth(t.elem) / 8), cols = t.shape.back(), rows = t.numel() / cols;
+  int64_t rowBytes = cols * eb, sw = 128;
+  while (sw >= 32 && rowBytes % sw) sw /= 2;
+  if (sw < 32 || rows % 8) sw = 0;
+  return {rows, cols, eb, sw};
+}
 
 std::vector<const Value*> copyInputs(const Op& ld) {
   if (ld.kind() == OpKind::DescLoad) return {ld.operands().begin() + 1, ld.operands().end()};
@@ -183,6 +227,30 @@ bool planPipeline(const Op& loop, const AxisAnalysis& axis, int threads, int sta
   if (stages < 2) return no("num_stages=" + std::to_string(stages));
   std::set<const Op*> dots(p->dots.begin(), p->dots.end());
   int64_t stageBytes = 0;
+  // The staged copy of load `ld` in `tile` (its index in p->loads), or -1 with `why`.
+  auto stageLoad = [&](const Op* ld, const SharedTile& tile, bool readBack, bool transposed, int64_t eb,
+                       const std::string& name) {
+    auto seen = std::find_if(p->loads.begin(), p->loads.end(), [&](const StagedCopy& l) { return l.load == ld; });
+    std::string bad;
+    if (seen != p->loads.end()) {
+      if (seen->readBack != readBack)
+        bad = " reads a load that is also a dot's operand as it is";
+      else if (!(seen->tile == tile))
+        bad = " feeds dots that read it in different shared-memory layouts";
+      else
+        return static_cast<int>(seen - p->loads.begin());
+      *why = name + bad;
+      return -1;
+    }
+    StagedCopy l{.load = ld, .tile = tile, .offset = stageBytes, .transposed = transposed, .readBack = readBack};
+    if (bad = planCopy(l, body, eb, axis, threads); !bad.empty()) {
+      *why = name + bad;
+      return -1;
+    }
+    stageBytes += swizzleAtoms(ld->result()->type().numel() * tile.eb);
+    p->loads.push_back(l);
+    return static_cast<int>(p->loads.size()) - 1;
+  };
   for (const Op* dot : p->dots) {
     WgmmaShape w;
     if (!wgmmaApplies(*dot, funcArch(loop), threads, &w))
@@ -208,21 +276,26 @@ bool planPipeline(const Op& loop, const AxisAnalysis& axis, int threads, int sta
         onlyDots = onlyDots && v->uses().size() == 1;
       }
       const Op* ld = v->definingOp();
-      if (!ld || v->ownerBlock() != &body || !onlyDots)
-        return no(name + " is not a load in the loop used only by the loop's dots");
-      SharedTile tile = wgmmaOperandTile(*dot, i, w, threads);
-      auto seen = std::find_if(p->loads.begin(), p->loads.end(), [&](const StagedCopy& l) { return l.load == ld; });
-      if (seen != p->loads.end()) {
-        if (!(seen->tile == tile)) return no(name + " feeds dots that read it in different shared-memory layouts");
-        slot[i] = static_cast<int>(seen - p->loads.begin());
+      bool direct = ld && v->ownerBlock() == &body && onlyDots &&
+                    (ld->kind() == OpKind::DescLoad || ld->kind() == OpKind::Load);
+      if (direct) {
+        slot[i] = stageLoad(ld, wgmmaOperandTile(*dot, i, w, threads), false, i == 1 && bs.transposeOnStage,
+                            bs.elemBytes, name);
+        if (slot[i] < 0) return false;
         continue;
       }
-      StagedCopy l{
-          .load = ld, .tile = tile, .offset = stageBytes, .transposed = i == 1 && bs.transposeOnStage};
-      if (std::string bad = planCopy(l, body, bs.elemBytes, axis, threads); !bad.empty()) return no(name + bad);
-      stageBytes += swizzleAtoms(v->type().numel() * bs.elemBytes);
-      slot[i] = static_cast<int>(p->loads.size());
-      p->loads.push_back(l);
+      // Computed from what the loop loads: the loads are copied ahead into rings and
+      // read back; the operand is stored for the dot where it is computed.
+      std::set<const Value*> visited;
+      std::vector<const Op*> leaves;
+      if (std::string bad = computedFrom(i ? bs.value : dot->operand(0), body, visited, leaves); !bad.empty())
+        return no(name + bad);
+      for (const Op* leaf : leaves) {
+        const Type& t = leaf->result()->type();
+        if (stageLoad(leaf, readBackTile(t), true, false, std::max(1, bitWidth(t.elem) / 8), name + "'s input") < 0)
+          return false;
+      }
+      slot[i] = -1;
     }
     p->operand[dot] = {slot[0], slot[1]};
   }

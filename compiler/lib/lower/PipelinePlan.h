@@ -24,12 +24,15 @@ struct StagedCopy {
   int64_t offset = 0;           // its byte offset in a stage
   bool transposed = false;      // a [K, N] B in a K-major tile
   bool prefix = false;          // the mask is a valid prefix of each run (prefixMask)
+  bool readBack = false;        // read back into registers (local_load), not by the dots
 };
 
 struct PipelinePlan {
   std::vector<const Op*> dots;                                 // the loop's wgmma dots, in program order
   std::vector<StagedCopy> loads;                               // distinct operand loads
-  std::unordered_map<const Op*, std::pair<int, int>> operand;  // dot -> its A and B in loads
+  // dot -> its A and B in loads; -1: computed in the loop from read-back loads (and
+  // stored to a buffer of two stages before the dot)
+  std::unordered_map<const Op*, std::pair<int, int>> operand;
   int stages = 0;
   int64_t stageBytes = 0;
 };
@@ -44,6 +47,10 @@ std::string accessReason(const AxisAnalysis& axis, const Value* ptr, const Value
 // for a loop without a wgmma dot (`why` empty) or one that cannot pipeline (`why`
 // says why). Descriptor loads copy with TMA when plan-tma put their descriptor on it.
 bool planPipeline(const Op& loop, const AxisAnalysis& axis, int threads, int stages, PipelinePlan* p, std::string* why);
+
+// The #shared tile of a ring that a load's values are read back from into registers:
+// swizzled where its rows span whole swizzle widths, else unswizzled rows.
+SharedTile readBackTile(const Type& t);
 
 // The value whose bytes a wgmma operand reads: `v`, or what its bitcast reinterprets
 // (dot_scaled's fp8 operands are bitcasts of loaded bytes; the copy moves the bytes).

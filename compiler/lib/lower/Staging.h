@@ -21,12 +21,15 @@ inline const Value* convertSource(const Value* v) {
 // The one description of a tile in shared memory (DESIGN.md's #shared attribute):
 // rows x cols elements of `eb` bytes stored as column blocks of `swizzle` bytes (32, 64
 // or 128), each block rows x swizzle bytes, row-major, with the 16-byte chunks of a row
-// XOR-swizzled by the row within its 8-row group. Every writer (st.shared staging,
+// XOR-swizzled by the row within its 8-row group; swizzle 0 is plain row-major (tiles
+// read back into registers only, e.g. rows too narrow for a swizzle span). Every writer (st.shared staging,
 // cp.async, TMA boxes) and every reader (wgmma descriptors, ld.shared) of a tile takes
 // its addressing from this one value.
 struct SharedTile {
   int64_t rows = 0, cols = 0, eb = 0, swizzle = 0;
   int64_t blockBytes() const { return rows * swizzle; }
+  // Bytes from a row to the next within a column block (swizzle 0: unswizzled rows).
+  int64_t rowPitch() const { return swizzle ? swizzle : cols * eb; }
   bool operator==(const SharedTile&) const = default;
 };
 // A descriptor's block type t (rank >= 2) as a tile of its flattened outer dims.

@@ -101,6 +101,7 @@ void runPipeline(Module& m) {
 std::unique_ptr<Module> runGpuStage(const Module& m, const std::string& arch, int numWarps, int numStages) {
   auto gpu = cloneModule(m);
   PassOptions target = {{"arch", arch}, {"num_warps", std::to_string(numWarps)}};
+  runPass(*lookup("decompose_dot_scaled"), *gpu, "gpu", verifyEach());
   runPass(*lookup("plan_layouts"), *gpu, "gpu", verifyEach(), target);
   runPass(*lookup("plan_tma"), *gpu, "gpu", verifyEach());
   runPass(*lookup("pipeline_schedule"), *gpu, "gpu", verifyEach(), {{"num_stages", std::to_string(numStages)}});

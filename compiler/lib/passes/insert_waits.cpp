@@ -1,12 +1,17 @@
 // insert-waits: the waits of the loops pipeline-expand rewrote, placed from the
 // tokens that link their copies and wgmma groups (the expander places none but the
-// mbarriers', which go with their phases). In a loop body whose wgmma groups read
-// ring stages (smem_alloc of stages > 1):
-//   - copies in: before the first of them, `async_wait` on the loop-carried token of
+// mbarriers', which go with their phases). In a loop body that reads ring stages (the
+// buffers its copies fill) by wgmma groups or local_load:
+//   - copies in: before the first reader, `async_wait` on the loop-carried token of
 //     the last copy group, leaving pending the groups of the iterations still ahead:
 //     (groups per iteration) x (stages - 1) - 1; then the fence that shows the copied
-//     bytes to the tensor cores and a barrier (cp.async bytes are only this thread's
-//     until then; an mbarrier's wait shows TMA bytes to each waiting thread).
+//     bytes to the tensor cores (when wgmma reads them) and a barrier (cp.async bytes
+//     are only this thread's until then; an mbarrier's wait shows TMA bytes to each
+//     waiting thread).
+//   - an operand the loop computes, stored to one of the two stages of its buffer: the
+//     wgmma groups of two iterations back read that stage, so before the first store a
+//     `wgmma_wait` leaves only the groups issued since in flight, followed by a barrier
+//     (shared with the one before the ring reads when no group comes between).
 //   - a stage overwritten: before the first copy into a ring after the groups,
 //     `wgmma_wait` on the last group's token leaving this iteration's groups in flight
 //     (the previous iteration's read the stage being refilled), and a barrier, as every
@@ -40,6 +45,7 @@
 //   async_wait %groups_out {pending = 0}
 //   %out = cast %acc_done
 #include <algorithm>
+#include <set>
 
 #include "../lower/Staging.h"
 #include "tilefuse/ir/Builder.h"
@@ -50,20 +56,36 @@ namespace {
 
 namespace L = lower::detail;
 
-bool isRing(const Value* buf) {
-  const SharedLayout* s = buf->type().shared();
-  return s && s->stages > 1;
-}
+// The buffers of a loop body, by who writes them: rings (stages the loop's copies
+// fill ahead) and the two-stage buffers of operands the loop computes (local_store).
+struct Buffers {
+  std::set<const Value*> rings, stored;
+  bool ring(const Value* v) const { return rings.count(v); }
+  // A wgmma or a local_load reading a ring stage.
+  bool readsRing(const Op& op) const {
+    if (op.kind() == OpKind::LocalLoad) return ring(op.operand(0));
+    return op.kind() == OpKind::Wgmma && (ring(op.operand(0)) || ring(op.operand(2)));
+  }
+  bool storesOperand(const Op& op) const { return op.kind() == OpKind::LocalStore && stored.count(op.operand(0)); }
+};
 
-bool readsRing(const Op& op) { return op.kind() == OpKind::Wgmma && (isRing(op.operand(0)) || isRing(op.operand(2))); }
+Buffers buffersOf(Block& body) {
+  Buffers b;
+  for (auto& o : body.ops()) {
+    o->walk([&](Op* x) {
+      if (x->kind() == OpKind::AsyncCopy) b.rings.insert(x->operand(0));
+      if (x->kind() == OpKind::TmaLoad) b.rings.insert(x->operand(1));
+    });
+    const SharedLayout* s = o->kind() == OpKind::LocalStore ? o->operand(0)->type().shared() : nullptr;
+    if (s && s->stages > 1) b.stored.insert(o->operand(0));
+  }
+  return b;
+}
 
 // The op of `body` that is or holds a copy into a ring (a TMA load under its `if`).
 bool copiesIntoRing(Op& op) {
   bool found = false;
-  op.walk([&](Op* o) {
-    found = found || ((o->kind() == OpKind::AsyncCopy && isRing(o->operand(0))) ||
-                      (o->kind() == OpKind::TmaLoad && isRing(o->operand(1))));
-  });
+  op.walk([&](Op* o) { found = found || o->kind() == OpKind::AsyncCopy || o->kind() == OpKind::TmaLoad; });
   return found;
 }
 
@@ -180,26 +202,58 @@ void resultWaits(Builder& b, Op& loop) {
   }
 }
 
+// Before the first store of an operand the loop computes: the groups of two iterations
+// back, which read the stage being written, complete in every warpgroup. With no group
+// of this iteration before it, the wait joins the barrier before the ring reads.
+void storeWaits(Builder& b, Block& body, const Buffers& bufs, Value* carriedToken) {
+  int perIteration = 0;
+  for (auto& o : body.ops()) perIteration += o->kind() == OpKind::Wgmma && !L::wgmmaOpPromotes(*o);
+  int before = 0;
+  Value* last = carriedToken;
+  Op* barrier = nullptr;
+  for (auto& o : body.ops()) {
+    if (o->kind() == OpKind::Barrier) barrier = o.get();
+    if (o->kind() == OpKind::Wgmma) {
+      barrier = nullptr;
+      if (!L::wgmmaOpPromotes(*o)) {
+        ++before;
+        last = o->result(1);
+      }
+    }
+    if (!bufs.storesOperand(*o)) continue;
+    b.setInsertionPointBefore(barrier ? barrier : o.get());
+    b.create(OpKind::WgmmaWait, {last}, {}, {{"pending", int64_t{perIteration + before}}});
+    if (!barrier) b.create(OpKind::Barrier, {}, {});
+    return;
+  }
+}
+
 void loopWaits(Builder& b, Op& loop) {
   Block& body = loop.region(0);
-  std::vector<Op*> groups;
-  for (auto& o : body.ops())
-    if (readsRing(*o)) groups.push_back(o.get());
-  if (groups.empty()) return;
+  Buffers bufs = buffersOf(body);
+  std::vector<Op*> readers, groups;  // ops reading ring stages; the wgmma groups among them
+  bool staged = false;                // a wgmma reads a buffer of several stages
+  for (auto& o : body.ops()) {
+    if (o->kind() == OpKind::Wgmma)
+      for (unsigned i : {0u, 2u}) staged = staged || o->operand(i)->type().shared()->stages > 1;
+    if (!bufs.readsRing(*o)) continue;
+    readers.push_back(o.get());
+    if (o->kind() == OpKind::Wgmma) groups.push_back(o.get());
+  }
+  if (!staged && readers.empty()) return;
   b.setLoc(loop.loc());
   int stages = 0;
-  for (Op* g : groups)
-    for (unsigned i : {0u, 2u})
-      stages = std::max<int>(stages, static_cast<int>(g->operand(i)->type().shared()->stages));
+  for (const Value* r : bufs.rings) stages = std::max<int>(stages, static_cast<int>(r->type().shared()->stages));
   int copyToken = carriedOf(loop, OpKind::AsyncCommit);
   int wgmmaToken = carriedOf(loop, OpKind::Wgmma);
   if (wgmmaToken < 0)
     throw UserError(loop.loc(), "insert-waits: a loop whose wgmma groups read ring stages must carry their token");
-  if (copyToken >= 0 && !holds(body, OpKind::AsyncWait)) {
+  bool placed = holds(body, OpKind::AsyncWait) || holds(body, OpKind::WgmmaWait);  // the pass may run again
+  if (copyToken >= 0 && !placed && !readers.empty()) {
     int perIteration = 0;
     for (auto& o : body.ops()) perIteration += o->kind() == OpKind::AsyncCommit;
-    // The first consumer: the mbarrier wait before the groups, if any, else the first group.
-    Op* first = groups.front();
+    // The first consumer: an mbarrier wait before the readers, if any, else the first reader.
+    Op* first = readers.front();
     for (auto& o : body.ops()) {
       if (o.get() == first) break;
       if (o->kind() == OpKind::MbarrierWait) {
@@ -209,18 +263,21 @@ void loopWaits(Builder& b, Op& loop) {
     }
     b.setInsertionPointBefore(first);
     b.create(OpKind::AsyncWait, {body.arg(1 + copyToken)}, {}, {{"pending", int64_t{perIteration * (stages - 1) - 1}}});
-    b.create(OpKind::FenceAsyncShared, {}, {});
-    b.setInsertionPointBefore(groups.front());
+    if (!groups.empty()) b.create(OpKind::FenceAsyncShared, {}, {});  // cp.async bytes read by the async proxy
+    b.setInsertionPointBefore(readers.front());
     b.create(OpKind::Barrier, {}, {});
   }
-  if (!holds(body, OpKind::WgmmaWait)) {
+  if (!placed && !bufs.stored.empty()) storeWaits(b, body, bufs, body.arg(1 + wgmmaToken));
+  if (!placed && !groups.empty()) {
+    // A ring stage the groups read is refilled: they complete first. (Stages read back
+    // into registers were read before the barrier that precedes every refill.)
     Op* refill = nullptr;
     bool past = false;
     int inFlight = 0;
     Value* last = nullptr;
     for (auto& o : body.ops()) {
       if (o.get() == groups.front()) past = true;
-      if (readsRing(*o)) {
+      if (o->kind() == OpKind::Wgmma) {
         last = o->result(1);
         inFlight += !L::wgmmaOpPromotes(*o);
       }

@@ -66,17 +66,19 @@ Op* nextOp(const Op* op) {
   throw InternalError("pipeline-expand: an op not in its block");
 }
 
-// The staged load a dot operand reads, directly or through a bitcast of its bytes.
+bool readBack(const Op& load) { return load.hasAttr("staged_read_back") && load.boolAttr("staged_read_back"); }
+
+// The staged load a dot operand reads, directly or through a bitcast of its bytes;
+// null for an operand computed in the loop (from loads read back from their rings).
 const Op* stagedLoad(const Value* operand) {
   const Op* d = L::stagedBytes(operand)->definingOp();
-  if (!d || !d->hasAttr("staged_at")) throw InternalError("pipeline-expand: a pipelined dot's operand is not a staged load");
-  return d;
+  return d && d->hasAttr("staged_at") && !readBack(*d) ? d : nullptr;
 }
 
 // The element type a ring holds: the load's, or that of the bitcast its dots read.
 DType ringElem(const Op& load) {
   const Value* v = load.result();
-  if (v->uses().size() == 1 && v->uses().front().user->kind() == OpKind::Bitcast)
+  if (!readBack(load) && v->uses().size() == 1 && v->uses().front().user->kind() == OpKind::Bitcast)
     return v->uses().front().user->result()->type().elem;
   return v->type().elem;
 }
@@ -90,7 +92,8 @@ std::vector<const Value*> copyArgs(const std::vector<Ring>& rings, const Block& 
 
 class Expander {
  public:
-  Expander(Builder& b, Op& loop, int threads) : b_(b), loop_(loop), body_(loop.region(0)), threads_(threads) {}
+  Expander(Builder& b, Op& loop, const std::string& arch, int threads)
+      : b_(b), loop_(loop), body_(loop.region(0)), arch_(arch), threads_(threads) {}
 
   void run();
 
@@ -100,15 +103,20 @@ class Expander {
   Env advance(const Env& env);
   Value* copies(Env& env, Value* stage, Value* valid, Op* before);
   void addCarried(Value* init, Value* next);
+  void readBackLoads(Value* stage);
+  Value* storedOperand(Value* v, const L::SharedTile& tile, bool transposed, Value* parity, Op* dot);
 
   Builder& b_;
   Op& loop_;
   Block& body_;
+  std::string arch_;
   int threads_;
   int stages_ = 0;
   std::vector<Ring> rings_;
   Value* bars_ = nullptr;
   std::vector<const Value*> args_;  // the loop values the copies depend on
+  std::map<const Value*, Value*> stored_;  // computed operand -> its buffer of two stages
+  std::vector<Value*> newBuffers_;         // those buffers, allocated before the loop
 };
 
 // Whether the loop may run after other users of shared memory: it is in a loop, or a
@@ -219,6 +227,35 @@ void Expander::addCarried(Value* init, Value* next) {
   body_.terminator()->addOperand(next);
 }
 
+// Each staged load whose values the loop computes on becomes a read of its ring's
+// current stage, where the load was.
+void Expander::readBackLoads(Value* stage) {
+  for (const Ring& r : rings_) {
+    if (!readBack(*r.load)) continue;
+    b_.setInsertionPointBefore(r.load);
+    b_.setLoc(r.load->loc());
+    Value* v = b_.create(OpKind::LocalLoad, {r.buf, stage}, {r.load->result()->type()})->result();
+    v->setName(r.load->result()->name());
+    r.load->result()->replaceAllUsesWith(v);
+  }
+}
+
+// The buffer of two stages (alternating by iteration) that computed operand `v` is
+// stored to before its dot; the store is made at the insertion point the first time.
+Value* Expander::storedOperand(Value* v, const L::SharedTile& tile, bool transposed, Value* parity, Op* dot) {
+  if (auto it = stored_.find(v); it != stored_.end()) return it->second;
+  b_.setInsertionPointBefore(&loop_);
+  SharedLayout s{.swizzle = tile.swizzle, .rows = tile.rows, .cols = tile.cols, .eb = tile.eb, .stages = 2};
+  Value* buf = b_.create(OpKind::SmemAlloc, {}, {Type::smem(v->type().elem, {tile.rows, tile.cols}, s)})->result();
+  buf->setName((v->name().empty() ? "operand" : v->name()) + "_smem");
+  b_.setInsertionPointBefore(dot);
+  Op* st = b_.create(OpKind::LocalStore, {buf, parity, v}, {});
+  if (transposed) st->setAttr("transposed", true);
+  stored_[v] = buf;
+  newBuffers_.push_back(buf);
+  return buf;
+}
+
 void Expander::run() {
   stages_ = static_cast<int>(loop_.intAttr("pipeline_stages"));
   bool sync = reused();
@@ -271,6 +308,14 @@ void Expander::run() {
   std::vector<Op*> dots;
   for (const auto& o : body_.ops())
     if (L::onWgmmaLayout(*o)) dots.push_back(o.get());
+  // Operands computed in the loop alternate between the two stages of their buffers, so
+  // that one iteration's stores overlap the previous iteration's wgmma groups.
+  bool computed = std::any_of(dots.begin(), dots.end(), [&](const Op* d) {
+    return !stagedLoad(d->operand(0)) || !stagedLoad(L::wgmmaB(*d, threads_).value);
+  });
+  Value* opStage = computed ? body_.addArg(i32()) : nullptr;
+  if (opStage) opStage->setName("operand_stage");
+  readBackLoads(stage);
   Op* afterDots = nextOp(dots.back());
   b_.setInsertionPointBefore(dots.front());
   Value* phasesNext = nullptr;
@@ -290,8 +335,22 @@ void Expander::run() {
     Op* trans = bs.value != bIn ? bIn->definingOp() : nullptr;
     b_.setInsertionPointBefore(dot);
     b_.setLoc(dot->loc());
-    std::vector<Value*> ins = {ringOf.at(stagedLoad(dot->operand(0))), stage, ringOf.at(stagedLoad(bs.value)), stage,
-                               dot->operand(L::accOperand(*dot))};
+    L::WgmmaShape w;
+    if (!L::wgmmaApplies(*dot, arch_, threads_, &w))
+      throw InternalError("pipeline-expand: a dot in a #wgmma layout that wgmma cannot run");
+    const Op* la = stagedLoad(dot->operand(0));
+    const Op* lb = stagedLoad(bs.value);
+    size_t storedBefore = stored_.size();
+    Value* aBuf = la ? ringOf.at(la) : storedOperand(dot->operand(0), L::wgmmaOperandTile(*dot, 0, w, threads_), false, opStage, dot);
+    Value* bBuf = lb ? ringOf.at(lb)
+                     : storedOperand(const_cast<Value*>(bs.value), L::wgmmaOperandTile(*dot, 1, w, threads_),
+                                     bs.transposeOnStage, opStage, dot);
+    if (stored_.size() != storedBefore) {  // the stores shown to the tensor cores, of every thread
+      b_.setInsertionPointBefore(dot);
+      b_.create(OpKind::FenceAsyncShared, {}, {});
+      b_.create(OpKind::Barrier, {}, {});
+    }
+    std::vector<Value*> ins = {aBuf, la ? stage : opStage, bBuf, lb ? stage : opStage, dot->operand(L::accOperand(*dot))};
     if (scaled) {
       ins.push_back(dot->operand(1));
       ins.push_back(dot->operand(3));
@@ -307,7 +366,7 @@ void Expander::run() {
     dot->erase();
     if (trans && trans->result()->unused()) trans->erase();
     for (Op* r : reads)  // the bitcasts of staged bytes
-      if (r->kind() == OpKind::Bitcast && r->result()->unused()) r->erase();
+      if (r && r->kind() == OpKind::Bitcast && r->result()->unused()) r->erase();
   }
   b_.setLoc(loop_.loc());
   b_.setInsertionPointBefore(afterDots);
@@ -327,6 +386,12 @@ void Expander::run() {
   if (groups) addCarried(groups, groupsNext);
   if (tma) addCarried(b_.i32(0), phasesNext);
   addCarried(noWgmma, tok);
+  if (opStage) {  // block arguments and carried values in the same order
+    b_.setInsertionPointBefore(body_.terminator());
+    Value* flipped = b_.binary(OpKind::Xor, opStage, b_.i32(1));
+    b_.setInsertionPointBefore(&loop_);
+    addCarried(b_.i32(0), flipped);
+  }
   for (const Ring& r : rings_) {
     if (!r.load->result()->unused())
       throw UserError(r.load->loc(), "pipeline-expand: a staged load is read by other ops than its loop's wgmma dots");
@@ -347,7 +412,7 @@ void pipeline_expand(Module& m) {
     f->walk([&](Op* o) {
       if (o->kind() == OpKind::For && o->hasAttr("pipeline_stages")) loops.push_back(o);
     });
-    for (Op* loop : loops) Expander(b, *loop, threads).run();
+    for (Op* loop : loops) Expander(b, *loop, f->strAttr("arch"), threads).run();
   }
 }
 

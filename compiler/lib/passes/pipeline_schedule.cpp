@@ -6,7 +6,10 @@
 // its layout there ([rows, cols, element bytes, swizzle], the one the dots' wgmma
 // descriptors read) and its copy: TMA boxes (its descriptor is on TMA, plan-tma) or
 // cp.async runs of `staged_width` elements (`staged_prefix`: each run copies the valid
-// prefix of its mask; `staged_transposed`: a [K, N] tile stored K-major). A loop with a
+// prefix of its mask; `staged_transposed`: a [K, N] tile stored K-major). A dot operand
+// computed in the loop from what it loads (dequantized, unpacked) has its loads staged
+// for reading back into registers (`staged_read_back`, in a layout of their own); the
+// expander stores the operand for its dot. A loop with a
 // wgmma dot that cannot pipeline gets the reason, which TILEFUSE_PERF_HINTS prints.
 // pipeline-expand writes the loop out from these attributes.
 //
@@ -48,6 +51,7 @@ void schedule(Op& loop, const L::PipelinePlan& p) {
     ld.setAttr("staged_at", l.offset);
     ld.setAttr("staged_tile", std::vector<int64_t>{l.tile.rows, l.tile.cols, l.tile.eb, l.tile.swizzle});
     ld.setAttr("staged_copy", std::string(l.tma ? "tma" : "cp.async"));
+    if (l.readBack) ld.setAttr("staged_read_back", true);
     if (l.tma) continue;
     ld.setAttr("staged_width", l.width);
     if (l.prefix) ld.setAttr("staged_prefix", true);
