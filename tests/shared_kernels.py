@@ -261,3 +261,35 @@ def fp4_dot_loop(
         sb = tl.load(bs_ptr + rn[:, None] * KS + (k // 32 + rs)[None, :], mask=rn[:, None] < N, other=0)
         acc = tl.dot_scaled(a, sa, "e2m1", tl.trans(bt), sb, "e2m1", acc)
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@tf.jit
+def computed_dot_loop(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    A_COMPUTED: tl.constexpr,
+    B_COMPUTED: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+):
+    # C = A B with A [M, K] and B [K, N] row-major; an operand marked computed is loaded
+    # in another type and converted in the loop (A f16 halved to bf16, B fp8 e4m3 to
+    # bf16), the others are bf16 loads the dot reads as they are. K % BK == 0.
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :], mask=rm[:, None] < M, other=0.0)
+        b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :], mask=rn[None, :] < N, other=0.0)
+        if A_COMPUTED:
+            a = (a.to(tl.float32) * 0.5).to(tl.bfloat16)
+        if B_COMPUTED:
+            b = b.to(tl.bfloat16)
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))

@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 from tilefuse import gpu
 
-from tests.shared_kernels import gated_dot_loop, masked_dot_loop, scaled_dot_loop, strided_dot_loop, two_dot_loops
+from tests.shared_kernels import (
+    computed_dot_loop,
+    fp4_dot_loop,
+    gated_dot_loop,
+    masked_dot_loop,
+    scaled_dot_loop,
+    strided_dot_loop,
+    two_dot_loops,
+)
 
 M, N, K = 70, 40, 80
 META = dict(BM=32, BN=32, BK=32)
@@ -118,6 +126,41 @@ def test_scaled_dot_loop(fa, fb, k_contiguous):
     scaled_dot_loop[GRID](a, sa, b, sb, c, M, N, 128, *strides, FA=fa, FB=fb, BM=32, BN=32, BK=64)
     # Dequantized products are exact in fp32; the K-term sums round.
     np.testing.assert_allclose(c, A @ Bt.T, rtol=0, atol=128 * 2**-23 * (np.abs(A) @ np.abs(Bt).T).max())
+
+
+E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
+
+
+def fp4_operand(rng, rows, k):
+    codes = rng.integers(0, 16, size=(rows, k), dtype=np.uint8)
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
+    scales = rng.integers(120, 135, size=(rows, k // 32), dtype=np.uint8)
+    values = E2M1[codes] * np.exp2(np.repeat(scales.astype(np.float64) - 127, 32, axis=1))
+    return packed.view(np.int8), scales.view(np.int8), values
+
+
+def test_fp4_dot_loop():
+    # The MXFP4 K loop the GPU decomposes into a bf16 dot of dequantized operands and pipelines.
+    rng = np.random.default_rng(5)
+    ap, sa, av = fp4_operand(rng, M, 128)
+    bp, sb, bv = fp4_operand(rng, N, 128)
+    c = np.full((M, N), np.nan, np.float32)
+    fp4_dot_loop[GRID](ap, sa, bp, sb, c, M, N, 128, 4, BM=32, BN=32, BK=64)
+    np.testing.assert_allclose(c, av @ bv.T, rtol=0, atol=128 * 2**-23 * (np.abs(av) @ np.abs(bv).T).max())
+
+
+@pytest.mark.parametrize("which", ["a", "b", "ab"])
+def test_computed_dot_loop(which):
+    rng, k = np.random.default_rng(6), 96  # K % BK == 0
+    a = rng.standard_normal((M, k)).astype(np.float16 if "a" in which else ml_dtypes.bfloat16)
+    b = rng.standard_normal((k, N)).astype(ml_dtypes.float8_e4m3fn if "b" in which else ml_dtypes.bfloat16)
+    c = np.full((M, N), np.nan, np.float32)
+    computed_dot_loop[GRID](a, b, c, M, N, k, A_COMPUTED="a" in which, B_COMPUTED="b" in which, **META)
+    a64 = a.astype(np.float64)
+    if "a" in which:  # halved and rounded to bf16 in the kernel
+        a64 = (a.astype(np.float32) * 0.5).astype(ml_dtypes.bfloat16).astype(np.float64)
+    b64 = b.astype(np.float64)
+    np.testing.assert_allclose(c, a64 @ b64, rtol=0, atol=k * 2**-23 * (np.abs(a64) @ np.abs(b64)).max())
 
 
 def test_prologue_conversions_stay_clear_of_the_rings():

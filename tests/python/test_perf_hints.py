@@ -12,7 +12,7 @@ import tilefuse.language as tl
 from tilefuse import gpu
 
 from tests.python.golden import ptx_cases
-from tests.shared_kernels import gated_dot_loop, masked_dot_loop, scaled_dot_loop, strided_dot_loop
+from tests.shared_kernels import fp4_dot_loop, gated_dot_loop, masked_dot_loop, scaled_dot_loop, strided_dot_loop
 
 bf = np.zeros((64, 64), ml_dtypes.bfloat16)
 e4 = np.zeros((64, 64), ml_dtypes.float8_e4m3fn)
@@ -138,20 +138,15 @@ def test_mxfp8_loops_run_on_fp8_wgmma(k_contiguous):
         assert "with N contiguous is transposed through registers" in only(low["hints"], "not pipelined")[3]
 
 
-@tf.jit
-def fp4_dot(a_ptr, as_ptr, b_ptr, bs_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
-    rm, rn, rk2, rs = tl.arange(0, M), tl.arange(0, N), tl.arange(0, K // 2), tl.arange(0, K // 32)
-    a = tl.load(a_ptr + rm[:, None] * (K // 2) + rk2[None, :])  # two e2m1 codes a byte
-    b = tl.load(b_ptr + rk2[:, None] * N + rn[None, :])
-    sa = tl.load(as_ptr + rm[:, None] * (K // 32) + rs[None, :])
-    sb = tl.load(bs_ptr + rn[:, None] * (K // 32) + rs[None, :])
-    tl.store(c_ptr + rm[:, None] * N + rn[None, :], tl.dot_scaled(a, sa, "e2m1", b, sb, "e2m1"))  # fp4
-
-
-def test_fp4_dot_scaled_is_reported():
-    found = hints(fp4_dot, (i8, i8, i8, i8, f32), dict(M=64, N=64, K=128))
-    _, line, _, msg = only(found, "dequantizes")
-    assert line == line_of(fp4_dot, "# fp4") and "dequantizes them to bf16" in msg
+@pytest.mark.parametrize("warps,stages", [(4, 2), (8, 3)])
+def test_fp4_dot_scaled_loop_is_pipelined(warps, stages):
+    # No fp4 tensor cores on sm_90: the dot is a bf16 one of operands dequantized in the
+    # loop, whose packed codes and scales are copied ahead and read back.
+    args = (i8, i8, i8, i8, f32, 200, 200, 512, 16)
+    low = gpu.lower(fp4_dot_loop.compile(*args, BM=128, BN=128, BK=128), "sm_90a", warps, stages, keep_ir=True)
+    assert not [h for h in low["hints"] if "not pipelined" in h[3] or "wgmma" in h[3]], low["hints"]
+    assert low["gpu"].count("local_load") == 4 and "dot_scaled" not in low["gpu"]
+    assert "cp.async" in low["ptx"] and "wgmma.mma_async" in low["ptx"] and "ld.local" not in low["ptx"]
 
 
 @pytest.mark.parametrize("name", ["matmul_bf16_128x256x64_leaky", "matmul_desc_bf16_128x256x64", "vector_add"])

@@ -124,8 +124,7 @@ Layout defaultLayout(const Type& t, int threads) {
   bool bytes = t.isPtr() && (t.elem == DType::I8 || t.elem == DType::U8 || t.elem == DType::F8E4M3 ||
                              t.elem == DType::F8E5M2 || t.elem == DType::E8M0 || t.elem == DType::F8E4B15 ||
                              t.elem == DType::I1);
-  int64_t eb = t.isPtr() ? std::max(1, bitWidth(t.elem) / 8) : 4;
-  return blockedLayout(t.shape, threads, bytes ? 16 : 8, -1, 4 / std::min<int64_t>(4, eb));
+  return blockedLayout(t.shape, threads, bytes ? 16 : 8);
 }
 
 WgmmaShape wgmmaTiling(int64_t m, int64_t n, int threads) {
@@ -193,12 +192,21 @@ class Planner {
   // Loads whose pointers are contiguous along another dim than the last (a [K, N] tile
   // with K contiguous) take runs along that dim, and so do the pointer computations
   // feeding them (Triton's coalescing): their accesses vectorize, and a wgmma B can be
-  // copied K-major.
+  // copied K-major. A tile too small to give each thread 4 bytes takes runs of 4 bytes
+  // where its pointers allow such accesses, some threads holding copies: the smallest
+  // copy cp.async makes (scale tables a pipelined loop reads back).
   void coalesce(const Block& b) {
     for (const auto& o : b.ops()) {
       for (unsigned r = 0; r < o->numRegions(); ++r) coalesce(o->region(r));
       if (o->kind() != OpKind::Load || !axis_ || o->operand(0)->type().rank() < 2) continue;
       const Value* ptr = o->operand(0);
+      const Type& pt = ptr->type();
+      int64_t eb = std::max(1, bitWidth(pt.elem) / 8), word = 4 / std::min<int64_t>(4, eb);
+      if (vectorRun(defaultLayout(pt, threads_)) < word && pt.shape.back() >= word &&
+          axis_->vectorWidth(ptr, o->numOperands() > 1 ? o->operand(1) : nullptr, 4) >= word) {
+        want(ptr, blockedLayout(pt.shape, threads_, word, -1, word));
+        continue;
+      }
       const std::vector<int64_t>& c = axis_->get(ptr).contiguity;
       size_t last = c.size() - 1;
       int along = -1;

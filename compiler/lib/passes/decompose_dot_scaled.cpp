@@ -44,12 +44,13 @@ void decompose(Builder& b, Op& op) {
   // e2m1 B as the transpose of one unpacked along its rows, so this undoes that trans
   // and lets the dot stage B K-major from the [N, K] tile.
   Value* bk = op.operand(2);
-  const Op* t = bk->definingOp();
+  Op* t = bk->definingOp();
   Value* bn = t && t->kind() == OpKind::Trans ? t->operand(0) : b.trans(bk);
   Value* d = b.dot(a, b.trans(dequantize(b, bn, op.operand(3))), op.operand(4));
   d->setName(op.result()->name());
   op.result()->replaceAllUsesWith(d);
   op.erase();
+  if (t && t->kind() == OpKind::Trans && t->result()->unused()) t->erase();
 }
 
 }  // namespace
