@@ -43,7 +43,6 @@ llvm::Function* Lowering::lowerCallee(const Op& f, int64_t floor) {
   for (Value* a : body.args()) vals_[a] = received(a->type(), [&] { return fn->getArg(p++); });
   reserveWgmmaOperands(body);
   lowerBlock(body);
-  waitPending(*body.terminator());
   LVal* ret = llvm::PoisonValue::get(fnTy->getReturnType());
   unsigned k = 0;
   for (Value* v : body.terminator()->operands())

@@ -18,7 +18,8 @@ void Lowering::hintDot(const Op& op, const std::string& whyNotWgmma) {
 void Lowering::lowerDot(const Op& op) {
   WgmmaShape w;
   std::string why;
-  if (onWgmma(op, &w, &why)) return lowerWgmma(op, w);
+  if (onWgmma(op, &w, &why))
+    throw InternalError("lowering: a dot on wgmma that the GPU-stage passes did not write out as wgmma groups");
   hintDot(op, why);
   vals_[op.result()] = dotRegs(op, op.operand(0)->type(), get(op.operand(0)), op.operand(1)->type(), get(op.operand(1)),
                                in(op.operand(2), layoutOf(op.result())), op.result()->type());
@@ -90,7 +91,8 @@ Regs Lowering::dotRegs(const Op& op, const Type& at, const Regs& aRegs, const Ty
 void Lowering::lowerDotScaled(const Op& op) {
   WgmmaShape w;
   std::string why;
-  if (onWgmma(op, &w, &why)) return lowerWgmma(op, w);
+  if (onWgmma(op, &w, &why))
+    throw InternalError("lowering: a dot on wgmma that the GPU-stage passes did not write out as wgmma groups");
   const Type& at = op.operand(0)->type();
   const Type& bt = op.operand(2)->type();
   hintDot(op, why);

@@ -380,42 +380,16 @@ void Lowering::lowerFor(const Op& op) {
   std::vector<Regs> phis = loopPhis(inits, pre);
   vals_[body.arg(0)] = Regs{{iv}, layoutOf(body.arg(0))};
   for (size_t i = 0; i < phis.size(); ++i) vals_[carried[i]] = phis[i];
-  // Accumulators a wgmma dot yields are still in flight when the next iteration, or
-  // the code after the loop, reads them.
   std::vector<Value*> yielded = yieldedValues(body);
-  for (size_t i = 0; i < carried.size(); ++i) {
-    const Op* def = convertSource(yielded[i])->definingOp();
-    if (def && onWgmma(*def) && !wgmmaPromotes(*def)) wgmmaPending_.insert(carried[i]);
-  }
   b_.CreateCondBr(b_.CreateICmpSLT(iv, ub), bodyBB, exit);
   b_.SetInsertPoint(bodyBB);
   lowerBlock(body);
-  std::vector<bool> inFlight;
-  for (Value* y : yielded) inFlight.push_back(wgmmaPending_.count(convertSource(y)));
   auto yields = inLayouts(yielded, carried);
   iv->addIncoming(b_.CreateAdd(iv, step), b_.GetInsertBlock());
   closeLoop(phis, yields);
   b_.CreateBr(header);
   b_.SetInsertPoint(exit);
   for (unsigned i = 0; i < op.numResults(); ++i) vals_[op.result(i)] = phis[i];
-  // Accumulators still in flight are waited for first thing after the loop, in one
-  // wait alone in its block (waitWgmma).
-  Regs flight;
-  for (unsigned i = 0; i < op.numResults(); ++i)
-    if (inFlight[i]) flight.e.insert(flight.e.end(), phis[i].e.begin(), phis[i].e.end());
-  if (!flight.e.empty()) {
-    Regs done = waitWgmma(flight, 0, true);
-    size_t at = 0;
-    for (unsigned i = 0; i < op.numResults(); ++i) {
-      if (!inFlight[i]) continue;
-      Regs r{{}, phis[i].L};
-      r.e.assign(done.e.begin() + at, done.e.begin() + at + phis[i].e.size());
-      at += phis[i].e.size();
-      vals_[op.result(i)] = std::move(r);
-      wgmmaPending_.erase(convertSource(yielded[i]));  // loop-internal names of the same registers
-      wgmmaPending_.erase(carried[i]);
-    }
-  }
   pipelinedLoops_ -= rings;
   // Its iterations waited for every TMA load it and its prologue issued (invalid ones
   // are not issued); its cp.async zero-fills stay in flight until its async_wait.
@@ -478,11 +452,9 @@ void Lowering::lowerWhile(const Op& op) {
 }
 
 void Lowering::lowerOp(const Op& op) {
-  if (stagedTrans_.count(&op)) return;  // staged by a wgmma dot
   // Its readers convert its operand (in()) where they read it, as they need it: index
   // math recomputed, anything else through shared memory.
   if (op.kind() == OpKind::ConvertLayout) return;
-  waitPending(op);
   const Type& t = op.numResults() ? op.result()->type() : Type{};
   static const Layout none;
   const Layout& L = op.numResults() ? layoutOf(op.result()) : none;

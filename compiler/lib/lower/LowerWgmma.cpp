@@ -2,13 +2,10 @@
 // swizzled shared memory and the fp32 accumulator in registers (Layout.h's wgmma
 // layout), so a K loop keeps it there.
 //
-// A dot that is not pipelined arrives here as GPU-stage ops (stage-dot-operands):
-// local_store of each operand into its buffer, wgmma on the buffers, wgmma_wait; their
-// emitters (lowerSmemOp) read every address from the buffers' #shared layouts.
-// dot_scaled is still staged here: it writes A (K-major) and B into one of two
-// shared-memory stages, issues its wgmma group and returns without waiting. It first
-// waits until at most one group is in flight (the group two dots back read the stage
-// it overwrites); any other use of a dot result waits for all groups (waitPending).
+// Every dot on wgmma arrives here as GPU-stage ops (stage-dot-operands, pipeline-expand,
+// insert-waits): local_store of computed operands into their buffers, copies into
+// rings, wgmma on the buffers, wgmma_wait; their emitters (lowerSmemOp) read every
+// address from the buffers' #shared layouts and decide nothing.
 //
 // Shared-memory operand layout (PTX ISA, "Shared Memory Matrix Layout"): a SharedTile
 // (Lowering.h) of rows x cols elements stored as column blocks of R bytes (R = 32, 64
@@ -34,32 +31,21 @@ constexpr int64_t kOverlapSlots = 64;
 }  // namespace
 
 // Shared memory for wgmma operands as allocate-shared placed it above floor_: the
-// rings of the pipelined loops (pipeline-expand), the two stages dot_scaled alternates
-// between, the staged operand buffers (smem_alloc), then scratch.
+// rings of the pipelined loops, the buffers of staged operands (smem_alloc), then scratch.
 void Lowering::reserveWgmmaOperands(const Block& body) {
   const Op& f = *body.parentOp();
-  auto placed = [&](const Op& op, const char* name) {
-    if (!op.hasAttr(name)) throw InternalError(std::string("lowering: allocate-shared did not set ") + name);
-    return op.intAttr(name);
-  };
   std::function<void(const Block&)> walk = [&](const Block& b) {
     for (const auto& o : b.ops()) {
       // Only hand-written GPU-stage IR can arrive scheduled but not expanded.
       if (o->hasAttr("pipeline_stages"))
         throw UserError(o->loc(), "a loop with a pipeline schedule: run pipeline-expand before lowering");
       if (o->hasAttr("no_pipeline")) hint(*o, "K loop not pipelined: " + o->strAttr("no_pipeline"));
-      if (onWgmma(*o)) {
-        // A trans that only feeds B is staged from its operand: nothing to lower.
-        const Op* t = o->kind() == OpKind::Dot ? o->operand(1)->definingOp() : nullptr;
-        if (t && wgmmaB(*o).value != o->operand(1)) stagedTrans_.insert(t);
-        wgmmaStageBytes_ = placed(f, "smem_wgmma_stage");
-      }
       for (unsigned r = 0; r < o->numRegions(); ++r) walk(o->region(r));
     }
   };
   walk(body);
-  wgmmaBase_ = floor_ + (f.hasAttr("smem_rings") ? f.intAttr("smem_rings") : 0);
-  scratch_ = wgmmaBase_ + 2 * wgmmaStageBytes_ + (f.hasAttr("smem_staged") ? f.intAttr("smem_staged") : 0);
+  int64_t rings = f.hasAttr("smem_rings") ? f.intAttr("smem_rings") : 0;
+  scratch_ = floor_ + rings + (f.hasAttr("smem_staged") ? f.intAttr("smem_staged") : 0);
   smemBytes_ = std::max<uint64_t>(smemBytes_, scratch_);
 }
 
@@ -143,19 +129,6 @@ Regs Lowering::unpackHalves(const Regs& r) {
   for (LVal* x : r.e)
     for (uint64_t i = 0; i < 2; ++i) out.e.push_back(b_.CreateExtractElement(b_.CreateBitCast(x, half2), i));
   return out;
-}
-
-// Before `user` reads a dot result still being written by the tensor cores, wait for
-// every group (a later wgmma accumulating into it needs no wait).
-void Lowering::waitPending(const Op& user) {
-  if (wgmmaPending_.empty()) return;
-  bool chained = onWgmma(user);
-  for (unsigned i = 0; i < user.numOperands(); ++i) {
-    const Value* v = convertSource(user.operand(i));
-    if (!wgmmaPending_.count(v) || (chained && i == accOperand(user))) continue;
-    vals_[v] = waitWgmma(get(v), 0);
-    wgmmaPending_.erase(v);
-  }
 }
 
 // Byte offset of element (row, col) of `tile`.
@@ -308,52 +281,6 @@ void Lowering::lowerSmemOp(const Op& op) {
   }
 }
 
-void Lowering::lowerWgmma(const Op& op, const WgmmaShape& w) {
-  const Layout& L = layoutOf(op.result());
-  Regs acc = in(op.operand(accOperand(op)), L);
-  WgmmaB bs = wgmmaB(op);
-  Type at = op.operand(0)->type(), bt = bs.value->type();
-  Regs a, b;
-  if (op.kind() == OpKind::DotScaled && !scaledOnFp8(op)) {
-    hint(op, "dot_scaled of fp4 operands dequantizes them to bf16 in registers and runs bf16 wgmma");
-    // Scaled fp8/fp4 values are bf16 values (8 exponent bits, at most 3 of mantissa):
-    // the products on the bf16 tensor cores are exact, as in the fp32 reference.
-    auto bf16 = [&](Regs r) {
-      for (LVal*& x : r.e) x = b_.CreateFPTrunc(x, b_.getBFloatTy());
-      return r;
-    };
-    a = bf16(dequantize(op, at, get(op.operand(0)), op.operand(1)->type(), get(op.operand(1)), true));
-    b = bf16(dequantize(op, bt, get(op.operand(2)), op.operand(3)->type(), get(op.operand(3)), false));
-    at = at.withElem(DType::BF16);
-    bt = bt.withElem(DType::BF16);
-  } else {
-    a = get(op.operand(0));
-    b = get(bs.value);
-  }
-  std::optional<ScaleTables> st;
-  if (scaledOnFp8(op))
-    st = stageScales(op.operand(1), op.operand(3), scaleChunk(op.operand(1), op.operand(3)));
-  auto* i32 = b_.getInt32Ty();
-  if (!wgmmaStage_) {
-    IRBuilder<> eb(entry_);
-    wgmmaStage_ = eb.CreateAlloca(i32);
-    eb.CreateStore(eb.getInt32(0), wgmmaStage_);
-  }
-  // Alternate between the two stages; mem2reg turns the counter into phis.
-  LVal* stage = b_.CreateLoad(i32, wgmmaStage_);
-  b_.CreateStore(b_.CreateXor(stage, idx(1)), wgmmaStage_);
-  LVal* aBase = b_.CreateAdd(idx(wgmmaBase_), b_.CreateMul(stage, idx(wgmmaStageBytes_)));
-  LVal* bBase = b_.CreateAdd(aBase, idx(wgmmaOperandBytes(op).a));
-  ptx("wgmma.wait_group.sync.aligned 1;");
-  barrier();
-  stageOperand(a, at, aBase, false, wgmmaOperandTile(op, 0, w));
-  stageOperand(b, bt, bBase, bs.transposeOnStage, wgmmaOperandTile(op, 1, w));
-  ptx("fence.proxy.async.shared::cta;");
-  barrier();
-  vals_[op.result()] = issueWgmma(dotGroup(op, w), w, std::move(acc), aBase, bBase, st ? &*st : nullptr);
-  if (!wgmmaPromotes(op)) wgmmaPending_.insert(op.result());
-}
-
 // dot_scaled on fp8: writes both scale tables ([M, K/32] and [N, K/32] e8m0 codes)
 // decoded to fp32 powers of two to shared memory, where the promotion reads each
 // accumulator row's and column's scale; returns their shared byte offset. Decoding
@@ -378,25 +305,6 @@ LVal* Lowering::scaleOf(int64_t table, const Type& t, LVal* row, int64_t block) 
   LVal* off =
       b_.CreateAdd(idx(table), b_.CreateMul(b_.CreateAdd(b_.CreateMul(row, idx(t.shape[1])), idx(block)), idx(4)));
   return b_.CreateLoad(b_.getFloatTy(), b_.CreateGEP(b_.getInt8Ty(), smem(), off));
-}
-
-// The wgmma group of dot `op` on tiling w (dot_scaled of fp4: on its bf16 values).
-WgmmaGroup Lowering::dotGroup(const Op& op, const WgmmaShape& w) const {
-  bool scaled = op.kind() == OpKind::DotScaled;
-  Type at = op.operand(0)->type(), bt = op.operand(scaled ? 2 : 1)->type();
-  if (scaled && !scaledOnFp8(op)) {
-    at = at.withElem(DType::BF16);
-    bt = bt.withElem(DType::BF16);
-  }
-  return {.a = at.elem,
-          .b = bt.elem,
-          .m = at.shape[0],
-          .k = at.shape[1],
-          .n = bt.shape[1],
-          .ta = wgmmaOperandTile(op, 0, w),
-          .tb = wgmmaOperandTile(op, 1, w),
-          .kMajor = wgmmaB(op).kMajor,
-          .promote = wgmmaPromotes(op)};
 }
 
 // The rows and columns of an [*, n] tile that layout `l`'s slots hold in this thread.

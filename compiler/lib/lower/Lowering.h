@@ -340,11 +340,9 @@ class Lowering {
   }
   WgmmaOperandBytes wgmmaOperandBytes(const Op& dot) const { return detail::wgmmaOperandBytes(dot, threads_); }
   void reserveWgmmaOperands(const Block& body);
-  void lowerWgmma(const Op& op, const WgmmaShape& w);
   void stageOperand(const Regs& r, const Type& t, LVal* base, bool transpose, const SharedTile& tile);
   Regs readStaged(const Type& t, const Layout& L, LVal* base, const SharedTile& tile);
   LVal* swizzledOffset(LVal* row, LVal* col, const SharedTile& tile);
-  WgmmaGroup dotGroup(const Op& op, const WgmmaShape& w) const;
   // `scaled`: the scale tables of a dot_scaled on fp8.
   Regs issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LVal* aBase, LVal* bBase,
                   const ScaleTables* scaled = nullptr);
@@ -370,7 +368,6 @@ class Lowering {
   // f16 values in pairs as the i32 registers (f16x2) that hold them, and back.
   Regs packHalves(const Regs& r);
   Regs unpackHalves(const Regs& r);
-  void waitPending(const Op& user);
   void lowerPrint(const Op& op);
   void lowerAssert(const Op& op);
   std::vector<Regs> loopPhis(const std::vector<Regs>& inits, llvm::BasicBlock* pre);
@@ -468,7 +465,7 @@ class Lowering {
   // prologue's copies are in flight before its loop starts, while its masks convert).
   bool cpAsyncInFlight_ = false, tmaInFlight_ = false;
   bool operandsBusy() const {
-    return pipelinedLoops_ || cpAsyncInFlight_ || tmaInFlight_ || !wgmmaPending_.empty() || staging_;
+    return pipelinedLoops_ || cpAsyncInFlight_ || tmaInFlight_ || staging_;
   }
   int64_t scratchBase() {
     if (operandsBusy()) return scratch_;
@@ -486,10 +483,6 @@ class Lowering {
   }
   bool staging_ = false;  // staged operands written, their wgmma not yet waited for
   bool scratchOverOperands_ = false;  // scratch at floor_ used since the operand space was last claimed
-  int64_t wgmmaStageBytes_ = 0, wgmmaBase_ = 0;
-  std::set<const Op*> stagedTrans_;  // trans ops whose [N, K] operand a wgmma stages as B
-  llvm::AllocaInst* wgmmaStage_ = nullptr;
-  std::set<const Value*> wgmmaPending_;
   std::vector<TensorMapSpec> tensorMaps_;
   std::unordered_map<const Op*, int> tmaMaps_;  // make_desc -> tensor map
   int barrierSlots_ = 0;

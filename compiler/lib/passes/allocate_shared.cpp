@@ -1,16 +1,15 @@
 // allocate-shared: places the shared memory of each GPU-stage function (sm_90a), relative
 // to where its shared memory starts (after the mbarriers of a kernel with tensor maps,
 // or above its caller's operands for a device function): first the rings of the
-// pipelined loops (pipeline-schedule), then dot_scaled's stages, then the staged
-// operand buffers, then the scratch space of layout conversions and reductions.
+// pipelined loops (pipeline-schedule), then the staged operand buffers, then the
+// scratch space of layout conversions and reductions.
 // A ring is live only while its loop runs (the lowering drains its copies and waits for
 // its wgmma groups after the loop; the prologue of a ring used before synchronizes
 // the block first: `ring_sync`), so
 // every ring starts at the same byte and the function needs the largest one; rings of a
 // loop entered again (an outer loop) are simply reused. A loop whose copies are TMA
 // boxes gets its first mbarrier slot, one per stage; slot 0 of a kernel with tensor
-// maps serves its loads outside pipelines. dot_scaled's stages are the two that its
-// wgmma dots (not pipelined) alternate between.
+// maps serves its loads outside pipelines.
 // The smem_alloc buffers (stage-dot-operands) come after those, each at `smem_at`: a
 // buffer is live from its first use to its last, or to the wgmma_wait of a wgmma that
 // reads it (in program order; a use inside a loop or if below the buffer's block
@@ -20,18 +19,18 @@
 // loop (a token the loop yields), so a later buffer (an epilogue's) reuses their bytes;
 // their mbarriers (smem<Nxi64>) get `barrier_slot`, after those of the loops above.
 //
-// before: two pipelined K loops of 3 x 32768 and 2 x 16384 bytes, a dot_scaled on
-// wgmma, then two dots staged by stage-dot-operands
+// before: two pipelined K loops of 3 x 32768 and 2 x 16384 bytes, then two dots
+// staged by stage-dot-operands
 //   for ... {pipeline_stage_bytes = 32768, pipeline_stages = 3} ...
 //   for ... {pipeline_stage_bytes = 16384, pipeline_stages = 2} ...
 // after:
-//   func @k(...) {..., smem_rings = 98304, smem_staged = 16384, smem_wgmma_stage = 16384}
+//   func @k(...) {..., smem_rings = 98304, smem_staged = 16384}
 //   for ... {pipeline_stage_bytes = 32768, pipeline_stages = 3, ring_at = 0} ...
 //   for ... {pipeline_stage_bytes = 16384, pipeline_stages = 2, ring_at = 0} ...
-//   %a_smem = smem_alloc {smem_at = 131072} : ...   two staged dots one after the other:
-//   %b_smem = smem_alloc {smem_at = 139264} : ...   the second's buffers reuse the
-//   %a2_smem = smem_alloc {smem_at = 131072} : ...  first's bytes
-//   %b2_smem = smem_alloc {smem_at = 139264} : ...
+//   %a_smem = smem_alloc {smem_at = 98304} : ...    two staged dots one after the other:
+//   %b_smem = smem_alloc {smem_at = 106496} : ...   the second's buffers reuse the
+//   %a2_smem = smem_alloc {smem_at = 98304} : ...   first's bytes
+//   %b2_smem = smem_alloc {smem_at = 106496} : ...
 #include <map>
 
 #include "../lower/Staging.h"
@@ -114,8 +113,7 @@ int64_t placeBuffers(Op& f, int64_t base) {
 }
 
 void allocate(Op& f) {
-  int threads = 32 * static_cast<int>(f.intAttr("num_warps"));
-  int64_t rings = 0, stage = 0, slot = 0;
+  int64_t rings = 0, slot = 0;
   f.walk([&](Op* o) {
     if (o->kind() == OpKind::MakeDesc && o->hasAttr("tma_box")) slot = 1;
   });
@@ -137,27 +135,18 @@ void allocate(Op& f) {
         o->setAttr("barrier_slot", slot);
         slot += stages;
       }
-      return;
     }
-    if (!L::onWgmmaLayout(*o)) return;
-    const Op* loop = o->parentOp();
-    bool pipelined = loop && loop->kind() == OpKind::For && loop->hasAttr("pipeline_stages");
-    if (pipelined) return;
-    L::WgmmaOperandBytes b = L::wgmmaOperandBytes(*o, threads);
-    stage = std::max(stage, b.a + b.b);
   });
   if (slot * 8 > 1024) throw UserError(f.loc(), "allocate-shared: more mbarriers than the 128 the kernel reserves");
   if (rings) f.setAttr("smem_rings", rings);
-  if (stage) f.setAttr("smem_wgmma_stage", stage);
-  if (int64_t staged = placeBuffers(f, rings + 2 * stage)) f.setAttr("smem_staged", staged);
+  if (int64_t staged = placeBuffers(f, rings)) f.setAttr("smem_staged", staged);
 }
 
 }  // namespace
 
 void allocate_shared(Module& m) {
   for (Op* f : m.funcs())
-    if (isGpuStage(*f) && f->strAttr("arch") == "sm_90a" && !f->hasAttr("smem_rings") &&
-        !f->hasAttr("smem_wgmma_stage") && !f->hasAttr("smem_staged"))
+    if (isGpuStage(*f) && f->strAttr("arch") == "sm_90a" && !f->hasAttr("smem_rings") && !f->hasAttr("smem_staged"))
       allocate(*f);
 }
 
