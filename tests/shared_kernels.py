@@ -271,13 +271,14 @@ def computed_dot_loop(
     M,
     N,
     K,
+    stride_b,
     A_COMPUTED: tl.constexpr,
     B_COMPUTED: tl.constexpr,
     BM: tl.constexpr,
     BN: tl.constexpr,
     BK: tl.constexpr,
 ):
-    # C = A B with A [M, K] and B [K, N] row-major; an operand marked computed is loaded
+    # C = A B with A [M, K] and B [K, N] row-major (B's rows stride_b apart); an operand marked computed is loaded
     # in another type and converted in the loop (A f16 halved to bf16, B fp8 e4m3 to
     # bf16), the others are bf16 loads the dot reads as they are. K % BK == 0.
     rm = tl.program_id(0) * BM + tl.arange(0, BM)
@@ -286,7 +287,7 @@ def computed_dot_loop(
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k in range(0, K, BK):
         a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :], mask=rm[:, None] < M, other=0.0)
-        b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :], mask=rn[None, :] < N, other=0.0)
+        b = tl.load(b_ptr + (k + rk)[:, None] * stride_b + rn[None, :], mask=rn[None, :] < N, other=0.0)
         if A_COMPUTED:
             a = (a.to(tl.float32) * 0.5).to(tl.bfloat16)
         if B_COMPUTED:

@@ -22,17 +22,50 @@ from .quantize import e2m1_values
 
 
 @tf.jit
-def nvfp4_tile(q_ptr, s_ptr, rows, row_ok, col0, cols_end, stride_q, stride_s, BR: tl.constexpr, BC: tl.constexpr):
+def nvfp4_tile(
+    q_ptr,
+    s_ptr,
+    rows,
+    row_ok,
+    col0,
+    cols_lo,
+    cols_end,
+    stride_q,
+    stride_s,
+    BR: tl.constexpr,
+    BC: tl.constexpr,
+    RAGGED: tl.constexpr,
+):
     """bf16 [BR, BC]: q·sb of the columns col0 .. col0 + BC of `rows` (int64 [BR]) of an
     NVFP4 copy packed along its columns (codes q [*, stride_q] bytes, scales s [*,
-    stride_s]); rows where row_ok is false and columns from cols_end on read 0. Any col0:
-    each element finds its byte, nibble and block."""
-    c = col0 + tl.arange(0, BC)
-    ok = row_ok[:, None] & (c < cols_end)[None, :]
-    packed = tl.load(q_ptr + rows[:, None] * stride_q + (c // 2)[None, :], mask=ok, other=0).to(tl.int32)
-    codes = (packed >> (4 * (c % 2))[None, :]) & 0xF
-    sb = tl.load(s_ptr + rows[:, None] * stride_s + (c // 16)[None, :], mask=ok, other=0.0).to(tl.float32)
-    return (e2m1_values(codes.to(tl.int8)) * sb).to(tl.bfloat16)
+    stride_s]); rows where row_ok is false and columns outside cols_lo .. cols_end read 0.
+
+    col0 is a multiple of 16 and each row whole blocks (2·stride_q a multiple of 16, at
+    least cdiv(cols_end, 16)·16): the codes load as one [BR, BC/2] byte tile and the
+    scales as one [BR, BC/16] tile, masked by whole blocks. Without RAGGED, cols_lo = col0
+    and cols_end is a multiple of 16; with it either may cut a block (the wgrad's groups):
+    the elements outside are zeroed after decoding (the bytes they share are loaded)."""
+    # The hints rely on moe.quantize (the blocked axis a multiple of 16, the copies contiguous:
+    # stride_q = cols / 2) and on the callers (col0 a multiple of their tile, a GemmConfig
+    # power of two >= 16): rows and tiles start 8-byte aligned in the codes. Nothing aligns
+    # the scales' rows (stride_s = cols / 16 may be odd).
+    col0 = tl.multiple_of(col0, 16)
+    stride_q = tl.multiple_of(stride_q, 8)
+    blocks_end = (cols_end + 15) // 16  # blocks holding a column < cols_end
+    b = col0 // 2 + tl.arange(0, BC // 2)
+    ok = row_ok[:, None] & (b < blocks_end * 8)[None, :]
+    packed = tl.load(q_ptr + rows[:, None] * stride_q + b[None, :], mask=ok, other=0)
+    # Byte i holds elements 2i (low nibble) and 2i + 1 (high): interleave them.
+    codes = tl.reshape(tl.join(packed & 0xF, (packed >> 4) & 0xF), (BR, BC))
+    k = col0 // 16 + tl.arange(0, BC // 16)
+    ok = row_ok[:, None] & (k < blocks_end)[None, :]
+    sb = tl.load(s_ptr + rows[:, None] * stride_s + k[None, :], mask=ok, other=0.0).to(tl.float32)
+    sb = tl.reshape(tl.broadcast_to(sb[:, :, None], (BR, BC // 16, 16)), (BR, BC))
+    v = e2m1_values(codes) * sb
+    if RAGGED:
+        c = col0 + tl.arange(0, BC)
+        v = tl.where(((c >= cols_lo) & (c < cols_end))[None, :], v, 0.0)
+    return v.to(tl.bfloat16)
 
 
 @tf.jit
@@ -72,11 +105,12 @@ def grouped_gemm_nvfp4_kernel(
     w0 = g.to(tl.int64) * W_ROWS
     acc = tl.zeros((BM, BO), dtype=tl.float32)
     for c in range(0, tl.where(valid, C, 0), BC):
-        a = nvfp4_tile(a_ptr, sa_ptr, rows, m0 + rm < end, c, C, C // 2, C // 16, BM, BC)
+        a = nvfp4_tile(a_ptr, sa_ptr, rows, m0 + rm < end, c, c, C, C // 2, C // 16, BM, BC, False)
         if DGRAD:
-            b = nvfp4_tile(w_ptr, sw_ptr, w0 + c + rc, rc < BC, tl.program_id(1) * BO, O, O // 2, O // 16, BC, BO)
+            o0 = tl.program_id(1) * BO
+            b = nvfp4_tile(w_ptr, sw_ptr, w0 + c + rc, rc < BC, o0, o0, O, O // 2, O // 16, BC, BO, False)
         else:
-            b = tl.trans(nvfp4_tile(w_ptr, sw_ptr, w0 + ro, ro < O, c, C, C // 2, C // 16, BO, BC))
+            b = tl.trans(nvfp4_tile(w_ptr, sw_ptr, w0 + ro, ro < O, c, c, C, C // 2, C // 16, BO, BC, False))
         acc = tl.dot(a, b, acc)
     acc = acc / tl.load(ta_ptr) / tl.load(tw_ptr)
     _store_rows(acc, g, m0, end, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
@@ -102,7 +136,9 @@ def grouped_wgrad_nvfp4_kernel(
     # dw[g] [N, K] = dy_gᵀ x_g / (S_dy·S_x) for group g = program_id(1), from columnwise
     # NVFP4 copies of dy [RP, N] and x [RP, K], stored transposed ([N, RP/2], [K, RP/2]
     # codes packed along the rows RP, scales [*, RP/16]): the K loop runs over the group's
-    # rows offsets[g] .. offsets[g + 1] of the copies, ragged (the tiles cut at its end).
+    # rows offsets[g] .. offsets[g + 1] of the copies in tiles at multiples of BR, the first
+    # holding offsets[g] (a group may start on any row; the tiles start on whole blocks,
+    # aligned), masked at both ends (nvfp4_tile's RAGGED).
     # With the random Hadamard transform on both copies (each group's rows in whole
     # chunks of 16) it cancels: per chunk (M dy_c)ᵀ (M x_c) = dy_cᵀ x_c, M = diag(signs)·H16/4
     # being orthogonal.
@@ -112,9 +148,9 @@ def grouped_wgrad_nvfp4_kernel(
     rk = ((tl.program_id(0) % tiles_k) * BK + tl.arange(0, BK)).to(tl.int64)
     r0, r1 = tl.load(offsets_ptr + g), tl.load(offsets_ptr + g + 1)
     acc = tl.zeros((BN, BK), dtype=tl.float32)
-    for r in range(r0, r1, BR):
-        a = nvfp4_tile(dy_ptr, sdy_ptr, rn, rn < N, r, r1, RP // 2, RP // 16, BN, BR)
-        b = tl.trans(nvfp4_tile(x_ptr, sx_ptr, rk, rk < K, r, r1, RP // 2, RP // 16, BK, BR))
+    for r in range(r0 // BR * BR, tl.where(r0 < r1, r1, 0), BR):  # an empty group: no step
+        a = nvfp4_tile(dy_ptr, sdy_ptr, rn, rn < N, r, r0, r1, RP // 2, RP // 16, BN, BR, True)
+        b = tl.trans(nvfp4_tile(x_ptr, sx_ptr, rk, rk < K, r, r0, r1, RP // 2, RP // 16, BK, BR, True))
         acc = tl.dot(a, b, acc)
     acc = acc / tl.load(tdy_ptr) / tl.load(tx_ptr)
     out = dw_ptr + g.to(tl.int64) * N * K + rn[:, None] * K + rk[None, :]

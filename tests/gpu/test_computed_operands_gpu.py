@@ -36,10 +36,12 @@ def test_computed_operands(cfg, which):
     m, n, k = 200, 184, 4 * bk
     g = torch.Generator(device="cuda").manual_seed(CONFIGS.index(cfg) * 3 + len(which))
     a = torch.randn(m, k, device="cuda", generator=g).to(torch.float16 if "a" in which else torch.bfloat16)
-    b = torch.randn(k, n, device="cuda", generator=g).to(torch.float8_e4m3fn if "b" in which else torch.bfloat16)
+    # B's rows 16-byte aligned (192 elements apart), its last tile ragged (N = 184).
+    bp = torch.randn(k, 192, device="cuda", generator=g).to(torch.float8_e4m3fn if "b" in which else torch.bfloat16)
+    b = bp[:, :n]
     c = torch.full((m, n), float("nan"), device="cuda")
     meta = dict(A_COMPUTED="a" in which, B_COMPUTED="b" in which, BM=bm, BN=bn, BK=bk)
-    args = (a, b, c, m, n, k)
+    args = (a, bp, c, m, n, k, 192)
     kern = computed_dot_loop.warmup(*args, grid=(1,), num_warps=warps, num_stages=stages, **meta)
     assert "cp.async" in kern.asm["ptx"] and "wgmma.mma_async" in kern.asm["ptx"]
     computed_dot_loop[(tf.cdiv(m, bm), tf.cdiv(n, bn))](*args, num_warps=warps, num_stages=stages, **meta)

@@ -155,7 +155,7 @@ def test_computed_dot_loop(which):
     a = rng.standard_normal((M, k)).astype(np.float16 if "a" in which else ml_dtypes.bfloat16)
     b = rng.standard_normal((k, N)).astype(ml_dtypes.float8_e4m3fn if "b" in which else ml_dtypes.bfloat16)
     c = np.full((M, N), np.nan, np.float32)
-    computed_dot_loop[GRID](a, b, c, M, N, k, A_COMPUTED="a" in which, B_COMPUTED="b" in which, **META)
+    computed_dot_loop[GRID](a, b, c, M, N, k, N, A_COMPUTED="a" in which, B_COMPUTED="b" in which, **META)
     a64 = a.astype(np.float64)
     if "a" in which:  # halved and rounded to bf16 in the kernel
         a64 = (a.astype(np.float32) * 0.5).astype(ml_dtypes.bfloat16).astype(np.float64)

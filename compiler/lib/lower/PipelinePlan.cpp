@@ -227,7 +227,8 @@ bool planPipeline(const Op& loop, const AxisAnalysis& axis, int threads, int sta
   if (stages < 2) return no("num_stages=" + std::to_string(stages));
   std::set<const Op*> dots(p->dots.begin(), p->dots.end());
   int64_t stageBytes = 0;
-  // The staged copy of load `ld` in `tile` (its index in p->loads), or -1 with `why`.
+  // The staged copy of load `ld` in `tile` (its index in p->loads), or -1 with `why`
+  // (-2: the load cannot be copied asynchronously).
   auto stageLoad = [&](const Op* ld, const SharedTile& tile, bool readBack, bool transposed, int64_t eb,
                        const std::string& name) {
     auto seen = std::find_if(p->loads.begin(), p->loads.end(), [&](const StagedCopy& l) { return l.load == ld; });
@@ -245,7 +246,7 @@ bool planPipeline(const Op& loop, const AxisAnalysis& axis, int threads, int sta
     StagedCopy l{.load = ld, .tile = tile, .offset = stageBytes, .transposed = transposed, .readBack = readBack};
     if (bad = planCopy(l, body, eb, axis, threads); !bad.empty()) {
       *why = name + bad;
-      return -1;
+      return -2;
     }
     stageBytes += swizzleAtoms(ld->result()->type().numel() * tile.eb);
     p->loads.push_back(l);
@@ -281,7 +282,10 @@ bool planPipeline(const Op& loop, const AxisAnalysis& axis, int threads, int sta
       if (direct) {
         slot[i] = stageLoad(ld, wgmmaOperandTile(*dot, i, w, threads), false, i == 1 && bs.transposeOnStage,
                             bs.elemBytes, name);
-        if (slot[i] < 0) return false;
+        if (slot[i] < 0) {
+          p->unstaged.clear();
+          return false;
+        }
         continue;
       }
       // Computed from what the loop loads: the loads are copied ahead into rings and
@@ -290,14 +294,26 @@ bool planPipeline(const Op& loop, const AxisAnalysis& axis, int threads, int sta
       std::vector<const Op*> leaves;
       if (std::string bad = computedFrom(i ? bs.value : dot->operand(0), body, visited, leaves); !bad.empty())
         return no(name + bad);
+      // A load cp.async cannot copy (a small scale table in runs under 4 bytes) stays
+      // where it is, loaded each iteration: the rest of the loop still pipelines.
       for (const Op* leaf : leaves) {
         const Type& t = leaf->result()->type();
-        if (stageLoad(leaf, readBackTile(t), true, false, std::max(1, bitWidth(t.elem) / 8), name + "'s input") < 0)
+        int at = stageLoad(leaf, readBackTile(t), true, false, std::max(1, bitWidth(t.elem) / 8), name + "'s input");
+        if (at == -2) {
+          p->unstaged.emplace_back(leaf, *why);
+          why->clear();
+        } else if (at < 0) {
+          p->unstaged.clear();
           return false;
+        }
       }
       slot[i] = -1;
     }
     p->operand[dot] = {slot[0], slot[1]};
+  }
+  if (p->loads.empty()) {
+    p->unstaged.clear();
+    return no("none of its dots' operands is loaded in a way cp.async or TMA can copy ahead");
   }
   p->stages = stages;
   p->stageBytes = stageBytes;

@@ -33,6 +33,8 @@ struct PipelinePlan {
   // dot -> its A and B in loads; -1: computed in the loop from read-back loads (and
   // stored to a buffer of two stages before the dot)
   std::unordered_map<const Op*, std::pair<int, int>> operand;
+  // Loads computed operands read that stay in the loop, each with why it is not copied.
+  std::vector<std::pair<const Op*, std::string>> unstaged;
   int stages = 0;
   int64_t stageBytes = 0;
 };

@@ -9,7 +9,8 @@
 // prefix of its mask; `staged_transposed`: a [K, N] tile stored K-major). A dot operand
 // computed in the loop from what it loads (dequantized, unpacked) has its loads staged
 // for reading back into registers (`staged_read_back`, in a layout of their own); the
-// expander stores the operand for its dot. A loop with a
+// expander stores the operand for its dot; such a load cp.async cannot copy stays a
+// load of each iteration, with the reason (`not_staged`). A loop with a
 // wgmma dot that cannot pipeline gets the reason, which TILEFUSE_PERF_HINTS prints.
 // pipeline-expand writes the loop out from these attributes.
 //
@@ -57,6 +58,7 @@ void schedule(Op& loop, const L::PipelinePlan& p) {
     if (l.prefix) ld.setAttr("staged_prefix", true);
     if (l.transposed) ld.setAttr("staged_transposed", true);
   }
+  for (const auto& [ld, why] : p.unstaged) const_cast<Op*>(ld)->setAttr("not_staged", why);
 }
 
 }  // namespace
