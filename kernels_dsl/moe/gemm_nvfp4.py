@@ -46,10 +46,10 @@ def nvfp4_tile(
     and cols_end is a multiple of 16; with it either may cut a block (the wgrad's groups):
     the elements outside are zeroed after decoding (the bytes they share are loaded)."""
     # The hints rely on moe.quantize (the blocked axis a multiple of 16, the copies contiguous:
-    # stride_q = cols / 2) and on the callers (col0 a multiple of their tile, a GemmConfig
-    # power of two >= 16): rows and tiles start 8-byte aligned in the codes. Nothing aligns
-    # the scales' rows (stride_s = cols / 16 may be odd).
-    col0 = tl.multiple_of(col0, 16)
+    # stride_q = cols / 2) and on the callers (col0 a multiple of their tile BC, a GemmConfig
+    # power of two >= 16): rows and tiles start 8-byte aligned in the codes. The scales' rows
+    # (stride_s = cols / 16, an argument) are aligned where the launch sees it.
+    col0 = tl.multiple_of(col0, BC)
     stride_q = tl.multiple_of(stride_q, 8)
     blocks_end = (cols_end + 15) // 16  # blocks holding a column < cols_end
     b = col0 // 2 + tl.arange(0, BC // 2)
@@ -86,6 +86,10 @@ def grouped_gemm_nvfp4_kernel(
     C,
     O,
     W_ROWS,
+    SQ_A,
+    SS_A,
+    SQ_W,
+    SS_W,
     DGRAD: tl.constexpr,
     BIAS: tl.constexpr,
     BM: tl.constexpr,
@@ -96,7 +100,9 @@ def grouped_gemm_nvfp4_kernel(
     # NVFP4 rowwise (codes [R, C/2], scales [R, C/16], S_a at ta) and the weights' rowwise
     # copy Wq [G·W_ROWS, *] (w.reshape(G·N, K) quantized: 16 x 16 tiles or 1 x 16). The
     # forward takes B_g = Wq_gᵀ (W_ROWS = O, Wq [G·O, C]); the dgrad (DGRAD) B_g = Wq_g
-    # (W_ROWS = C, Wq [G·C, O]: its codes run along B_g's columns). C % BC == 0.
+    # (W_ROWS = C, Wq [G·C, O]: its codes run along B_g's columns). C % BC == 0. SQ_* and
+    # SS_* are the row lengths of a's and Wq's codes and scales (arguments, so that the
+    # launch sees their alignment).
     valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
     rm = tl.arange(0, BM)
     rc = tl.arange(0, BC)
@@ -105,12 +111,12 @@ def grouped_gemm_nvfp4_kernel(
     w0 = g.to(tl.int64) * W_ROWS
     acc = tl.zeros((BM, BO), dtype=tl.float32)
     for c in range(0, tl.where(valid, C, 0), BC):
-        a = nvfp4_tile(a_ptr, sa_ptr, rows, m0 + rm < end, c, c, C, C // 2, C // 16, BM, BC, False)
+        a = nvfp4_tile(a_ptr, sa_ptr, rows, m0 + rm < end, c, c, C, SQ_A, SS_A, BM, BC, False)
         if DGRAD:
             o0 = tl.program_id(1) * BO
-            b = nvfp4_tile(w_ptr, sw_ptr, w0 + c + rc, rc < BC, o0, o0, O, O // 2, O // 16, BC, BO, False)
+            b = nvfp4_tile(w_ptr, sw_ptr, w0 + c + rc, rc < BC, o0, o0, O, SQ_W, SS_W, BC, BO, False)
         else:
-            b = tl.trans(nvfp4_tile(w_ptr, sw_ptr, w0 + ro, ro < O, c, c, C, C // 2, C // 16, BO, BC, False))
+            b = tl.trans(nvfp4_tile(w_ptr, sw_ptr, w0 + ro, ro < O, c, c, C, SQ_W, SS_W, BO, BC, False))
         acc = tl.dot(a, b, acc)
     acc = acc / tl.load(ta_ptr) / tl.load(tw_ptr)
     _store_rows(acc, g, m0, end, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
@@ -129,6 +135,8 @@ def grouped_wgrad_nvfp4_kernel(
     N,
     K,
     RP,
+    SQ,
+    SS,
     BN: tl.constexpr,
     BK: tl.constexpr,
     BR: tl.constexpr,
@@ -149,8 +157,8 @@ def grouped_wgrad_nvfp4_kernel(
     r0, r1 = tl.load(offsets_ptr + g), tl.load(offsets_ptr + g + 1)
     acc = tl.zeros((BN, BK), dtype=tl.float32)
     for r in range(r0 // BR * BR, tl.where(r0 < r1, r1, 0), BR):  # an empty group: no step
-        a = nvfp4_tile(dy_ptr, sdy_ptr, rn, rn < N, r, r0, r1, RP // 2, RP // 16, BN, BR, True)
-        b = tl.trans(nvfp4_tile(x_ptr, sx_ptr, rk, rk < K, r, r0, r1, RP // 2, RP // 16, BK, BR, True))
+        a = nvfp4_tile(dy_ptr, sdy_ptr, rn, rn < N, r, r0, r1, SQ, SS, BN, BR, True)
+        b = tl.trans(nvfp4_tile(x_ptr, sx_ptr, rk, rk < K, r, r0, r1, SQ, SS, BK, BR, True))
         acc = tl.dot(a, b, acc)
     acc = acc / tl.load(tdy_ptr) / tl.load(tx_ptr)
     out = dw_ptr + g.to(tl.int64) * N * K + rn[:, None] * K + rk[None, :]

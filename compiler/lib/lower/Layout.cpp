@@ -193,8 +193,9 @@ class Planner {
   // with K contiguous) take runs along that dim, and so do the pointer computations
   // feeding them (Triton's coalescing): their accesses vectorize, and a wgmma B can be
   // copied K-major. A tile too small to give each thread 4 bytes takes runs of 4 bytes
-  // where its pointers allow such accesses, some threads holding copies: the smallest
-  // copy cp.async makes (scale tables a pipelined loop reads back).
+  // where its pointers allow such accesses (its mask may cut them: cp.async copies a
+  // valid prefix), some threads holding copies: the smallest copy cp.async makes (scale
+  // tables a pipelined loop reads back).
   void coalesce(const Block& b) {
     for (const auto& o : b.ops()) {
       for (unsigned r = 0; r < o->numRegions(); ++r) coalesce(o->region(r));
@@ -203,7 +204,7 @@ class Planner {
       const Type& pt = ptr->type();
       int64_t eb = std::max(1, bitWidth(pt.elem) / 8), word = 4 / std::min<int64_t>(4, eb);
       if (vectorRun(defaultLayout(pt, threads_)) < word && pt.shape.back() >= word &&
-          axis_->vectorWidth(ptr, o->numOperands() > 1 ? o->operand(1) : nullptr, 4) >= word) {
+          axis_->vectorWidth(ptr, nullptr, 4) >= word) {
         want(ptr, blockedLayout(pt.shape, threads_, word, -1, word));
         continue;
       }
