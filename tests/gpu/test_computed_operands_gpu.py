@@ -22,6 +22,17 @@ def ids(c):
     return "x".join(map(str, c[:3])) + f"-w{c[3]}-s{c[4]}"
 
 
+SMEM = 232448  # bytes of shared memory a block may have on sm_90a
+
+
+def computed_smem(bm, bn, bk, stages, which):
+    """The shared memory of computed_dot_loop's pipeline: a ring of `stages` for each load
+    (A f16 or bf16, B fp8 or bf16) and two stages of bf16 for each computed operand."""
+    a, b = bm * bk * 2, bk * bn * (1 if "b" in which else 2)
+    stored = 2 * 2 * (bm * bk * ("a" in which) + bk * bn * ("b" in which))
+    return stages * (a + b) + stored
+
+
 def check(got, ref, bound, k):
     # fp32 sums of exact products (bf16 x bf16): within k·2^-23 of the sum of |products|.
     err = np.abs(got - ref)
@@ -42,6 +53,11 @@ def test_computed_operands(cfg, which):
     c = torch.full((m, n), float("nan"), device="cuda")
     meta = dict(A_COMPUTED="a" in which, B_COMPUTED="b" in which, BM=bm, BN=bn, BK=bk)
     args = (a, bp, c, m, n, k, 192)
+    if computed_smem(bm, bn, bk, stages, which) > SMEM:  # refused before it runs, saying why
+        with pytest.raises(tf.LaunchError, match="bytes of shared memory"):
+            computed_dot_loop[(1,)](*args, num_warps=warps, num_stages=stages, **meta)
+        assert c.isnan().all()
+        return
     kern = computed_dot_loop.warmup(*args, grid=(1,), num_warps=warps, num_stages=stages, **meta)
     assert "cp.async" in kern.asm["ptx"] and "wgmma.mma_async" in kern.asm["ptx"]
     computed_dot_loop[(tf.cdiv(m, bm), tf.cdiv(n, bn))](*args, num_warps=warps, num_stages=stages, **meta)
