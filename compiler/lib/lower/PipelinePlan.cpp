@@ -145,7 +145,8 @@ std::string computedFrom(const Value* v, const Block& body, std::set<const Value
     leaves.push_back(def);
     return "";
   }
-  if (def->kind() == OpKind::DescLoad) return " is computed from a descriptor load (read back only from cp.async copies)";
+  if (def->kind() == OpKind::DescLoad)
+    return " is computed from a descriptor load (read back only from cp.async copies)";
   if (!computeOp(*def))
     return " is computed in the loop by " + std::string(def->mnemonic()) +
            " (a computed operand may only convert, reshape and combine elementwise what the loop loads)";
@@ -277,8 +278,8 @@ bool planPipeline(const Op& loop, const AxisAnalysis& axis, int threads, int sta
         onlyDots = onlyDots && v->uses().size() == 1;
       }
       const Op* ld = v->definingOp();
-      bool direct = ld && v->ownerBlock() == &body && onlyDots &&
-                    (ld->kind() == OpKind::DescLoad || ld->kind() == OpKind::Load);
+      bool direct =
+          ld && v->ownerBlock() == &body && onlyDots && (ld->kind() == OpKind::DescLoad || ld->kind() == OpKind::Load);
       if (direct) {
         slot[i] = stageLoad(ld, wgmmaOperandTile(*dot, i, w, threads), false, i == 1 && bs.transposeOnStage,
                             bs.elemBytes, name);

@@ -232,7 +232,7 @@ void loopWaits(Builder& b, Op& loop) {
   Block& body = loop.region(0);
   Buffers bufs = buffersOf(body);
   std::vector<Op*> readers, groups;  // ops reading ring stages; the wgmma groups among them
-  bool staged = false;                // a wgmma reads a buffer of several stages
+  bool staged = false;               // a wgmma reads a buffer of several stages
   for (auto& o : body.ops()) {
     if (o->kind() == OpKind::Wgmma)
       for (unsigned i : {0u, 2u}) staged = staged || o->operand(i)->type().shared()->stages > 1;

@@ -114,7 +114,7 @@ class Expander {
   int stages_ = 0;
   std::vector<Ring> rings_;
   Value* bars_ = nullptr;
-  std::vector<const Value*> args_;  // the loop values the copies depend on
+  std::vector<const Value*> args_;         // the loop values the copies depend on
   std::map<const Value*, Value*> stored_;  // computed operand -> its buffer of two stages
   std::vector<Value*> newBuffers_;         // those buffers, allocated before the loop
 };
@@ -341,7 +341,8 @@ void Expander::run() {
     const Op* la = stagedLoad(dot->operand(0));
     const Op* lb = stagedLoad(bs.value);
     size_t storedBefore = stored_.size();
-    Value* aBuf = la ? ringOf.at(la) : storedOperand(dot->operand(0), L::wgmmaOperandTile(*dot, 0, w, threads_), false, opStage, dot);
+    Value* aBuf = la ? ringOf.at(la)
+                     : storedOperand(dot->operand(0), L::wgmmaOperandTile(*dot, 0, w, threads_), false, opStage, dot);
     Value* bBuf = lb ? ringOf.at(lb)
                      : storedOperand(const_cast<Value*>(bs.value), L::wgmmaOperandTile(*dot, 1, w, threads_),
                                      bs.transposeOnStage, opStage, dot);
@@ -350,7 +351,8 @@ void Expander::run() {
       b_.create(OpKind::FenceAsyncShared, {}, {});
       b_.create(OpKind::Barrier, {}, {});
     }
-    std::vector<Value*> ins = {aBuf, la ? stage : opStage, bBuf, lb ? stage : opStage, dot->operand(L::accOperand(*dot))};
+    std::vector<Value*> ins = {aBuf, la ? stage : opStage, bBuf, lb ? stage : opStage,
+                               dot->operand(L::accOperand(*dot))};
     if (scaled) {
       ins.push_back(dot->operand(1));
       ins.push_back(dot->operand(3));
