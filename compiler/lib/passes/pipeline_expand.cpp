@@ -17,7 +17,11 @@
 // allocate-shared then places the rings like any buffer. A load the dots read through
 // a bitcast (fp8 operands loaded as bytes) fills a ring of the bitcast's type; a
 // dot_scaled of fp8 operands becomes a wgmma that also takes the two scale tables and
-// the K run it promotes at once (scale_chunk).
+// the K run it promotes at once (scale_chunk). A load staged for reading back
+// (staged_read_back: a dot operand computed from it) becomes a local_load of its ring's
+// current stage where it was; the computed operand is stored before its dot into one of
+// the two stages of its own buffer (a carried parity alternates them, so one
+// iteration's stores overlap the previous iteration's groups), then fence and barrier.
 //
 // before (pipeline-schedule, 3 stages):
 //   %acc = for %lb, %n, %st, %zero, %ap0 : ... {pipeline_stage_bytes = 32768, pipeline_stages = 3} {
