@@ -241,11 +241,14 @@ void verifyAsyncCopy(const Op& op) {
 }
 
 // plan-tma's decision on a make_desc: a box of the block's rank (each dim at most 256,
-// the last dividing the block's) with its swizzle, or the reason there is none.
+// the last dividing the block's) with its swizzle, or the reason there is none. The
+// reason may come before the GPU stage too (TILEFUSE_DEBUG=1 keeps every descriptor
+// off TMA), the box only from plan-tma.
 void checkTmaAttrs(const Op& op, bool gpu) {
   bool box = op.hasAttr("tma_box"), none = op.hasAttr("no_tma");
   if (!box && !none && !op.hasAttr("tma_swizzle")) return;
-  if (!gpu) fail(op, "has plan-tma's attributes in a function not marked {gpu = true}");
+  if (!gpu && (box || op.hasAttr("tma_swizzle")))
+    fail(op, "has plan-tma's attributes in a function not marked {gpu = true}");
   if (none) {
     requireAttr(op, "no_tma", 3);
     if (box) fail(op, "has both 'tma_box' and 'no_tma'");
