@@ -1,5 +1,5 @@
 """NVFP4 grouped GEMMs (forward, dgrad, wgrad) beside the bf16 grouped GEMM of the same
-shape, on the GPU: median of 20 timed calls each, TFLOP/s. The NVFP4 operands are
+shape, on the GPU: median of 20 timed calls each (moe_grouped_gemm.ms), TFLOP/s. The NVFP4 operands are
 dequantized to bf16 in the K loop (no fp4 tensor cores on sm_90), so bf16 is the bound.
 
     python3 bench/moe_nvfp4_gemm.py [--rows 16384 --k 2048 --n 2048 --groups 8]
@@ -10,21 +10,8 @@ import json
 import time
 
 import torch
+from moe_grouped_gemm import ms
 from tilefuse import moe
-
-
-def timed(call):
-    for _ in range(3):
-        call()
-    ts = []
-    for _ in range(20):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        call()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b))
-    return sorted(ts)[len(ts) // 2]
 
 
 def main():
@@ -53,8 +40,8 @@ def main():
         ("nvfp4_wgrad", lambda: moe.grouped_gemm_wgrad(cd, cx, splits)),
         ("bf16_forward", lambda: moe.grouped_gemm(x, w, splits)),
     ]:
-        ms = timed(call)
-        res[name] = {"ms": ms, "tflops": flop / ms / 1e9}
+        t = ms(call)
+        res[name] = {"ms": t, "tflops": flop / t / 1e9}
     print(json.dumps(res, indent=2))
 
 

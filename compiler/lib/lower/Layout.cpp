@@ -151,14 +151,14 @@ bool wgmmaApplies(const Op& dot, const std::string& arch, int threads, WgmmaShap
   const Type& b = dot.operand(scaled ? 2 : 1)->type();
   auto fp8 = [](DType d) { return d == DType::F8E4M3 || d == DType::F8E5M2; };
   DType acc = dot.result()->type().elem;
-  // dot_scaled of fp4 runs on bf16 operands (every scaled fp4 value is a bf16 value),
-  // of fp8 on the fp8 tensor cores.
+  // dot_scaled of fp8 runs on the fp8 tensor cores; one of fp4 operands is a bf16 dot
+  // by the time layouts are planned (decompose-dot-scaled runs first).
+  if (scaled && !(fp8(a.elem) && fp8(b.elem)))
+    return no("dot_scaled of fp4 operands: decompose-dot-scaled writes it out as a bf16 dot before the GPU stage");
   // f16 products may also accumulate in f16 (wgmma's f16 form: out_dtype=float16).
   bool f16Acc = !scaled && a.elem == DType::F16 && b.elem == DType::F16 && acc == DType::F16;
-  bool halves = (((scaled && !(fp8(a.elem) && fp8(b.elem))) ||
-                  (a.elem == b.elem && (a.elem == DType::BF16 || a.elem == DType::F16))) &&
-                 acc == DType::F32) ||
-                f16Acc;
+  bool halves =
+      (a.elem == b.elem && (a.elem == DType::BF16 || a.elem == DType::F16) && acc == DType::F32) || f16Acc;
   bool bytes = (fp8(a.elem) && fp8(b.elem) && acc == DType::F32) ||
                (a.elem == DType::I8 && b.elem == DType::I8 && acc == DType::I32);
   if (!halves && !bytes)

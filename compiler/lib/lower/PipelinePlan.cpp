@@ -218,12 +218,8 @@ bool planPipeline(const Op& loop, const AxisAnalysis& axis, int threads, int sta
     *why = std::move(reason);
     return false;
   };
-  for (const auto& o : body.ops()) {
-    if (!onWgmmaLayout(*o)) continue;
-    if (o->kind() != OpKind::Dot && !scaledOnFp8(*o))
-      return no("dot_scaled loops of fp4 operands are not pipelined (operands dequantized in registers)");
-    p->dots.push_back(o.get());
-  }
+  for (const auto& o : body.ops())
+    if (onWgmmaLayout(*o)) p->dots.push_back(o.get());
   if (p->dots.empty()) return false;
   if (stages < 2) return no("num_stages=" + std::to_string(stages));
   std::set<const Op*> dots(p->dots.begin(), p->dots.end());
@@ -283,10 +279,7 @@ bool planPipeline(const Op& loop, const AxisAnalysis& axis, int threads, int sta
       if (direct) {
         slot[i] = stageLoad(ld, wgmmaOperandTile(*dot, i, w, threads), false, i == 1 && bs.transposeOnStage,
                             bs.elemBytes, name);
-        if (slot[i] < 0) {
-          p->unstaged.clear();
-          return false;
-        }
+        if (slot[i] < 0) return false;
         continue;
       }
       // Computed from what the loop loads: the loads are copied ahead into rings and
@@ -298,13 +291,12 @@ bool planPipeline(const Op& loop, const AxisAnalysis& axis, int threads, int sta
       // A load cp.async cannot copy (a small scale table in runs under 4 bytes) stays
       // where it is, loaded each iteration: the rest of the loop still pipelines.
       for (const Op* leaf : leaves) {
-        const Type& t = leaf->result()->type();
-        int at = stageLoad(leaf, readBackTile(t), true, false, std::max(1, bitWidth(t.elem) / 8), name + "'s input");
+        SharedTile tile = readBackTile(leaf->result()->type());
+        int at = stageLoad(leaf, tile, true, false, tile.eb, name + "'s input");
         if (at == -2) {
           p->unstaged.emplace_back(leaf, *why);
           why->clear();
         } else if (at < 0) {
-          p->unstaged.clear();
           return false;
         }
       }
@@ -312,10 +304,7 @@ bool planPipeline(const Op& loop, const AxisAnalysis& axis, int threads, int sta
     }
     p->operand[dot] = {slot[0], slot[1]};
   }
-  if (p->loads.empty()) {
-    p->unstaged.clear();
-    return no("none of its dots' operands is loaded in a way cp.async or TMA can copy ahead");
-  }
+  if (p->loads.empty()) return no("none of its dots' operands is loaded in a way cp.async or TMA can copy ahead");
   p->stages = stages;
   p->stageBytes = stageBytes;
   return true;

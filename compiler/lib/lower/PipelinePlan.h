@@ -47,7 +47,8 @@ std::string accessReason(const AxisAnalysis& axis, const Value* ptr, const Value
 
 // The schedule of for loop `loop` of a GPU-stage kernel for `stages` stages. False
 // for a loop without a wgmma dot (`why` empty) or one that cannot pipeline (`why`
-// says why). Descriptor loads copy with TMA when plan-tma put their descriptor on it.
+// says why; `p` is then incomplete). Descriptor loads copy with TMA when plan-tma put
+// their descriptor on it.
 bool planPipeline(const Op& loop, const AxisAnalysis& axis, int threads, int stages, PipelinePlan* p, std::string* why);
 
 // The #shared tile of a ring that a load's values are read back from into registers:

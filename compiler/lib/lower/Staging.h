@@ -139,11 +139,9 @@ struct WgmmaB {
   int64_t elemBytes;
 };
 // K-major for 8-bit types, for trans(x) of an [N, K] tile, and for a [K, N] tile the
-// layout plan coalesced along K (K contiguous in memory); fp4 dot_scaled operands are
-// dequantized to bf16 and staged N-major.
+// layout plan coalesced along K (K contiguous in memory).
 inline WgmmaB wgmmaB(const Op& dot, int threads) {
   bool scaled = dot.kind() == OpKind::DotScaled;
-  if (scaled && !scaledOnFp8(dot)) return {dot.operand(2), false, false, 2};
   const Value* b = dot.operand(scaled ? 2 : 1);
   int64_t eb = wgmmaElemBytes(b->type().elem);
   const Op* def = b->definingOp();

@@ -120,7 +120,6 @@ class Expander {
   Value* bars_ = nullptr;
   std::vector<const Value*> args_;         // the loop values the copies depend on
   std::map<const Value*, Value*> stored_;  // computed operand -> its buffer of two stages
-  std::vector<Value*> newBuffers_;         // those buffers, allocated before the loop
 };
 
 // Whether the loop may run after other users of shared memory: it is in a loop, or a
@@ -256,7 +255,6 @@ Value* Expander::storedOperand(Value* v, const L::SharedTile& tile, bool transpo
   Op* st = b_.create(OpKind::LocalStore, {buf, parity, v}, {});
   if (transposed) st->setAttr("transposed", true);
   stored_[v] = buf;
-  newBuffers_.push_back(buf);
   return buf;
 }
 

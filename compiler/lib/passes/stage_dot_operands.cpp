@@ -7,9 +7,9 @@
 // warpgroup may still read the buffers' bytes) and after the fence that shows them to
 // the tensor cores; the dot becomes a wgmma group on the buffers and a wait for it
 // (fp8 dots, which promote every 128 of K in fp32, complete their groups themselves).
-// allocate-shared places the buffers. A dot_scaled of fp8 operands becomes a wgmma that
-// also takes its two scale tables (it promotes, so it waits for itself); one of fp4
-// operands keeps the lowering's staging, which dequantizes it to bf16 in registers.
+// allocate-shared places the buffers. A dot_scaled (of fp8 operands: one of fp4 is a
+// bf16 dot by now, decompose-dot-scaled) becomes a wgmma that also takes its two scale
+// tables (it promotes, so it waits for itself).
 //
 // before (sm_90a, 4 warps):
 //   %d = dot %a, %b, %c : tile<64x64xf32, W>
@@ -101,8 +101,7 @@ void stage_dot_operands(Module& m) {
     int threads = 32 * static_cast<int>(f->intAttr("num_warps"));
     std::vector<Op*> dots;
     f->walk([&](Op* o) {
-      bool staged = o->kind() == OpKind::Dot || L::scaledOnFp8(*o);
-      if (staged && L::onWgmmaLayout(*o) && !pipelined(*o)) dots.push_back(o);
+      if (L::onWgmmaLayout(*o) && !pipelined(*o)) dots.push_back(o);
     });
     for (Op* d : dots) stage(b, *d, f->strAttr("arch"), threads);
   }
