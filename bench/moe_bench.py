@@ -9,7 +9,8 @@ drawn 0.7-1.3x the mean, and PEERS.md's skewed routing (exponential weights) at 
         grouped GEMM (bench/triton_grouped.py, best of its configs); fp8: torch's rowwise
         torch._scaled_grouped_mm (the fp8 rows compare with it)
   dgrad dx_g = dy_g w_g   ours persistent and per-tile; peers cuBLAS loop, torch._grouped_mm
-  wgrad dw_g = dy_gᵀ x_g  ours; peers cuBLAS loop, torch._grouped_mm (2-D x 2-D with offs)
+  wgrad dw_g = dy_gᵀ x_g  ours persistent and per-tile; peers cuBLAS loop, torch._grouped_mm
+                          (2-D x 2-D with offs)
 Memory-bound stages (T x 2F bf16 + fp32 probs): scaled SwiGLU, MXFP8 quantize, both in a
 row; ours beside torch eager and torch.compile of the same composition (GB/s: bytes read
 and written once).
@@ -233,6 +234,7 @@ def main(argv=None):
         "--fp8-config", action="append", help="our fp8 forward's tiles (repeatable; default: the host's pick)"
     )
     ap.add_argument("--sections", default="gemm,memory,mlp")
+    ap.add_argument("--ops", help="only the GEMM ops of these first words, e.g. wgrad or fwd,dgrad (default: all)")
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--group-m", type=int, help="PERSISTENT_GROUP_M of the persistent order (default 8)")
     ap.add_argument("--programs-per-sm", type=int, help="PERSISTENT_PROGRAMS_PER_SM (default 1)")
@@ -281,6 +283,8 @@ def main(argv=None):
             failed += 1
             backend.free()
             continue
+        if args.ops:
+            cases = [c for c in cases if c["section"] != "gemm" or c["op"].split()[0] in args.ops.split(",")]
         for case in cases:
             r = run_case(case, backend, args.check_only, reps, warmup)
             bad = r["status"] == "FAILED check" or r["status"].startswith("ERROR")

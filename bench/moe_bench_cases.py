@@ -88,7 +88,12 @@ def gemm_cases(B, name, shape, splits_for, skewed, configs, rng, fp8_configs=(No
                 case = c(op, tag + (" [rule]" if rule else ""), "ours", "bf16", fn, check)
                 waves = (cdiv(rows, cfg.block_m) + min(e, rows)) * cdiv(o, cfg.block_n) / host.num_programs(x)
                 out.append(case | dict(config=_cfg_name(cfg), persistent=persistent, waves=waves))
-    out.append(c("wgrad bf16", "default", "ours", "bf16", lambda: moe.grouped_gemm_wgrad(dy, x, splits), wgrad_check))
+            # The wgrad's tiles are dw's: block_m of N by block_n of K, block_k rows a step.
+            fn = functools.partial(moe.grouped_gemm_wgrad, dy, x, splits, config=p)
+            rule = host.wgrad_persistent(x, k, cfg) == persistent
+            case = c("wgrad bf16", tag + (" [rule]" if rule else ""), "ours", "bf16", fn, wgrad_check)
+            waves = e * cdiv(n, cfg.block_m) * cdiv(k, cfg.block_n) / host.num_programs(x)
+            out.append(case | dict(config=_cfg_name(cfg), persistent=persistent, waves=waves))
     for cfg in fp8_configs:
         out += _fp8_ours(B, x, w, splits, c, fwd_check, cfg)
     out += _gemm_peers(B, name, routing, x, w, dy, s, offs, c, fwd_check, dgrad_check, wgrad_check)

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from moe_bench import parse_config  # noqa: E402
 from moe_bench_cases import GEMM_SHAPES  # noqa: E402
 
-TUNED_OPS = ("fwd bf16", "dgrad bf16", "fwd mxfp8", "fwd fp8_block")
+TUNED_OPS = ("fwd bf16", "dgrad bf16", "wgrad bf16", "fwd mxfp8", "fwd fp8_block")
 BALANCED = "0.7-1.3"
 
 

@@ -424,6 +424,71 @@ def grouped_wgrad_kernel(
 
 
 @tf.jit
+def grouped_wgrad_persistent_kernel(
+    dyt_ptr,
+    x_ptr,
+    dw_ptr,
+    offsets_ptr,
+    padded_ptr,
+    G,
+    N,
+    K,
+    R,
+    RP,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    BR: tl.constexpr,
+    GROUP_N: tl.constexpr,
+):
+    # grouped_wgrad_kernel's product, persistent: the num_programs(0) programs loop over the
+    # G·tiles_n·tiles_k tiles of dw, group after group, and within a group GROUP_N row
+    # tiles side by side over each column tile (the group's x columns stay in L2). The
+    # group's whole K steps go through descriptors (TMA copies on sm_90): dyt [N, RP] from
+    # column padded[g], x [R, K] from row offsets[g]; they never read past the group. Its
+    # last rows % BR rows, if any, take one masked step of pointer loads.
+    dyt_desc = tl.make_tensor_descriptor(dyt_ptr, [N, RP], [RP, 1], [BN, BR])
+    x_desc = tl.make_tensor_descriptor(x_ptr, [R, K], [K, 1], [BR, BK])
+    tiles_n = tl.cdiv(N, BN)
+    tiles_k = tl.cdiv(K, BK)
+    per_g = tiles_n * tiles_k
+    per_band = GROUP_N * tiles_k
+    rr = tl.arange(0, BR)
+    for t in range(tl.program_id(0), G * per_g, tl.num_programs(0)):
+        g = t // per_g
+        local = t % per_g
+        band_n = (local // per_band) * GROUP_N
+        band = tl.minimum(tiles_n - band_n, GROUP_N)
+        n0 = (band_n + (local % per_band) % band) * BN
+        k0 = ((local % per_band) // band) * BK
+        r0 = tl.load(offsets_ptr + g)
+        rows = tl.load(offsets_ptr + g + 1) - r0
+        col0 = tl.multiple_of(tl.load(padded_ptr + g), PAD)
+        full = (rows // BR) * BR
+        acc = tl.zeros((BN, BK), dtype=tl.float32)
+        for r in range(0, full, BR):
+            acc = tl.dot(dyt_desc.load([n0, col0 + r]), x_desc.load([r0 + r, k0]), acc)
+        rn = n0 + tl.arange(0, BN)
+        rk = k0 + tl.arange(0, BK)
+        if full < rows:
+            # dyt's columns up to the group's padded end are its rows, then zeros: a
+            # mask constant in runs of PAD columns keeps the loads 16 bytes wide.
+            tail = tl.multiple_of(tl.load(padded_ptr + g + 1), PAD) - col0 - full
+            a = tl.load(
+                dyt_ptr + rn[:, None].to(tl.int64) * RP + (col0 + full + rr)[None, :],
+                mask=(rn[:, None] < N) & (rr[None, :] < tail),
+                other=0.0,
+            )
+            b = tl.load(
+                x_ptr + (r0 + full + rr)[:, None].to(tl.int64) * K + rk[None, :],
+                mask=((full + rr) < rows)[:, None] & (rk[None, :] < K),
+                other=0.0,
+            )
+            acc = tl.dot(a, b, acc)
+        out = dw_ptr + g.to(tl.int64) * N * K + rn[:, None] * K + rk[None, :]
+        tl.store(out, acc.to(dw_ptr.dtype.element_ty), mask=(rn[:, None] < N) & (rk[None, :] < K))
+
+
+@tf.jit
 def grouped_wgrad_fp8_kernel(
     dy_ptr,
     sdy_ptr,

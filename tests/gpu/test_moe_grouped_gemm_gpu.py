@@ -97,6 +97,37 @@ def test_forward_dgrad_wgrad(gen, name, out_dtype, config):
         ref.check(dw[i], e, m, b - a, out_dtype, f"dw[{i}]")
 
 
+WGRAD_CASES = {**CASES, "k_aligned_ragged": (3000, 768, 320, [1, 700, 0, 63, 1000, 129, 1])}
+WGRAD_CONFIGS = [
+    moe.GemmConfig(64, 128, 64, 4, 4),
+    moe.GemmConfig(128, 128, 64, 8, 3),
+    moe.GemmConfig(128, 256, 64, 8, 3),
+    moe.GemmConfig(128, 256, 64, 8, 4),
+    moe.GemmConfig(128, 128, 128, 8, 3),
+]
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+@pytest.mark.parametrize("config", WGRAD_CONFIGS, ids=lambda c: "x".join(map(str, c[:5])))
+@pytest.mark.parametrize("name", WGRAD_CASES)
+def test_wgrad_configs(gen, name, config, persistent):
+    """Both wgrad kernels at each tile config: groups of every size against BR (a single
+    row, partial last steps, empty groups); rows past the groups hold huge values that any
+    read of them would show in dw."""
+    rows, k, n, s = WGRAD_CASES[name]
+    splits = torch.tensor(s, dtype=torch.int32, device="cuda")
+    x, dy = bf16(gen, rows, k), bf16(gen, rows, n)
+    end = int(ref.offsets(s, rows)[-1])
+    x[end:], dy[end:] = 1e30, 1e30
+    dw = host(moe.grouped_gemm_wgrad(dy, x, splits, out_dtype="float32", config=config._replace(persistent=persistent)))
+    e, m = ref.wgrad(host(dy), host(x), s)
+    for i, size in enumerate(np.diff(ref.offsets(s, rows))):
+        if size:
+            ref.check(dw[i], e[i], m[i], int(size), "float32", f"dw[{i}]")
+        else:
+            assert (dw[i] == 0).all(), f"dw[{i}] of an empty group"
+
+
 @pytest.mark.parametrize("scaled", [False, True])
 def test_bias(gen, scaled):
     rows, k, n, s, splits, x, w = setup(gen, "skewed")

@@ -34,9 +34,9 @@ FP8_RECIPES = ("mxfp8", "fp8_block")
 class GemmConfig(NamedTuple):
     """Tiles (powers of two) and launch options. block_m: rows per tile (the schedule's
     tile); block_n: output columns; block_k: the K loop's step (for the wgrad: rows).
-    persistent (the bf16 forward and dgrad): True runs one program per SM looping over
-    the tiles (grouped_gemm_persistent_kernel), False one program per tile, None lets
-    use_persistent decide."""
+    persistent (the bf16 GEMMs): True runs one program per SM looping over the tiles
+    (grouped_gemm_persistent_kernel, grouped_wgrad_persistent_kernel), False one program
+    per tile, None lets use_persistent decide (the wgrad: persistent on the GPU)."""
 
     block_m: int = 128
     block_n: int = 128
@@ -214,6 +214,15 @@ def use_persistent(like, rows, groups, o, cfg) -> bool:
         return False
     slots = cdiv(rows, cfg.block_m) + min(groups, rows)
     return slots * cdiv(o, cfg.block_n) >= PERSISTENT_WAVES * num_programs(like)
+
+
+def wgrad_persistent(like, k, cfg) -> bool:
+    """Whether the bf16 wgrad runs grouped_wgrad_persistent_kernel: config.persistent, or
+    where None, on the GPU when x's rows are whole 16-element runs (its K steps are TMA
+    copies of x [R, K]; the launch specializes K % 16; other K take the pointer kernel)."""
+    if cfg.persistent is not None:
+        return cfg.persistent
+    return not isinstance(like, np.ndarray) and k % 16 == 0
 
 
 def _persistent_gemm(a, wt: _Weights, splits, out, bias, scale, c, o, dgrad, cfg):
@@ -434,7 +443,7 @@ def grouped_gemm_wgrad(dy, x, splits, *, out_dtype="bfloat16", config=None):
     k = int(x.shape[1])
     _check_splits(fn, splits, dy, None)
     groups = int(splits.shape[0])
-    cfg = _config(fn, config, dy)
+    cfg = _config(fn, config, dy, "wgrad bf16", k, n)
     dw = _out(fn, None, dy, (groups, n, k), out_dtype)
     # The transposed copy in tiles of at most 64 x 128 (a tile goes through shared memory).
     tm, tn = min(64, cfg.block_m), min(128, cfg.block_n)
@@ -443,6 +452,26 @@ def grouped_gemm_wgrad(dy, x, splits, *, out_dtype="bfloat16", config=None):
     dyt = _arrays.empty(dy, (n, rp), "bfloat16")
     s = (sched.offsets, sched.padded, sched.tile_start, sched.tiles)
     K.transpose_groups[(sched.slots, cdiv(n, tn))](dy, dyt, *s, groups, n, rp, BM=tm, BN=tn, num_warps=4)
+    if rows > 0 and wgrad_persistent(dy, k, cfg):
+        K.grouped_wgrad_persistent_kernel[(num_programs(dy),)](
+            dyt,
+            x,
+            dw,
+            sched.offsets,
+            sched.padded,
+            groups,
+            n,
+            k,
+            rows,
+            rp,
+            BN=cfg.block_m,
+            BK=cfg.block_n,
+            BR=cfg.block_k,
+            GROUP_N=PERSISTENT_GROUP_M,
+            num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
+        )
+        return dw
     grid = (cdiv(n, cfg.block_m) * cdiv(k, cfg.block_n), groups)
     K.grouped_wgrad_kernel[grid](
         dyt,

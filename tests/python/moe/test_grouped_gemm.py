@@ -99,14 +99,16 @@ def test_dgrad(rng, name, out_dtype):
     check_rows(dx, *ref.dgrad(dy, w, splits), n, splits, out_dtype, "dx")
 
 
+@pytest.mark.parametrize("persistent", [False, True])
 @pytest.mark.parametrize("out_dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("name", CASES)
-def test_wgrad(rng, name, out_dtype):
+def test_wgrad(rng, name, out_dtype, persistent):
     rows, k, n, splits, x, _ = inputs(rng, name)
     dy = bf16(rng, rows, n)
     # Pad rows hold huge values: any read of them would show.
     x[ref.offsets(splits, rows)[-1] :] = 1e30
-    dw = moe.grouped_gemm_wgrad(dy, x, splits, out_dtype=out_dtype, config=SMALL)
+    config = SMALL._replace(persistent=persistent)
+    dw = moe.grouped_gemm_wgrad(dy, x, splits, out_dtype=out_dtype, config=config)
     expected, mag = ref.wgrad(dy, x, splits)
     assert dw.shape == expected.shape
     sizes = np.diff(ref.offsets(splits, rows))
@@ -123,9 +125,10 @@ def test_tile_configs(rng, config):
     y = moe.grouped_gemm(x, w, splits, out=prefilled((rows, n), "float32"), out_dtype="float32", config=config)
     check_rows(y, *ref.forward(x, w, splits), k, splits, "float32", "y")
     dy = bf16(rng, rows, n)
-    dw = moe.grouped_gemm_wgrad(dy, x, splits, out_dtype="float32", config=config)
     expected, mag = ref.wgrad(dy, x, splits)
-    ref.check(dw.reshape(-1, k), expected.reshape(-1, k), mag.reshape(-1, k), rows, "float32", "dw")
+    for p in (False, True):
+        dw = moe.grouped_gemm_wgrad(dy, x, splits, out_dtype="float32", config=config._replace(persistent=p))
+        ref.check(dw.reshape(-1, k), expected.reshape(-1, k), mag.reshape(-1, k), rows, "float32", f"dw {p}")
 
 
 @pytest.mark.parametrize("block_m", [16, 32])

@@ -15,7 +15,13 @@ from tests.ptxas import PTXAS, assert_assembles
 from tests.python.moe.gemm_reference import BF16
 
 CHECKED = set()  # (compiled kernel, warps, stages) of schedule kernels that passed
-GEMMS = ("grouped_gemm_kernel", "grouped_wgrad_kernel", "grouped_gemm_fp8_kernel", "grouped_wgrad_fp8_kernel")
+GEMMS = (
+    "grouped_gemm_kernel",
+    "grouped_wgrad_kernel",
+    "grouped_wgrad_persistent_kernel",
+    "grouped_gemm_fp8_kernel",
+    "grouped_wgrad_fp8_kernel",
+)
 
 
 class Recorder:
@@ -68,6 +74,7 @@ CALLS = {
     "dgrad": lambda c: moe.grouped_gemm_dgrad(dy, w, splits, config=c),
     "dgrad_list": lambda c: moe.grouped_gemm_dgrad(dy, list(w), splits, config=c),
     "wgrad": lambda c: moe.grouped_gemm_wgrad(dy, x, splits, config=c),
+    "wgrad_persistent": lambda c: moe.grouped_gemm_wgrad(dy, x, splits, config=c._replace(persistent=True)),
     "forward_mxfp8": lambda c: moe.grouped_gemm(qx, qw, splits, config=c),
     "forward_mxfp8_scaled_bias": lambda c: moe.grouped_gemm(qx, qw, splits, bias, probs, config=c),
     "forward_fp8_block": lambda c: moe.grouped_gemm(bx, bw, splits, config=c),
@@ -104,7 +111,9 @@ def test_kernels_are_on_the_fast_path(monkeypatch, tmp_path, call, cfg):
             }
             mma = next((v for key, v in types.items() if key in call), "k16.f32.bf16.bf16")
             assert f"wgmma.mma_async.sync.aligned.m64n{cfg.block_n}{mma}" in low["ptx"]
-            assert "cp.async.cg.shared.global" in low["ptx"]
+            # The persistent wgrad's K steps are TMA copies (its masked last step: loads).
+            copy = "cp.async.bulk.tensor" if "persistent" in call else "cp.async.cg.shared.global"
+            assert copy in low["ptx"]
 
 
 def _fp8_ptx(monkeypatch, call, cfg):
@@ -148,7 +157,8 @@ def test_fp8_block_promotes_once_per_step(monkeypatch, tmp_path, call, block_k):
 HOST_CONFIGS = {
     "forward": ("fwd bf16", "default"),
     "dgrad": ("dgrad bf16", "default"),
-    "wgrad": (None, "default"),
+    "wgrad": ("wgrad bf16", "default"),
+    "wgrad_persistent": ("wgrad bf16", "default"),
     "forward_mxfp8": ("fwd mxfp8", "default"),
     "forward_fp8_block": ("fwd fp8_block", "default"),
     "dgrad_mxfp8": (None, "default"),
