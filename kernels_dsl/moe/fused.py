@@ -31,7 +31,7 @@ import tilefuse as tf
 import tilefuse.language as tl
 
 from .activations import DS_CHUNK, add_in_order, glu_columns, load_glu, run_sums, store_glu
-from .grouped_gemm import _tile, _weight, bias_tile, k_loop, k_loop_fp8
+from .grouped_gemm import _persistent_tile, _tile, _weight, bias_tile, k_loop, k_loop_desc, k_loop_fp8
 from .quantize import fp8_block_encode, mxfp8_encode, nvfp4_encode, rht_step, stochastic_bits, tensor_scale_of
 
 MX_BLOCK = 32  # MXFP8's block
@@ -286,6 +286,95 @@ def fc1_kernel(
     else:
         w = _weight(w_ptr, w_offs_ptr, g, n1 * D, W_LIST, W_ALIGNED)
         acc_a, acc_b = k_loop(x_ptr, w, valid, m0, end, D, n1, a_col, b_col, 1, D, ACT.glu, BM, BO, BC)
+    fc1_epilogue(
+        acc_a, acc_b, g, m0, end, c0, a_col, b_col, bias_ptr, bias_scale_ptr, probs_ptr, c_ptr, y_ptr, ys_ptr, yt_ptr,
+        yts_ptr, offsets_ptr, padded_ptr, N, K, RP, NSY, RPS, P0, P1, P2, ACT, BIAS, EXACT, OUT, GLU_RUN, EVEN_ODD,
+        BM, BO,
+    )  # fmt: skip
+
+
+@tf.jit
+def fc1_persistent_kernel(
+    x_ptr,
+    w_ptr,
+    bias_ptr,
+    bias_scale_ptr,
+    probs_ptr,
+    c_ptr,
+    y_ptr,
+    ys_ptr,
+    yt_ptr,
+    yts_ptr,
+    offsets_ptr,
+    padded_ptr,
+    tile_start_ptr,
+    tiles_ptr,
+    G,
+    R,
+    D,
+    N,
+    K,
+    RP,
+    NSY,
+    RPS,
+    P0,
+    P1,
+    P2,
+    ACT: tl.constexpr,
+    BIAS: tl.constexpr,
+    EXACT: tl.constexpr,
+    OUT: tl.constexpr,
+    GLU_RUN: tl.constexpr,
+    EVEN_ODD: tl.constexpr,
+    BM: tl.constexpr,
+    BO: tl.constexpr,
+    BC: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    # fc1_kernel's bf16 product and epilogue, persistent: the programs loop over the
+    # tiles in grouped_gemm_persistent_kernel's order, their K loops on descriptors
+    # (k_loop_desc: x [R, D], w1 [G, N1, D] as [G·N1, D]). A tile's gate and up columns
+    # are each one run of BO weight rows: a GLU interleave K that BO divides, or the
+    # halves (K = N; columns past N read rows that are not stored) — the host checks.
+    n1 = N
+    if ACT.glu:
+        n1 = 2 * N
+    x_desc = tl.make_tensor_descriptor(x_ptr, [R, D], [D, 1], [BM, BC])
+    w_desc = tl.make_tensor_descriptor(w_ptr, [G * n1, D], [D, 1], [BO, BC])
+    tiles_o = tl.cdiv(N, BO)
+    total = tl.load(tile_start_ptr + G) * tiles_o
+    for t in range(tl.program_id(0), total, tl.num_programs(0)):
+        g, m0, end, pid_o = _persistent_tile(t, offsets_ptr, tile_start_ptr, tiles_ptr, tiles_o, GROUP_M, BM)
+        c0 = pid_o * BO
+        cols = c0 + tl.arange(0, BO)
+        if ACT.glu:
+            a_col, b_col = glu_columns(cols, K, GLU_RUN)
+            a0 = (c0 // K) * (2 * K) + c0 % K
+            b0 = a0 + K
+        else:
+            a_col, b_col = cols, cols
+            a0, b0 = c0, c0
+        acc_a, acc_b = k_loop_desc(x_desc, w_desc, m0, g * n1 + a0, g * n1 + b0, D, ACT.glu, BM, BO, BC)
+        fc1_epilogue(
+            acc_a, acc_b, g, m0, end, c0, a_col, b_col, bias_ptr, bias_scale_ptr, probs_ptr, c_ptr, y_ptr, ys_ptr,
+            yt_ptr, yts_ptr, offsets_ptr, padded_ptr, N, K, RP, NSY, RPS, P0, P1, P2, ACT, BIAS, EXACT, OUT, GLU_RUN,
+            EVEN_ODD, BM, BO,
+        )  # fmt: skip
+
+
+@tf.jit
+def fc1_epilogue(
+    acc_a, acc_b, g, m0, end, c0, a_col, b_col, bias_ptr, bias_scale_ptr, probs_ptr, c_ptr, y_ptr, ys_ptr, yt_ptr,
+    yts_ptr, offsets_ptr, padded_ptr, N, K, RP, NSY, RPS, P0, P1, P2, ACT: tl.constexpr, BIAS: tl.constexpr,
+    EXACT: tl.constexpr, OUT: tl.constexpr, GLU_RUN: tl.constexpr, EVEN_ODD: tl.constexpr, BM: tl.constexpr,
+    BO: tl.constexpr,
+):  # fmt: skip
+    # FC1's epilogue of one tile (module docstring): the accumulators of the output columns
+    # c0 .. c0 + BO (a_col / b_col: their storage columns) of the rows m0 .. end.
+    cols = c0 + tl.arange(0, BO)
+    n1 = N
+    if ACT.glu:
+        n1 = 2 * N
     rm, row_ok, r64 = tile_rows(m0, end, BM)
     if BIAS > 0:
         acc_a = acc_a + bias_tile(bias_ptr, bias_scale_ptr, g, m0, end, n1, a_col, BIAS, BM)

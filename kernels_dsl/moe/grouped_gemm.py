@@ -188,6 +188,25 @@ def k_loop(
 
 
 @tf.jit
+def k_loop_desc(
+    a_desc, w_desc, m0, w_row, w_row_b, C, TWO: tl.constexpr, BM: tl.constexpr, BO: tl.constexpr, BC: tl.constexpr
+):
+    """k_loop on descriptors (TMA copies on sm_90): rows m0 .. m0 + BM of a_desc ([R, C],
+    blocks [BM, BC]) times the transposes of the BO weight rows from w_row of w_desc
+    ([·, C], blocks [BO, BC]); with TWO also those from w_row_b (FC1's up columns), else
+    zeros. Rows past a group or a weight read what lies there (the caller stores none of
+    it); K steps of k_loop's order, so its results are the same bits."""
+    acc = tl.zeros((BM, BO), dtype=tl.float32)
+    acc_b = tl.zeros((BM, BO), dtype=tl.float32)
+    for c in range(0, C, BC):
+        a = a_desc.load([m0, c])
+        acc = tl.dot(a, tl.trans(w_desc.load([w_row, c])), acc)
+        if TWO:
+            acc_b = tl.dot(a, tl.trans(w_desc.load([w_row_b, c])), acc_b)
+    return acc, acc_b
+
+
+@tf.jit
 def bias_tile(bias_ptr, scale_ptr, g, m0, end, O, cols, BIAS: tl.constexpr, BM: tl.constexpr):
     """What the epilogue adds, fp32: b_g[cols] as [1, len(cols)] (BIAS 1) or b_g[cols]·s_r
     as [BM, len(cols)] (BIAS 2) for bias [G, O], s [R] (0 at columns past O)."""

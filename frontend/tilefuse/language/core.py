@@ -1213,6 +1213,16 @@ class tensor_descriptor:
         self.handle = handle
         self.block_shape = block_shape
 
+    # A device function call passes the descriptor as one argument.
+    def _tensors(self) -> list:
+        return [tensor(self.handle)]
+
+    def _with_tensors(self, ts):
+        return tensor_descriptor(ts[0].handle, self.block_shape)
+
+    def __repr__(self):
+        return f"tensor_descriptor<block_shape={list(self.block_shape)}>"
+
     def load(self, offsets, _builder=None):
         offs = [to_tensor(o, _builder).handle for o in offsets]
         return tensor(_builder.desc_load(self.handle, offs))

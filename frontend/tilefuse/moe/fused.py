@@ -28,7 +28,18 @@ from ..jit import interp_buffers
 from . import _arrays
 from . import _fused_nvfp4 as NV
 from .activations import _activation, _layout, _params
-from .grouped_gemm import GemmConfig, _check, _check_fp8, _check_splits, _config, _schedule, _weights, bias_kind
+from .grouped_gemm import (
+    PERSISTENT_GROUP_M,
+    GemmConfig,
+    _check,
+    _check_fp8,
+    _check_splits,
+    _config,
+    _schedule,
+    _weights,
+    bias_kind,
+    num_programs,
+)
 from .grouped_gemm import _check_bias as _check_gemm_bias
 from .quant import Quantized
 
@@ -61,6 +72,22 @@ def _fused_config(fn, config, like, recipe, quantized):
             f"(dprobs runs of {K.DS_CHUNK}, the output's blocks), got {cfg}"
         )
     return cfg
+
+
+def _persistent(fn, cfg, like, recipe, w, rows, d, split_runs) -> bool:
+    """Whether a fused GEMM runs its persistent kernel (bf16 only): config.persistent, or
+    where None, on the GPU when the K loop's descriptors can be TMA copies (d % 16 == 0).
+    It needs w as one [G, ·, ·] array and (split_runs false) each tile's weight columns
+    as one run; config.persistent=True without them is an error."""
+    fits = recipe == "bf16" and w.offsets is None and rows > 0 and not split_runs
+    if cfg.persistent and not fits and rows > 0:
+        raise ValueError(
+            f"{fn}: config.persistent=True needs recipe 'bf16', the weights as one [G, ...] array and a GLU "
+            f"interleave that config.block_n ({cfg.block_n}) divides (or the halves)"
+        )
+    if not fits or cfg.persistent is False:
+        return False
+    return bool(cfg.persistent) or (not isinstance(like, np.ndarray) and d % 16 == 0)
 
 
 def _glu_meta(act, k, cfg, block, fn):
@@ -225,6 +252,18 @@ def fc1_forward(
     rp = _padded_rows(rows, groups, block)
     c = _arrays.empty(like, (rows, n1), "bfloat16")
     ys, y = _outputs(like, rows, n, rp, recipe, quantized)
+    tail = (groups, d, n, k, rp, n // block, rp // block)
+    out_kind = OUT[recipe] if quantized else 0
+    act_meta = dict(ACT=act, BIAS=bias_kind(bias, bias_scale), EXACT=mode == "exact", OUT=out_kind)
+    act_meta |= {m: v for m, v in glu.items() if m != "PAIRS"}
+    if _persistent(fn, cfg, like, recipe, w, rows, d, act.glu and k != n and k % cfg.block_n):
+        K.fc1_persistent_kernel[(num_programs(like),)](
+            x, w.ptr, splits if bias is None else bias, splits if bias_scale is None else bias_scale, probs, c,
+            *ys, sched.offsets, sched.padded, sched.tile_start, sched.tiles, groups, rows, *tail[1:], *params,
+            **act_meta, BM=cfg.block_m, BO=cfg.block_n, BC=cfg.block_k, GROUP_M=PERSISTENT_GROUP_M,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )  # fmt: skip
+        return c, y
     a_args, strides, bc, w_meta, arrays = _gemm_args(x, w, splits, fp8, cfg, d, recipe, ("FX", "SX_ROWS"))
     with interp_buffers(*(a for a in arrays if isinstance(a, np.ndarray))):
         K.fc1_kernel[(sched.slots, cdiv(n, cfg.block_n))](
@@ -238,21 +277,11 @@ def fc1_forward(
             sched.padded,
             sched.tile_start,
             sched.tiles,
-            groups,
-            d,
-            n,
-            k,
-            rp,
-            n // block,
-            rp // block,
+            *tail,
             *strides,
             *params,
-            ACT=act,
-            BIAS=bias_kind(bias, bias_scale),
-            EXACT=mode == "exact",
-            OUT=OUT[recipe] if quantized else 0,
+            **act_meta,
             **w_meta,
-            **{m: v for m, v in glu.items() if m != "PAIRS"},
             BM=cfg.block_m,
             BO=cfg.block_n,
             BC=bc,

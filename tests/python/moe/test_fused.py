@@ -403,6 +403,26 @@ def test_dprobs_is_reproducible_and_independent_of_tiles(rng, recipe):
         assert_same(fc2(Numpy, p, ops, c, config=config)[1], first, f"dprobs with {config}")
 
 
+@pytest.mark.parametrize("bias", [0, 1, 2], ids=["no_bias", "bias", "scaled_bias"])
+@pytest.mark.parametrize("name", NAMES)
+def test_persistent_fc1_is_bitwise_the_per_tile_kernel(rng, name, bias):
+    """fc1_persistent_kernel (descriptors, a loop over the tiles) against fc1_kernel, both
+    modes, every layout: the same bits; an interleave that splits a column tile's runs
+    (stride 1) refuses persistent=True and takes the per-tile kernel by default."""
+    persistent, per_tile = SMALL._replace(persistent=True), SMALL._replace(persistent=False)
+    for interleave, n in layouts(name, "bf16"):
+        p = make_problem(rng, name, "bf16", *CASES["several"], interleave, n, bias=bias)
+        ops, _ = operands(Numpy, p)
+        if moe.ACTIVATIONS[name].glu and interleave and interleave % SMALL.block_n:
+            with pytest.raises(ValueError, match="GLU interleave"):
+                fc1(Numpy, p, ops, config=persistent)
+            continue
+        for mode in ("exact", "accumulator"):
+            got, expected = fc1(Numpy, p, ops, mode, persistent), fc1(Numpy, p, ops, mode, per_tile)
+            for a, b, what in zip(got, expected, ("C", "y")):
+                assert_same(a[: p.end], b[: p.end], f"{what} ({interleave}, {mode})")
+
+
 def test_weight_list_is_bitwise_the_grouped_weight(rng):
     p = make_problem(rng, "swiglu", "bf16", *CASES["several"], 32, 96)
     ops, _ = operands(Numpy, p)
