@@ -294,3 +294,22 @@ def computed_dot_loop(
             b = b.to(tl.bfloat16)
         acc = tl.dot(a, b, acc)
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@tf.jit
+def _desc_block(d, r, c):
+    return d.load([r, c])
+
+
+@tf.jit
+def _desc_put(d, r, c, v):
+    d.store([r, c], v)
+
+
+@tf.jit
+def k_desc_fn(x_ptr, y_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    # k_desc's copy through device functions that take the descriptors as arguments.
+    dx = tl.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    dy = tl.make_tensor_descriptor(y_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    r, c = tl.program_id(0) * BM, tl.program_id(1) * BN
+    _desc_put(dy, r, c, _desc_block(dx, r, c) * 3 - 1)

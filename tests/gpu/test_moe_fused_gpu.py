@@ -91,6 +91,29 @@ def test_fused_equals_unfused_and_float64(rng, name, recipe, case, config):
         F.check_against_float64(Cuda, p, outputs, F.operands(Cuda, p)[1], cfg)
 
 
+PERSISTENT = [DEFAULT, moe.GemmConfig(128, 64, 64, 4, 4), moe.GemmConfig(64, 128, 64, 4, 3)]
+
+
+@pytest.mark.parametrize("config", PERSISTENT, ids=lambda c: "x".join(map(str, c[:5])))
+@pytest.mark.parametrize("bias", [0, 2], ids=["no_bias", "scaled_bias"])
+@pytest.mark.parametrize("name", F.NAMES)
+def test_persistent_fc1(rng, name, bias, config):
+    """fc1_persistent_kernel (d = 512: the K loop on TMA copies) bit for bit fc1_kernel in
+    both modes, and its results against the unfused composition and float64; the layouts
+    whose column tiles it takes (halves, blocks of 32 where block_n divides them)."""
+    on, off = config._replace(persistent=True), config._replace(persistent=False)
+    for interleave, n in layouts(name, "bf16"):
+        if moe.ACTIVATIONS[name].glu and interleave and interleave % config.block_n:
+            continue
+        p = F.make_problem(rng, name, "bf16", *CASES["skewed"], interleave, n, d=512, bias=bias)
+        ops, ops64 = F.operands(Cuda, p)
+        for mode in ("exact", "accumulator"):
+            got, want = F.fc1(Cuda, p, ops, mode, on), F.fc1(Cuda, p, ops, mode, off)
+            for a, b, what in zip(got, want, ("C", "y")):
+                F.assert_same(Cuda.host(a)[: p.end], Cuda.host(b)[: p.end], f"{what} ({interleave}, {mode})")
+        F.check_against_float64(Cuda, p, F.check_against_unfused(Cuda, p, on), ops64, on)
+
+
 @pytest.mark.parametrize("bias", [1, 2], ids=["bias", "scaled_bias"])
 @pytest.mark.parametrize("recipe", F.RECIPES)
 @pytest.mark.parametrize("name", ["swiglu", "clamped_swiglu", "srelu"])

@@ -9,7 +9,7 @@ from tilefuse import _C, gpu
 
 from kernels_dsl.tutorials.matmul_desc import matmul_desc_kernel
 from tests.ptxas import assert_assembles
-from tests.shared_kernels import desc_copy1, desc_copy2, desc_copy3, matmul_desc_a
+from tests.shared_kernels import desc_copy1, desc_copy2, desc_copy3, k_desc_fn, matmul_desc_a
 
 bf = np.zeros((64, 64), ml_dtypes.bfloat16)
 f32 = np.zeros((64, 64), np.float32)
@@ -124,4 +124,13 @@ def test_split_n_tilings_box_b_in_the_wgmma_swizzle(tmp_path):
     assert (b.box, b.swizzle_bytes) == ([64, 32], 64)
     assert (c.box, c.swizzle_bytes) == ([64, 64], 128)
     assert "cp.async.cg" not in low["ptx"] and "cp.async.ca" not in low["ptx"]
+    assert_assembles(low["ptx"], "sm_90a", tmp_path)
+
+
+def test_descriptors_passed_to_device_functions_stay_on_tma(tmp_path):
+    x = np.zeros((64, 64), np.float32)
+    low = lowered(k_desc_fn, (x, x, 64, 64), dict(BM=16, BN=16))
+    assert low["hints"] == [], low["hints"]
+    assert "cp.async.bulk.tensor.2d.shared::cluster.global" in low["ptx"]
+    assert "cp.async.bulk.tensor.2d.global.shared::cta" in low["ptx"]
     assert_assembles(low["ptx"], "sm_90a", tmp_path)

@@ -18,6 +18,8 @@ import tilefuse as tf
 import tilefuse.language as tl
 from ops_common import BF16, NP, R, dot_bound
 
+from tests.shared_kernels import k_desc_fn
+
 
 @pytest.fixture
 def rng():
@@ -325,6 +327,14 @@ def k_desc(x_ptr, y_ptr, blk_ptr, M, N, sx, sy, BM: tl.constexpr, BN: tl.constex
     rn = pn * BN + tl.arange(0, BN)
     tl.store(blk_ptr + rm[:, None] * (tl.num_programs(1) * BN) + rn[None, :], blk)  # what the load saw
     dy.store([pm * BM, pn * BN], blk * 2 + 1)
+
+
+def test_tensor_descriptors_pass_to_device_functions(rng):
+    M, N = 40, 48
+    x = rng.integers(-50, 50, (M, N)).astype(np.float32)
+    y = np.full((M, N), 77, np.float32)
+    k_desc_fn[(3, 3)](x, y, M, N, BM=16, BN=16)
+    np.testing.assert_array_equal(y, x * 3 - 1)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, BF16, np.int32])
