@@ -354,7 +354,7 @@ def fc1_persistent_kernel(
         else:
             a_col, b_col = cols, cols
             a0, b0 = c0, c0
-        acc_a, acc_b = k_loop_desc(x_desc, w_desc, m0, g * n1 + a0, g * n1 + b0, D, ACT.glu, BM, BO, BC)
+        acc_a, acc_b = k_loop_desc(x_desc, w_desc, m0, g * n1 + a0, g * n1 + b0, c0, D, ACT.glu, False, BM, BO, BC)
         fc1_epilogue(
             acc_a, acc_b, g, m0, end, c0, a_col, b_col, bias_ptr, bias_scale_ptr, probs_ptr, c_ptr, y_ptr, ys_ptr,
             yt_ptr, yts_ptr, offsets_ptr, padded_ptr, N, K, RP, NSY, RPS, P0, P1, P2, ACT, BIAS, EXACT, OUT, GLU_RUN,
@@ -540,6 +540,66 @@ def fc2_dgrad_kernel(
     )  # fmt: skip
 
 
+@tf.jit
+def fc2_dgrad_persistent_kernel(
+    dy_ptr,
+    w_ptr,
+    c_ptr,
+    probs_ptr,
+    dh_ptr,
+    dhs_ptr,
+    dht_ptr,
+    dhts_ptr,
+    parts_ptr,
+    y_ptr,
+    yt_ptr,
+    yts_ptr,
+    offsets_ptr,
+    padded_ptr,
+    tile_start_ptr,
+    tiles_ptr,
+    G,
+    R,
+    D,
+    N,
+    K,
+    RP,
+    NSD,
+    RPS,
+    PARTS,
+    P0,
+    P1,
+    P2,
+    ACT: tl.constexpr,
+    OUT: tl.constexpr,
+    RECOMPUTE: tl.constexpr,
+    GLU_RUN: tl.constexpr,
+    EVEN_ODD: tl.constexpr,
+    PAIRS: tl.constexpr,
+    BM: tl.constexpr,
+    BO: tl.constexpr,
+    BC: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    # fc2_dgrad_kernel's bf16 product and epilogue, persistent (fc1_persistent_kernel's
+    # loop): dy [R, D], w2 [G, D, N] as [G·D, N] read [BC, BO] at row g·D + c; the K
+    # steps stay within an expert: D % BC == 0 (the host checks).
+    dy_desc = tl.make_tensor_descriptor(dy_ptr, [R, D], [D, 1], [BM, BC])
+    w_desc = tl.make_tensor_descriptor(w_ptr, [G * D, N], [N, 1], [BC, BO])
+    tiles_o = tl.cdiv(N, BO)
+    total = tl.load(tile_start_ptr + G) * tiles_o
+    for t in range(tl.program_id(0), total, tl.num_programs(0)):
+        g, m0, end, pid_o = _persistent_tile(t, offsets_ptr, tile_start_ptr, tiles_ptr, tiles_o, GROUP_M, BM)
+        c0 = pid_o * BO
+        acc, _ = k_loop_desc(dy_desc, w_desc, m0, g * D, g * D, c0, D, False, True, BM, BO, BC)
+        dgrad_epilogue(
+            acc.to(tl.bfloat16).to(tl.float32), c_ptr, probs_ptr, dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, parts_ptr,
+            y_ptr, yt_ptr, yts_ptr, offsets_ptr, padded_ptr, g, m0, end, c0, N, K, RP, NSD, RPS, PARTS, P0, P1, P2,
+            probs_ptr, probs_ptr, probs_ptr, probs_ptr, 0, 0, 0, 0, ACT, OUT, RECOMPUTE, GLU_RUN, EVEN_ODD, PAIRS, BM,
+            BO, 1, False,
+        )  # fmt: skip
+
+
 # The key words change every call: one compiled kernel for all of them.
 @tf.jit(do_not_specialize=("k0", "k1", "k2", "k3"))
 def fc2_nvfp4_kernel(
@@ -673,7 +733,7 @@ def dgrad_epilogue(
             PASS, STOCH,
         )  # fmt: skip
     if PASS == 1:
-        runs = tl.program_id(1) * (BO // DS_CHUNK) + tl.arange(0, BO // DS_CHUNK)
+        runs = c0 // DS_CHUNK + tl.arange(0, BO // DS_CHUNK)  # c0: a multiple of BO
         parts = run_sums(tl.where(m, gr * f, 0.0), BM, BO)
         tl.store(parts_ptr + r64 * PARTS + runs[None, :], parts, mask=row_ok[:, None])
     if RECOMPUTE:

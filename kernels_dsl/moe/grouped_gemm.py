@@ -189,20 +189,35 @@ def k_loop(
 
 @tf.jit
 def k_loop_desc(
-    a_desc, w_desc, m0, w_row, w_row_b, C, TWO: tl.constexpr, BM: tl.constexpr, BO: tl.constexpr, BC: tl.constexpr
+    a_desc,
+    w_desc,
+    m0,
+    w_row,
+    w_row_b,
+    o0,
+    C,
+    TWO: tl.constexpr,
+    KN: tl.constexpr,
+    BM: tl.constexpr,
+    BO: tl.constexpr,
+    BC: tl.constexpr,
 ):
     """k_loop on descriptors (TMA copies on sm_90): rows m0 .. m0 + BM of a_desc ([R, C],
-    blocks [BM, BC]) times the transposes of the BO weight rows from w_row of w_desc
-    ([·, C], blocks [BO, BC]); with TWO also those from w_row_b (FC1's up columns), else
-    zeros. Rows past a group or a weight read what lies there (the caller stores none of
-    it); K steps of k_loop's order, so its results are the same bits."""
+    blocks [BM, BC]) times B: with KN the weight's [C, N] rows w_row + c (blocks [BC, BO],
+    columns from o0), else the transposes of its BO rows from w_row ([·, C], blocks
+    [BO, BC]); with TWO also those from w_row_b (FC1's up columns), else zeros. Rows past
+    a group or a weight read what lies there (the caller stores none of it); k_loop's K
+    steps, so the same bits."""
     acc = tl.zeros((BM, BO), dtype=tl.float32)
     acc_b = tl.zeros((BM, BO), dtype=tl.float32)
     for c in range(0, C, BC):
         a = a_desc.load([m0, c])
-        acc = tl.dot(a, tl.trans(w_desc.load([w_row, c])), acc)
-        if TWO:
-            acc_b = tl.dot(a, tl.trans(w_desc.load([w_row_b, c])), acc_b)
+        if KN:
+            acc = tl.dot(a, w_desc.load([w_row + c, o0]), acc)
+        else:
+            acc = tl.dot(a, tl.trans(w_desc.load([w_row, c])), acc)
+            if TWO:
+                acc_b = tl.dot(a, tl.trans(w_desc.load([w_row_b, c])), acc_b)
     return acc, acc_b
 
 
@@ -623,14 +638,8 @@ def grouped_gemm_persistent_kernel(
     for t in range(tl.program_id(0), total, tl.num_programs(0)):
         g, m0, end, pid_o = _persistent_tile(t, offsets_ptr, tile_start_ptr, tiles_ptr, tiles_o, GROUP_M, BM)
         o0 = pid_o * BO
-        acc = tl.zeros((BM, BO), dtype=tl.float32)
-        for c in range(0, C, BC):
-            a = a_desc.load([m0, c])
-            if DGRAD:
-                b = w_desc.load([g * C + c, o0])
-            else:
-                b = tl.trans(w_desc.load([g * O + o0, c]))
-            acc = tl.dot(a, b, acc)
+        w_row = g * C if DGRAD else g * O + o0
+        acc, _ = k_loop_desc(a_desc, w_desc, m0, w_row, w_row, o0, C, False, DGRAD, BM, BO, BC)
         _store_tile(acc, g, m0, end, o0, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
 
 

@@ -97,10 +97,11 @@ PERSISTENT = [DEFAULT, moe.GemmConfig(128, 64, 64, 4, 4), moe.GemmConfig(64, 128
 @pytest.mark.parametrize("config", PERSISTENT, ids=lambda c: "x".join(map(str, c[:5])))
 @pytest.mark.parametrize("bias", [0, 2], ids=["no_bias", "scaled_bias"])
 @pytest.mark.parametrize("name", F.NAMES)
-def test_persistent_fc1(rng, name, bias, config):
-    """fc1_persistent_kernel (d = 512: the K loop on TMA copies) bit for bit fc1_kernel in
-    both modes, and its results against the unfused composition and float64; the layouts
-    whose column tiles it takes (halves, blocks of 32 where block_n divides them)."""
+def test_persistent_kernels(rng, name, bias, config):
+    """fc1_persistent_kernel and fc2_dgrad_persistent_kernel (d = 512: the K loops on TMA
+    copies) bit for bit fc1_kernel (both modes) and fc2_dgrad_kernel, and their results
+    against the unfused composition and float64; the layouts whose column tiles they take
+    (halves, blocks of 32 where block_n divides them)."""
     on, off = config._replace(persistent=True), config._replace(persistent=False)
     for interleave, n in layouts(name, "bf16"):
         if moe.ACTIVATIONS[name].glu and interleave and interleave % config.block_n:
@@ -111,6 +112,9 @@ def test_persistent_fc1(rng, name, bias, config):
             got, want = F.fc1(Cuda, p, ops, mode, on), F.fc1(Cuda, p, ops, mode, off)
             for a, b, what in zip(got, want, ("C", "y")):
                 F.assert_same(Cuda.host(a)[: p.end], Cuda.host(b)[: p.end], f"{what} ({interleave}, {mode})")
+        outs = F.fc2(Cuda, p, ops, got[0], config=on), F.fc2(Cuda, p, ops, got[0], config=off)
+        for a, b, what in zip(*outs, ("dh", "dprobs", "y")):
+            F.assert_same(Cuda.host(a)[: p.end], Cuda.host(b)[: p.end], f"{what} ({interleave})")
         F.check_against_float64(Cuda, p, F.check_against_unfused(Cuda, p, on), ops64, on)
 
 

@@ -21,18 +21,18 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]  # not tilefuse's: a copied p
 sys.path.insert(0, str(ROOT / "bench"))
 import moe_tune  # noqa: E402
 
-SOURCE = ROOT / "bench" / "data" / "moe_bench_h200_2026-12-02.json"
+SOURCES = [ROOT / "bench" / "data" / f"moe_bench_h200_{d}.json" for d in ("2026-12-02", "2026-12-03_wgrad")]
 gg = importlib.import_module("tilefuse.moe.grouped_gemm")
 
 
 def test_shipped_table_is_built_from_the_committed_measurements(tmp_path):
     out = tmp_path / "t.json"
-    assert moe_tune.main([str(SOURCE), "--out", str(out)]) == 0
+    assert moe_tune.main([*map(str, SOURCES), "--out", str(out)]) == 0
     assert json.loads(out.read_text()) == tuned.table("sm_90a")
 
 
 def test_entries_are_the_fastest_checked_rows():
-    rows = json.loads(SOURCE.read_text())["rows"]
+    rows = [r for s in SOURCES for r in json.loads(s.read_text())["rows"]]
     t = tuned.table("sm_90a")
     assert {e["op"] for e in t["entries"]} == set(moe_tune.TUNED_OPS)
     for e in t["entries"]:
@@ -54,7 +54,7 @@ def test_lookup_covers_only_near_shapes():
     n, k = e["n"], e["k"]
     assert tuned.lookup("sm_90a", "fwd bf16", n * 2, k // 2) == moe.GemmConfig(*e["config"])
     assert tuned.lookup("sm_90a", "fwd bf16", 64, 64) is None  # no entry within 2x
-    assert tuned.lookup("sm_90a", "wgrad bf16", n, k) is None  # not measured
+    assert tuned.lookup("sm_90a", "dgrad mxfp8", n, k) is None  # not measured
     assert tuned.lookup("sm_80", "fwd bf16", n, k) is None  # no table
     assert tuned.table("sm_80") is None
 
@@ -93,6 +93,17 @@ def test_dgrad_launches_the_tuned_tiles():
     got = launched(moe.grouped_gemm_dgrad, dy, w, torch.zeros(4, dtype=torch.int32))
     key, warps, _ = next(v for n, v in got.items() if n.startswith("grouped_gemm"))
     assert (key["BM"], key["BO"], key["BC"], warps) == (str(bm), str(bn), str(bk), nw)
+
+
+def test_wgrad_launches_the_tuned_tiles_persistent():
+    torch = pytest.importorskip("torch")
+    e = next(e for e in tuned.table("sm_90a")["entries"] if e["op"] == "wgrad bf16")
+    bm, bn, bk, nw, ns, _ = e["config"]
+    dy = torch.empty((4096, e["k"]), dtype=torch.bfloat16)  # dw [N, K]: e["k"] rows, e["n"] columns
+    x = torch.empty((4096, e["n"]), dtype=torch.bfloat16)
+    got = launched(moe.grouped_gemm_wgrad, dy, x, torch.zeros(4, dtype=torch.int32))
+    key, warps, stages = got["grouped_wgrad_persistent_kernel"]
+    assert (key["BN"], key["BK"], key["BR"], warps, stages) == (str(bm), str(bn), str(bk), nw, ns)
 
 
 @pytest.mark.parametrize("recipe", ["mxfp8", "fp8_block"])

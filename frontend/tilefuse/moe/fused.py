@@ -74,16 +74,18 @@ def _fused_config(fn, config, like, recipe, quantized):
     return cfg
 
 
-def _persistent(fn, cfg, like, recipe, w, rows, d, split_runs) -> bool:
+def _persistent(fn, cfg, like, recipe, w, rows, d, split_runs, cross) -> bool:
     """Whether a fused GEMM runs its persistent kernel (bf16 only): config.persistent, or
     where None, on the GPU when the K loop's descriptors can be TMA copies (d % 16 == 0).
-    It needs w as one [G, ·, ·] array and (split_runs false) each tile's weight columns
-    as one run; config.persistent=True without them is an error."""
-    fits = recipe == "bf16" and w.offsets is None and rows > 0 and not split_runs
+    It needs w as one [G, ·, ·] array, (split_runs false) each tile's weight columns as
+    one run and (cross false) K steps within an expert; config.persistent=True without
+    them is an error."""
+    fits = recipe == "bf16" and w.offsets is None and rows > 0 and not split_runs and not cross
     if cfg.persistent and not fits and rows > 0:
         raise ValueError(
-            f"{fn}: config.persistent=True needs recipe 'bf16', the weights as one [G, ...] array and a GLU "
-            f"interleave that config.block_n ({cfg.block_n}) divides (or the halves)"
+            f"{fn}: config.persistent=True needs recipe 'bf16', the weights as one [G, ...] array, a GLU "
+            f"interleave that config.block_n ({cfg.block_n}) divides (or the halves) and, for the dgrad, d a "
+            f"multiple of config.block_k ({cfg.block_k})"
         )
     if not fits or cfg.persistent is False:
         return False
@@ -256,7 +258,7 @@ def fc1_forward(
     out_kind = OUT[recipe] if quantized else 0
     act_meta = dict(ACT=act, BIAS=bias_kind(bias, bias_scale), EXACT=mode == "exact", OUT=out_kind)
     act_meta |= {m: v for m, v in glu.items() if m != "PAIRS"}
-    if _persistent(fn, cfg, like, recipe, w, rows, d, act.glu and k != n and k % cfg.block_n):
+    if _persistent(fn, cfg, like, recipe, w, rows, d, act.glu and k != n and k % cfg.block_n, False):
         K.fc1_persistent_kernel[(num_programs(like),)](
             x, w.ptr, splits if bias is None else bias, splits if bias_scale is None else bias_scale, probs, c,
             *ys, sched.offsets, sched.padded, sched.tile_start, sched.tiles, groups, rows, *tail[1:], *params,
@@ -352,34 +354,27 @@ def fc2_dgrad(
     elif recompute:
         y_col = _arrays.empty(like, (rows, n), "bfloat16")
         ys = (y_col, y_col, y_col)
+    outs = (c, probs, *dhs, parts, *ys, sched.offsets, sched.padded, sched.tile_start, sched.tiles)
+    tail = (n, k, rp, n1 // block, rp // block, parts_width)
+    meta = dict(ACT=act, OUT=OUT[recipe], RECOMPUTE=bool(recompute), **glu)
+    if _persistent(fn, cfg, like, recipe, w, rows, d, False, d % cfg.block_k):
+        K.fc2_dgrad_persistent_kernel[(num_programs(like),)](
+            dy, w.ptr, *outs, groups, rows, d, *tail, *params, **meta, BM=cfg.block_m, BO=cfg.block_n,
+            BC=cfg.block_k, GROUP_M=PERSISTENT_GROUP_M, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )  # fmt: skip
+        return dh, _dprobs(parts, splits, rows, n_runs, parts_width, like, sched.offsets), y_col
     a_args, strides, bc, w_meta, arrays = _gemm_args(dy, w, splits, fp8, cfg, d, recipe, ("FD", "SD_ROWS"))
     with interp_buffers(*(a for a in arrays if isinstance(a, np.ndarray))):
         K.fc2_dgrad_kernel[(sched.slots, cdiv(n, cfg.block_n))](
             *a_args,
-            c,
-            probs,
-            *dhs,
-            parts,
-            *ys,
-            sched.offsets,
-            sched.padded,
-            sched.tile_start,
-            sched.tiles,
+            *outs,
             groups,
             d,
-            n,
-            k,
-            rp,
-            n1 // block,
-            rp // block,
-            parts_width,
+            *tail,
             *strides,
             *params,
-            ACT=act,
-            OUT=OUT[recipe],
-            RECOMPUTE=bool(recompute),
+            **meta,
             **w_meta,
-            **glu,
             BM=cfg.block_m,
             BO=cfg.block_n,
             BC=bc,

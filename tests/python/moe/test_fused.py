@@ -405,22 +405,31 @@ def test_dprobs_is_reproducible_and_independent_of_tiles(rng, recipe):
 
 @pytest.mark.parametrize("bias", [0, 1, 2], ids=["no_bias", "bias", "scaled_bias"])
 @pytest.mark.parametrize("name", NAMES)
-def test_persistent_fc1_is_bitwise_the_per_tile_kernel(rng, name, bias):
-    """fc1_persistent_kernel (descriptors, a loop over the tiles) against fc1_kernel, both
-    modes, every layout: the same bits; an interleave that splits a column tile's runs
-    (stride 1) refuses persistent=True and takes the per-tile kernel by default."""
-    persistent, per_tile = SMALL._replace(persistent=True), SMALL._replace(persistent=False)
+def test_persistent_kernels_are_bitwise_the_per_tile_kernels(rng, name, bias):
+    """fc1_persistent_kernel and fc2_dgrad_persistent_kernel (descriptors, a loop over the
+    tiles) against fc1_kernel and fc2_dgrad_kernel, FC1 in both modes, every layout: the
+    same bits. An interleave that splits a column tile's runs (stride 1), or a d that the
+    K step does not divide (the dgrad), refuses persistent=True."""
+    on, off = SMALL._replace(persistent=True), SMALL._replace(persistent=False)
     for interleave, n in layouts(name, "bf16"):
-        p = make_problem(rng, name, "bf16", *CASES["several"], interleave, n, bias=bias)
+        p = make_problem(rng, name, "bf16", *CASES["several"], interleave, n, d=96, bias=bias)
         ops, _ = operands(Numpy, p)
         if moe.ACTIVATIONS[name].glu and interleave and interleave % SMALL.block_n:
             with pytest.raises(ValueError, match="GLU interleave"):
-                fc1(Numpy, p, ops, config=persistent)
+                fc1(Numpy, p, ops, config=on)
             continue
         for mode in ("exact", "accumulator"):
-            got, expected = fc1(Numpy, p, ops, mode, persistent), fc1(Numpy, p, ops, mode, per_tile)
-            for a, b, what in zip(got, expected, ("C", "y")):
+            got, want = fc1(Numpy, p, ops, mode, on), fc1(Numpy, p, ops, mode, off)
+            for a, b, what in zip(got, want, ("C", "y")):
                 assert_same(a[: p.end], b[: p.end], f"{what} ({interleave}, {mode})")
+        c = got[0]
+        outs = fc2(Numpy, p, ops, c, config=on), fc2(Numpy, p, ops, c, config=off)
+        for a, b, what in zip(*outs, ("dh", "dprobs", "y")):
+            assert_same(a[: p.end], b[: p.end], f"{what} ({interleave})")
+    p = make_problem(rng, name, "bf16", *CASES["several"], 0, 64, d=80)
+    ops, _ = operands(Numpy, p)
+    with pytest.raises(ValueError, match="multiple of config.block_k"):
+        fc2(Numpy, p, ops, fc1(Numpy, p, ops)[0], config=on)
 
 
 def test_weight_list_is_bitwise_the_grouped_weight(rng):
