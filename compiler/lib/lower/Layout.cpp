@@ -320,7 +320,17 @@ class Planner {
         block(o.region(1));
         auto a = yielded(o.region(0));
         auto b = yielded(o.region(1));
-        for (unsigned i = 0; i < o.numResults(); ++i) plan[o.result(i)] = a[i] == b[i] ? a[i] : blocked(o.result(i));
+        // A branch yielding a constant or a splat (made again in any layout) takes the
+        // other's: an accumulator reset in one branch keeps the dot's layout.
+        auto remade = [&](unsigned r, unsigned i) {
+          const Op* d = o.region(r).terminator()->operand(i)->definingOp();
+          return d && (d->kind() == OpKind::Constant || d->kind() == OpKind::Splat);
+        };
+        for (unsigned i = 0; i < o.numResults(); ++i)
+          plan[o.result(i)] = a[i] == b[i] ? a[i]
+                              : remade(0, i) ? b[i]
+                              : remade(1, i) ? a[i]
+                                             : blocked(o.result(i));
         return;
       }
       default:

@@ -167,6 +167,47 @@ Op* waitFor(Builder& b, Op* before, Value* token, Value* v, int pending) {
   return wait;
 }
 
+// A first reader that is an `if` not branching on v (a flattened persistent loop's
+// epilogue at a tile's last K step): the wait goes into each branch before its first
+// reader, so that the iterations that do not take it keep their groups in flight. Only
+// where the if's results carrying v go to the loop's yield alone (the next iteration's
+// wgmma, or the wait after the loop: inFlightYield).
+bool waitInBranches(Builder& b, Op& op, Value* v, Value* token, int inFlight) {
+  if (op.kind() != OpKind::If) return false;
+  for (Value* x : op.operands())
+    if (x == v) return false;
+  for (unsigned r = 0; r < op.numRegions(); ++r) {
+    const Op& t = *op.region(r).terminator();
+    for (unsigned i = 0; i < t.numOperands(); ++i) {
+      if (t.operand(i) != v) continue;
+      for (const Use& u : op.result(i)->uses())
+        if (u.user->kind() != OpKind::Yield || u.user->parentBlock() != op.parentBlock()) return false;
+    }
+  }
+  for (unsigned r = 0; r < op.numRegions(); ++r) {
+    Block& region = op.region(r);
+    Reader in = firstReader(region, nullptr, v);
+    if (!in.op) continue;
+    Op* w = waitFor(b, in.op, in.last ? in.last : token, v, inFlight + in.inFlight);
+    replaceAfter(region, w, v, w->result(0));
+  }
+  return true;
+}
+
+// A value the loop yields whose registers a wgmma group may still write: a group's
+// result, or that of an `if` one of whose branches yields one (waitInBranches).
+bool inFlightYield(const Value* v) {
+  const Op* d = v->definingOp();
+  if (!d) return false;
+  if (d->kind() == OpKind::Wgmma) return v == d->result(0) && !L::wgmmaOpPromotes(*d);
+  if (d->kind() != OpKind::If) return false;
+  unsigned i = 0;
+  while (d->result(i) != v) ++i;
+  for (unsigned r = 0; r < d->numRegions(); ++r)
+    if (inFlightYield(d->region(r).terminator()->operand(i))) return true;
+  return false;
+}
+
 // Reads of a wgmma group's result by ops other than a wgmma (a fresh fp8 partial sum,
 // which a kernel promotes itself): in its iteration, a wgmma_wait before the first
 // reader, leaving the groups issued after it in flight; carried to the next iteration,
@@ -182,7 +223,7 @@ void resultWaits(Builder& b, Op& loop) {
   for (Op* g : groups) {
     Value* v = g->result(0);
     Reader r = firstReader(body, g, v);
-    if (r.op) {
+    if (r.op && !waitInBranches(b, *r.op, v, r.last ? r.last : g->result(1), r.inFlight)) {
       Op* w = waitFor(b, r.op, r.last ? r.last : g->result(1), v, r.inFlight);
       replaceAfter(body, w, v, w->result(0));
     }
@@ -302,9 +343,7 @@ void loopWaits(Builder& b, Op& loop) {
   std::vector<Value*> accs = {loop.result(wgmmaToken)};
   std::vector<Type> types;
   for (unsigned i = 0; i < y.numOperands(); ++i) {
-    const Op* d = y.operand(i)->definingOp();
-    bool inFlight = d && d->kind() == OpKind::Wgmma && y.operand(i) == d->result(0) &&
-                    !L::wgmmaOpPromotes(*d) && !loop.result(i)->unused();
+    bool inFlight = inFlightYield(y.operand(i)) && !loop.result(i)->unused();
     bool waited = std::any_of(loop.result(i)->uses().begin(), loop.result(i)->uses().end(),
                               [](const Use& u) { return u.user->kind() == OpKind::WgmmaWait; });
     if (!inFlight || waited) continue;

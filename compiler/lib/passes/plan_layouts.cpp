@@ -3,7 +3,8 @@
 // (lib/lower/Layout.h, made with the axis analysis), named by who made it: #wgmma / #mma for dot accumulators
 // and what follows them, #blocked otherwise. Where a user needs an operand in another
 // layout (elementwise ops and memory ops compute in one layout, loop-carried and
-// returned values keep theirs) a convert_layout follows the operand's definition; a
+// returned values keep theirs) a convert_layout follows the operand's definition (for a
+// user in an if's branch, it opens the branch: only the path taking it converts); a
 // constant or a splat (one value in every thread, a copy in any layout, as the lowering
 // treats them) is made again in that layout instead. The lowering converts where the
 // user reads: it recomputes index math (aranges and what follows) in the layout
@@ -114,7 +115,7 @@ class Converter {
   void op(Op& o) {
     std::vector<Type> want = needed(o);
     for (unsigned i = 0; i < want.size(); ++i)
-      if (!want[i].isNone() && o.operand(i)->type() != want[i]) o.setOperand(i, convert(o.operand(i), want[i]));
+      if (!want[i].isNone() && o.operand(i)->type() != want[i]) o.setOperand(i, convert(o.operand(i), want[i], o));
   }
 
   // Constants and splats that every user now takes in another layout.
@@ -174,15 +175,26 @@ class Converter {
     return v->type().isTile() ? v->type().withLayout(ref->type().layout) : Type{};
   }
 
-  Value* convert(Value* v, const Type& want) {
-    Value*& done = done_[{v, want.str()}];
+  // Where a conversion of v for `user` goes: after v's definition, or, for a user in a
+  // branch of an `if` below it (no loop between), before the user, so that only the
+  // iterations taking the branch convert (a flattened loop's epilogue).
+  static Block* branchOf(const Value* v, const Op& user) {
+    for (Block* b = user.parentBlock(); b && b != v->ownerBlock(); b = b->parentOp()->parentBlock())
+      if (!b->parentOp() || b->parentOp()->kind() != OpKind::If) return nullptr;
+    return user.parentBlock() == v->ownerBlock() ? nullptr : user.parentBlock();
+  }
+
+  Value* convert(Value* v, const Type& want, Op& user) {
+    Block* branch = branchOf(v, user);
+    Value*& done = done_[{v, want.str() + (branch ? "@" + std::to_string(reinterpret_cast<uintptr_t>(branch)) : "")}];
     if (done) return done;
     Op* def = v->definingOp();
     Block* block = v->ownerBlock();
     Op* next =
-        def ? std::next(std::find_if(block->ops().begin(), block->ops().end(), [&](auto& p) { return p.get() == def; }))
-                  ->get()
-            : block->front();
+        branch ? branch->front()
+        : def  ? std::next(std::find_if(block->ops().begin(), block->ops().end(), [&](auto& p) { return p.get() == def; }))
+                    ->get()
+               : block->front();
     b_.setInsertionPointBefore(next);
     b_.setLoc(def ? def->loc() : block->parentOp()->loc());
     bool remake = def && (def->kind() == OpKind::Constant || def->kind() == OpKind::Splat);
