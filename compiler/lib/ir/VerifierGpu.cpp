@@ -185,8 +185,12 @@ void verifyWgmma(const Op& op) {
     fail(op, "accumulator must be in a #wgmma layout, got the " + layoutName(acc));
   if (op.result(0)->type() != acc) fail(op, "result #0 must be the accumulator's type " + acc.str());
   resultToken(op, 1);
-  if (op.numOperands() == 5) {
+  // A sixth operand of i1 alone is restart-accumulators' flag (false: D = A B).
+  bool flag = op.numOperands() == 6 && op.operand(5)->type() == Type::scalar(DType::I1);
+  if (op.numOperands() == 5 || flag) {
     if (op.hasAttr("scale_chunk")) fail(op, "has scale_chunk but no scale tables");
+    if (flag && fp8(a.elem))
+      fail(op, "an accumulate flag needs 16-bit or i8 operands, got " + std::string(dtypeName(a.elem)));
     return;
   }
   if (op.numOperands() != 7) fail(op, "takes both scale tables or none, got one");

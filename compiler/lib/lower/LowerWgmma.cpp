@@ -246,9 +246,10 @@ void Lowering::lowerSmemOp(const Op& op) {
                    .fresh = isFp8(a.elem) && !promote};  // a fresh fp8 sum (freshFp8)
       Regs acc = in(op.operand(4), layoutOf(op.result(0)));
       std::optional<ScaleTables> st;
-      if (op.numOperands() > 5) st = stageScales(op.operand(5), op.operand(6), op.intAttr("scale_chunk"));
+      if (op.numOperands() == 7) st = stageScales(op.operand(5), op.operand(6), op.intAttr("scale_chunk"));
+      LVal* accumulate = op.numOperands() == 6 ? get(op.operand(5)).e[0] : nullptr;
       vals_[op.result(0)] = issueWgmma(g, wgmmaTiling(g.m, g.n, threads_), std::move(acc), stageAddr(op, 0),
-                                       stageAddr(op, 2), st ? &*st : nullptr);
+                                       stageAddr(op, 2), st ? &*st : nullptr, accumulate);
       vals_[op.result(1)] = Regs{{}, layoutOf(op.result(1))};
       if (g.promote) staging_ = false;  // its groups were waited for as it promoted
       return;
@@ -335,7 +336,7 @@ Lowering::FragmentLines Lowering::fragmentLines(const Layout& l, int64_t n) {
 // proxy) accumulating into `acc`; returns the new accumulator. `scaled`: the fp8
 // dot_scaled whose scale tables start at shared byte `scales`.
 Regs Lowering::issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LVal* aBase, LVal* bBase,
-                          const ScaleTables* scaled) {
+                          const ScaleTables* scaled, LVal* accumulate) {
   int64_t m = g.m, k = g.k, n = g.n;
   int64_t eb = g.ta.eb, kStep = 32 / eb;
   bool ints = g.a == DType::I8;
@@ -360,9 +361,11 @@ Regs Lowering::issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LV
     return b_.CreateOr(d, b_.getInt64(fixed));
   };
   int64_t nregs = w.instrN / (f16Acc ? 4 : 2);
-  // `accumulate` false: D = A B (scale-d off), for a fresh partial sum.
-  auto instr = [&](bool accumulate) {
-    std::string text = std::string("{\n.reg .pred p;\nsetp.ne.b32 p, ") + (accumulate ? "1" : "0") +
+  // `accumulate` false: D = A B (scale-d off), for a fresh partial sum; `flagged`: the
+  // predicate from a last i32 operand (restart-accumulators' flag).
+  auto instr = [&](bool accumulate, bool flagged = false) {
+    std::string pred = flagged ? "$" + std::to_string(2 * nregs + 2) : accumulate ? "1" : "0";
+    std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, " + pred +
                        ", 0;\nwgmma.mma_async.sync.aligned.m64n" + std::to_string(w.instrN) + "k" +
                        std::to_string(kStep) + (ints ? ".s32." : f16Acc ? ".f16." : ".f32.") + mmaTypeName(g.a) +
                        "." + mmaTypeName(g.b) + " {";
@@ -378,15 +381,18 @@ Regs Lowering::issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LV
     if (eb == 2) text += g.kMajor ? ", 0, 0" : ", 0, 1";
     text += ";\n}";
     for (int64_t i = 0; i < nregs; ++i) cons += std::to_string(i) + ",";
-    cons += "l,l,~{memory}";
+    cons += flagged ? "l,l,r,~{memory}" : "l,l,~{memory}";
     std::vector<llvm::Type*> argTys(nregs, intRegs ? b_.getInt32Ty() : b_.getFloatTy());
     auto* retTy = llvm::StructType::get(ctx_, argTys);
     argTys.push_back(i64);
     argTys.push_back(i64);
+    if (flagged) argTys.push_back(b_.getInt32Ty());
     return llvm::InlineAsm::get(llvm::FunctionType::get(retTy, argTys, false), text, cons, true);
   };
   auto* mma = instr(true);
   auto* fresh = instr(false);
+  auto* flagged = accumulate ? instr(true, true) : nullptr;
+  LVal* flag = accumulate ? b_.CreateZExt(accumulate, b_.getInt32Ty()) : nullptr;
   // fp8 tensor cores add with fewer bits than fp32: every 128 of K goes into a fresh
   // partial sum that is then added to the accumulator in fp32 — for dot_scaled every
   // 32-wide K block, times its two scales (powers of two: the products are exact), or
@@ -456,7 +462,9 @@ Regs Lowering::issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LV
         if (chunkStart) std::fill(args.begin(), args.end(), llvm::PoisonValue::get(b_.getFloatTy()));
         args.push_back(da);
         args.push_back(db);
-        LVal* res = b_.CreateCall(chunkStart ? fresh : mma, args);
+        bool restart = flagged && kk == 0;
+        if (restart) args.push_back(flag);
+        LVal* res = b_.CreateCall(chunkStart ? fresh : restart ? flagged : mma, args);
         for (int64_t i = 0; i < nregs; ++i) acc.e[first + i] = b_.CreateExtractValue(res, static_cast<unsigned>(i));
       }
     }

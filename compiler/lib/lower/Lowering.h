@@ -343,9 +343,10 @@ class Lowering {
   void stageOperand(const Regs& r, const Type& t, LVal* base, bool transpose, const SharedTile& tile);
   Regs readStaged(const Type& t, const Layout& L, LVal* base, const SharedTile& tile);
   LVal* swizzledOffset(LVal* row, LVal* col, const SharedTile& tile);
-  // `scaled`: the scale tables of a dot_scaled on fp8.
+  // `scaled`: the scale tables of a dot_scaled on fp8; `accumulate`: an i1, false to
+  // take D = A B in the group's first K step (restart-accumulators).
   Regs issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LVal* aBase, LVal* bBase,
-                  const ScaleTables* scaled = nullptr);
+                  const ScaleTables* scaled = nullptr, LVal* accumulate = nullptr);
   // The GPU-stage ops of staged dots (stage-dot-operands), each from its operands' types.
   void lowerSmemOp(const Op& op);
   LVal* stageAddr(const Op& op, unsigned buf);

@@ -72,9 +72,10 @@ inline bool wgmmaPromotes(const Op& dot) {
   return scaledOnFp8(dot);
 }
 // The same for the GPU stage's wgmma op (A, its stage, B, its stage, the accumulator,
-// and for a scaled one A's and B's scale tables, which it always promotes by).
+// and for a scaled one A's and B's scale tables, which it always promotes by; a sixth
+// operand alone is restart-accumulators' flag).
 inline bool wgmmaOpPromotes(const Op& w) {
-  if (w.numOperands() > 5) return true;
+  if (w.numOperands() == 7) return true;
   return isFp8(w.operand(0)->type().elem) && !freshFp8(w.operand(4), w.operand(0)->type().shape[1]);
 }
 // Whether v's rows are each one value repeated along dim 1: a broadcast of one column,

@@ -107,6 +107,7 @@ std::unique_ptr<Module> runGpuStage(const Module& m, const std::string& arch, in
   runPass(*lookup("pipeline_schedule"), *gpu, "gpu", verifyEach(), {{"num_stages", std::to_string(numStages)}});
   runPass(*lookup("stage_dot_operands"), *gpu, "gpu", verifyEach());
   runPass(*lookup("pipeline_expand"), *gpu, "gpu", verifyEach());
+  runPass(*lookup("restart_accumulators"), *gpu, "gpu", verifyEach());
   runPass(*lookup("insert_waits"), *gpu, "gpu", verifyEach());
   runPass(*lookup("allocate_shared"), *gpu, "gpu", verifyEach());
   verifyModule(*gpu);

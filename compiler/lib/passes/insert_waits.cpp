@@ -350,6 +350,15 @@ void loopWaits(Builder& b, Op& loop) {
     accs.push_back(loop.result(i));
     types.push_back(loop.result(i)->type());
   }
+  // With no accumulator used after the loop (a flattened loop stores its own), the
+  // groups still in flight are waited for all the same: ptxas would otherwise wait at
+  // the loop's exit and keep the loop's groups from overlapping (C7514).
+  bool tokenWaited = std::any_of(accs[0]->uses().begin(), accs[0]->uses().end(),
+                                 [](const Use& u) { return u.user->kind() == OpKind::WgmmaWait; });
+  bool async = false;  // a group the loop leaves in flight (promoting ones wait for themselves)
+  for (auto& o : body.ops()) async = async || (o->kind() == OpKind::Wgmma && !L::wgmmaOpPromotes(*o));
+  if (accs.size() == 1 && !tokenWaited && async)
+    b.create(OpKind::WgmmaWait, accs, {}, {{"pending", int64_t{0}}});
   if (accs.size() > 1) {
     Op* wait = b.create(OpKind::WgmmaWait, accs, types, {{"pending", int64_t{0}}});
     for (unsigned i = 0; i < wait->numResults(); ++i) {
