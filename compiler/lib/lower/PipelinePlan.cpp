@@ -64,8 +64,10 @@ std::string funcArch(const Op& op) {
 }
 
 // Whether `v` (used in `body` of a for loop) can be computed for a later iteration:
-// loop invariants, the induction variable, index math of those, and loop-carried
-// values whose yielded next value is such a computation.
+// loop invariants, the induction variable, index math of those, scalar loads at such
+// addresses (a tile schedule a flattened persistent loop reads; the loop must not write
+// what they read, as for every load it copies ahead), and loop-carried values whose
+// yielded next value is such a computation.
 bool advanceable(const Value* v, const Block& body, std::set<const Value*>& seen) {
   if (!seen.insert(v).second) return true;
   if (v->ownerBlock() != &body) return true;  // defined outside the loop
@@ -74,7 +76,8 @@ bool advanceable(const Value* v, const Block& body, std::set<const Value*>& seen
     if (v == body.arg(0)) return true;
     return advanceable(body.terminator()->operand(v->index() - 1), body, seen);
   }
-  if (!indexOp(*def)) return false;
+  bool scalarLoad = def->kind() == OpKind::Load && !v->type().isTile() && v->type().isNumeric();
+  if (!indexOp(*def) && !scalarLoad) return false;
   for (Value* o : def->operands())
     if (!advanceable(o, body, seen)) return false;
   return true;

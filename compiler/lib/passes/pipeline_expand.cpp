@@ -148,6 +148,15 @@ Value* Expander::clone(Value* v, Env& env, std::map<const Value*, Value*>& memo)
   if (!def) throw UserError(loop_.loc(), "pipeline-expand: a staged copy depends on a loop value it cannot advance");
   std::vector<Value*> ins;
   for (Value* o : def->operands()) ins.push_back(clone(o, env, memo));
+  if (def->kind() == OpKind::Load) {
+    // A scalar the copies' coordinates read (pipeline-schedule admits no other load):
+    // read only for an iteration that runs, 0 past the end.
+    const Type& t = v->type();
+    Value* runs = b_.cmp("lt", env.at(body_.arg(0)), loop_.operand(1));
+    Value* mask = ins.size() > 1 ? b_.create(OpKind::And, {ins[1], runs}, {runs->type()})->result() : runs;
+    Value* other = ins.size() > 2 ? ins[2] : isFloat(t.elem) ? b_.constFloat(0.0, t) : b_.constInt(0, t);
+    ins = {ins[0], mask, other};
+  }
   std::vector<Type> types;
   for (Value* r : def->results()) types.push_back(r->type());
   Op* c = b_.create(def->kind(), ins, types, def->attrs());
