@@ -7,7 +7,8 @@
 // groups on the current stage and then copies iteration j + S - 1 (its slice cloned
 // with the loop-carried values advanced S - 1 times) into the stage iteration j - 1
 // read. A copy past the last iteration copies nothing: cp.async masked off (zero
-// fill, no access), TMA not issued. The loop carries the stage index, the last copy
+// fill, no access), TMA not issued; a scalar its coordinates load (a tile schedule) is
+// read masked to iterations that run. The loop carries the stage index, the last copy
 // group's token (cp.async), the mbarriers' phase bits (bit s: the parity stage s
 // waits for next; TMA) and the last wgmma's token.
 //
