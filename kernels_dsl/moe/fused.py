@@ -335,12 +335,17 @@ def fc1_persistent_kernel(
     # tiles in grouped_gemm_persistent_kernel's order, their K loops on descriptors
     # (k_loop_desc: x [R, D], w1 [G, N1, D] as [G·N1, D]). A tile's gate and up columns
     # are each one run of BO weight rows: a GLU interleave K that BO divides, or the
-    # halves (K = N; columns past N read rows that are not stored) — the host checks.
+    # halves (K = N; columns past N read rows that are not stored) — the host checks;
+    # or, for the stride-1 interleave (EVEN_ODD), one run of 2·BO rows whose product's
+    # even and odd columns are the gate and the up columns.
     n1 = N
     if ACT.glu:
         n1 = 2 * N
     x_desc = tl.make_tensor_descriptor(x_ptr, [R, D], [D, 1], [BM, BC])
-    w_desc = tl.make_tensor_descriptor(w_ptr, [G * n1, D], [D, 1], [BO, BC])
+    if EVEN_ODD:
+        w_desc = tl.make_tensor_descriptor(w_ptr, [G * n1, D], [D, 1], [2 * BO, BC])
+    else:
+        w_desc = tl.make_tensor_descriptor(w_ptr, [G * n1, D], [D, 1], [BO, BC])
     tiles_o = tl.cdiv(N, BO)
     total = tl.load(tile_start_ptr + G) * tiles_o
     for t in range(tl.program_id(0), total, tl.num_programs(0)):
@@ -354,7 +359,13 @@ def fc1_persistent_kernel(
         else:
             a_col, b_col = cols, cols
             a0, b0 = c0, c0
-        acc_a, acc_b = k_loop_desc(x_desc, w_desc, m0, g * n1 + a0, g * n1 + b0, c0, D, ACT.glu, False, BM, BO, BC)
+        if EVEN_ODD:
+            both, _ = k_loop_desc(x_desc, w_desc, m0, g * n1 + a0, 0, c0, D, False, False, BM, 2 * BO, BC)
+            acc_a, acc_b = tl.split(tl.reshape(both, [BM, BO, 2]))
+        else:
+            acc_a, acc_b = k_loop_desc(
+                x_desc, w_desc, m0, g * n1 + a0, g * n1 + b0, c0, D, ACT.glu, False, BM, BO, BC
+            )
         fc1_epilogue(
             acc_a, acc_b, g, m0, end, c0, a_col, b_col, bias_ptr, bias_scale_ptr, probs_ptr, c_ptr, y_ptr, ys_ptr,
             yt_ptr, yts_ptr, offsets_ptr, padded_ptr, N, K, RP, NSY, RPS, P0, P1, P2, ACT, BIAS, EXACT, OUT, GLU_RUN,

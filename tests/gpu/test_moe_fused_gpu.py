@@ -101,10 +101,10 @@ def test_persistent_kernels(rng, name, bias, config):
     """fc1_persistent_kernel and fc2_dgrad_persistent_kernel (d = 512: the K loops on TMA
     copies) bit for bit fc1_kernel (both modes) and fc2_dgrad_kernel, and their results
     against the unfused composition and float64; the layouts whose column tiles they take
-    (halves, blocks of 32 where block_n divides them)."""
+    (halves, stride 1, blocks of 32 where block_n divides them)."""
     on, off = config._replace(persistent=True), config._replace(persistent=False)
     for interleave, n in layouts(name, "bf16"):
-        if moe.ACTIVATIONS[name].glu and interleave and interleave % config.block_n:
+        if moe.ACTIVATIONS[name].glu and interleave not in (0, 1) and interleave % config.block_n:
             continue
         p = F.make_problem(rng, name, "bf16", *CASES["skewed"], interleave, n, d=512, bias=bias)
         ops, ops64 = F.operands(Cuda, p)

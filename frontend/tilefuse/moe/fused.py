@@ -78,13 +78,13 @@ def _persistent(fn, cfg, like, recipe, w, rows, d, split_runs, cross) -> bool:
     """Whether a fused GEMM runs its persistent kernel (bf16 only): config.persistent, or
     where None, on the GPU when the K loop's descriptors can be TMA copies (d % 16 == 0).
     It needs w as one [G, ·, ·] array, (split_runs false) each tile's weight columns as
-    one run and (cross false) K steps within an expert; config.persistent=True without
-    them is an error."""
+    runs (FC1: the halves, an interleave block_n divides, or stride 1) and (cross false)
+    K steps within an expert; config.persistent=True without them is an error."""
     fits = recipe == "bf16" and w.offsets is None and rows > 0 and not split_runs and not cross
     if cfg.persistent and not fits and rows > 0:
         raise ValueError(
             f"{fn}: config.persistent=True needs recipe 'bf16', the weights as one [G, ...] array, a GLU "
-            f"interleave that config.block_n ({cfg.block_n}) divides (or the halves) and, for the dgrad, d a "
+            f"interleave of 1 or that config.block_n ({cfg.block_n}) divides (or the halves) and, for the dgrad, d a "
             f"multiple of config.block_k ({cfg.block_k})"
         )
     if not fits or cfg.persistent is False:
@@ -258,7 +258,7 @@ def fc1_forward(
     out_kind = OUT[recipe] if quantized else 0
     act_meta = dict(ACT=act, BIAS=bias_kind(bias, bias_scale), EXACT=mode == "exact", OUT=out_kind)
     act_meta |= {m: v for m, v in glu.items() if m != "PAIRS"}
-    if _persistent(fn, cfg, like, recipe, w, rows, d, act.glu and k != n and k % cfg.block_n, False):
+    if _persistent(fn, cfg, like, recipe, w, rows, d, act.glu and k not in (1, n) and k % cfg.block_n, False):
         K.fc1_persistent_kernel[(num_programs(like),)](
             x, w.ptr, splits if bias is None else bias, splits if bias_scale is None else bias_scale, probs, c,
             *ys, sched.offsets, sched.padded, sched.tile_start, sched.tiles, groups, rows, *tail[1:], *params,
