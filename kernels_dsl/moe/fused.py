@@ -363,9 +363,7 @@ def fc1_persistent_kernel(
             both, _ = k_loop_desc(x_desc, w_desc, m0, g * n1 + a0, 0, c0, D, False, False, BM, 2 * BO, BC)
             acc_a, acc_b = tl.split(tl.reshape(both, [BM, BO, 2]))
         else:
-            acc_a, acc_b = k_loop_desc(
-                x_desc, w_desc, m0, g * n1 + a0, g * n1 + b0, c0, D, ACT.glu, False, BM, BO, BC
-            )
+            acc_a, acc_b = k_loop_desc(x_desc, w_desc, m0, g * n1 + a0, g * n1 + b0, c0, D, ACT.glu, False, BM, BO, BC)
         fc1_epilogue(
             acc_a, acc_b, g, m0, end, c0, a_col, b_col, bias_ptr, bias_scale_ptr, probs_ptr, c_ptr, y_ptr, ys_ptr,
             yt_ptr, yts_ptr, offsets_ptr, padded_ptr, N, K, RP, NSY, RPS, P0, P1, P2, ACT, BIAS, EXACT, OUT, GLU_RUN,
