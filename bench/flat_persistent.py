@@ -28,11 +28,13 @@ def ms(fn, reps=20):
 
 
 def grouped(sms):
-    """The library's persistent grouped GEMM (nested loops) beside grouped_gemm_flat_kernel,
+    """The library's persistent grouped GEMM (nested loops) beside its flattened form
+    (tests/shared_kernels.py's grouped_gemm_flat_kernel),
     same tiles, PEERS.md shapes, balanced routing; bitwise equal results."""
     from tilefuse import moe
 
     from kernels_dsl.moe import grouped_gemm as K
+    from tests.shared_kernels import grouped_gemm_flat_kernel
 
     nested = K.grouped_gemm_persistent_kernel
     for name, (e, rows, k, n) in {
@@ -52,7 +54,7 @@ def grouped(sms):
         cfg = moe.GemmConfig(128, 256, 64, 8, 3, True)
         call = functools.partial(moe.grouped_gemm, x, w, splits, config=cfg)
         outs = []
-        for label, kern in (("nested", nested), ("flat", K.grouped_gemm_flat_kernel)):
+        for label, kern in (("nested", nested), ("flat", grouped_gemm_flat_kernel)):
             K.grouped_gemm_persistent_kernel = kern
             outs.append(call())
             row.append(f"{label} {flops / ms(call) / 1e9:.0f}")

@@ -4,6 +4,8 @@ the GPU tests (tests/gpu: GPU against interpreter) run."""
 import tilefuse as tf
 import tilefuse.language as tl
 
+from kernels_dsl.moe.grouped_gemm import _persistent_tile, _store_tile
+
 
 @tf.jit(noinline=True)
 def scaled_row_sums(x, w):
@@ -313,3 +315,55 @@ def k_desc_fn(x_ptr, y_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
     dy = tl.make_tensor_descriptor(y_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
     r, c = tl.program_id(0) * BM, tl.program_id(1) * BN
     _desc_put(dy, r, c, _desc_block(dx, r, c) * 3 - 1)
+
+
+@tf.jit
+def grouped_gemm_flat_kernel(
+    a_ptr,
+    w_ptr,
+    bias_ptr,
+    scale_ptr,
+    out_ptr,
+    offsets_ptr,
+    tile_start_ptr,
+    tiles_ptr,
+    G,
+    R,
+    C,
+    O,
+    DGRAD: tl.constexpr,
+    BIAS: tl.constexpr,
+    BM: tl.constexpr,
+    BO: tl.constexpr,
+    BC: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    # kernels_dsl.moe.grouped_gemm.grouped_gemm_persistent_kernel's product (its
+    # signature: it stands in for it) with its loops flattened: one pipelined loop over
+    # every (tile, K step) of the program, the epilogue at a tile's last step, the copies'
+    # coordinates read from the tile schedule. The same K steps in the same order: the
+    # same bits. Not the library's: ptxas serializes its wgmma (C7514), so it is slower
+    # (bench/flat_persistent.py, bench/RESULTS.md).
+    a_desc = tl.make_tensor_descriptor(a_ptr, [R, C], [C, 1], [BM, BC])
+    if DGRAD:
+        w_desc = tl.make_tensor_descriptor(w_ptr, [G * C, O], [O, 1], [BC, BO])
+    else:
+        w_desc = tl.make_tensor_descriptor(w_ptr, [G * O, C], [C, 1], [BO, BC])
+    tiles_o = tl.cdiv(O, BO)
+    total = tl.load(tile_start_ptr + G) * tiles_o
+    k_tiles = tl.cdiv(C, BC)
+    mine = tl.cdiv(total - tl.program_id(0), tl.num_programs(0))
+    acc = tl.zeros((BM, BO), dtype=tl.float32)
+    for it in range(0, mine * k_tiles):
+        ki = it % k_tiles
+        t = tl.program_id(0) + (it // k_tiles) * tl.num_programs(0)
+        g, m0, end, pid_o = _persistent_tile(t, offsets_ptr, tile_start_ptr, tiles_ptr, tiles_o, GROUP_M, BM)
+        o0 = pid_o * BO
+        if DGRAD:
+            b = w_desc.load([g * C + ki * BC, o0])
+        else:
+            b = tl.trans(w_desc.load([g * O + o0, ki * BC]))
+        acc = tl.dot(a_desc.load([m0, ki * BC]), b, acc)
+        if ki == k_tiles - 1:
+            _store_tile(acc, g, m0, end, o0, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
+            acc = tl.zeros((BM, BO), dtype=tl.float32)

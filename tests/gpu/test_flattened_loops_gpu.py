@@ -10,6 +10,7 @@ from tilefuse import moe
 
 from kernels_dsl.moe import grouped_gemm as G
 from kernels_dsl.tutorials.matmul_persistent import matmul_flat_kernel, matmul_persistent_kernel
+from tests.shared_kernels import grouped_gemm_flat_kernel
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
@@ -53,7 +54,7 @@ def test_grouped_flat_kernel(monkeypatch, splits, dgrad):
         return moe.grouped_gemm_dgrad(dy, w, s, config=cfg) if dgrad else moe.grouped_gemm(x, w, s, config=cfg)
 
     nested = call()
-    monkeypatch.setattr(G, "grouped_gemm_persistent_kernel", G.grouped_gemm_flat_kernel)
+    monkeypatch.setattr(G, "grouped_gemm_persistent_kernel", grouped_gemm_flat_kernel)
     flat = call()
     torch.cuda.synchronize()
     end = min(rows, sum(max(v, 0) for v in splits))

@@ -1,6 +1,6 @@
 """Flattened persistent loops (one pipelined loop over every (tile, K step) of a program,
 the epilogue under an `if` at a tile's last step): kernels_dsl/tutorials/matmul_persistent.py
-and the grouped GEMM's grouped_gemm_flat_kernel on the interpreter against float64 and
+and the grouped GEMM's flattened form (tests/shared_kernels.py) on the interpreter against float64 and
 bit for bit against their nested forms, and what the GPU stage makes of them for sm_90a:
 pipelined with no perf hint, the accumulator restarted by the wgmma's scale-d flag (no
 zeroed registers), the wait for the tensor cores only in the storing branch."""
@@ -16,6 +16,7 @@ from tilefuse import gpu, moe
 from kernels_dsl.moe import grouped_gemm as G
 from kernels_dsl.tutorials.matmul_persistent import matmul_flat_kernel, matmul_persistent_kernel
 from tests.ptxas import PTXAS, assert_assembles
+from tests.shared_kernels import grouped_gemm_flat_kernel
 
 BF16 = ml_dtypes.bfloat16
 
@@ -49,7 +50,7 @@ def test_grouped_flat_kernel_is_bitwise_the_nested_one(rng, monkeypatch, dgrad):
         return moe.grouped_gemm(x, w, splits, config=cfg)
 
     nested = call()
-    monkeypatch.setattr(G, "grouped_gemm_persistent_kernel", G.grouped_gemm_flat_kernel)
+    monkeypatch.setattr(G, "grouped_gemm_persistent_kernel", grouped_gemm_flat_kernel)
     flat = call()
     end = int(splits.sum())
     assert np.array_equal(flat[:end].view(np.int16), nested[:end].view(np.int16))
@@ -75,7 +76,7 @@ def test_grouped_flat_kernel_pipelines_its_schedule_reads(tmp_path):
     x, o = np.zeros((256, 512), BF16), np.zeros((256, 512), BF16)
     w, i = np.zeros((4, 512, 512), BF16), np.zeros(8, np.int32)
     args = (x, w, i, i, o, i, i, i, 4, 256, 512, 512)
-    k = G.grouped_gemm_flat_kernel.compile(*args, DGRAD=False, BIAS=0, BM=128, BO=256, BC=64, GROUP_M=8)
+    k = grouped_gemm_flat_kernel.compile(*args, DGRAD=False, BIAS=0, BM=128, BO=256, BC=64, GROUP_M=8)
     low = gpu.lower(k, "sm_90a", 8, 3)
     assert low["hints"] == [], low["hints"]
     assert_assembles(low["ptx"], "sm_90a", tmp_path)
