@@ -210,6 +210,9 @@ class Parser {
       Location at = here();
       std::string k = word();
       if (k.empty()) throw UserError(at, "expected an attribute name");
+      // A function's name has its own syntax (func @name).
+      if (op.kind() == OpKind::Func && k == "sym_name")
+        throw UserError(at, "'sym_name' is not an attribute to write: a function's name follows 'func @'");
       expect('=', "after the attribute name");
       op.setAttr(k, parseAttrValue());
     } while (consume(','));
