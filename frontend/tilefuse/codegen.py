@@ -510,6 +510,8 @@ class CodeGenerator(ast.NodeVisitor):
         if not isinstance(node.target, ast.Name):
             raise self.error(node.target, "the loop variable must be a name")
         if _exits(node.body) & {_BREAK, _RETURN}:
+            if tl._unwrap(r.warp_specialize):
+                raise self.error(it, "warp_specialize needs a loop without break or return")
             self._for_as_while(node, r)
         else:
             self._structured_for(node, r)
@@ -589,6 +591,8 @@ class CodeGenerator(ast.NodeVisitor):
         names = [n for n in self._carried(node.body) if n != node.target.id]
         inits = self._flat(names)
         op = self.b.create_for(lb.handle, ub.handle, step.handle, [v.handle for v in inits])
+        if tl._unwrap(r.warp_specialize):
+            op.set_bool_attr("warp_specialize", True)
         block = self.b.insertion_block()
         # Names first assigned in the body are local to it (as in a while loop and in Triton):
         # their values are defined inside the loop's region and are not visible after it.

@@ -617,6 +617,7 @@ def grouped_gemm_persistent_kernel(
     BO: tl.constexpr,
     BC: tl.constexpr,
     GROUP_M: tl.constexpr,
+    WS: tl.constexpr,
 ):
     # grouped_gemm_kernel's product, persistent: each of the num_programs(0) programs (the
     # GPU's SMs) loops over the tiles t = program_id, + num_programs, ... of the schedule
@@ -627,7 +628,9 @@ def grouped_gemm_persistent_kernel(
     # tile past its group read the next group's rows (and columns past O the next
     # expert's): those out rows and columns are not stored. The dgrad's K steps must not
     # cross experts: C % BC == 0 (the host checks). Each tile's K loop is
-    # grouped_gemm_kernel's, step for step: the stored values are the same bits.
+    # grouped_gemm_kernel's, step for step: the stored values are the same bits. WS
+    # warp-specializes it (sm_90a): a producer warpgroup copies the next tiles' K steps
+    # while the consumer warps store this one.
     a_desc = tl.make_tensor_descriptor(a_ptr, [R, C], [C, 1], [BM, BC])
     if DGRAD:
         w_desc = tl.make_tensor_descriptor(w_ptr, [G * C, O], [O, 1], [BC, BO])
@@ -635,7 +638,7 @@ def grouped_gemm_persistent_kernel(
         w_desc = tl.make_tensor_descriptor(w_ptr, [G * O, C], [C, 1], [BO, BC])
     tiles_o = tl.cdiv(O, BO)
     total = tl.load(tile_start_ptr + G) * tiles_o
-    for t in range(tl.program_id(0), total, tl.num_programs(0)):
+    for t in tl.range(tl.program_id(0), total, tl.num_programs(0), warp_specialize=WS):
         g, m0, end, pid_o = _persistent_tile(t, offsets_ptr, tile_start_ptr, tiles_ptr, tiles_o, GROUP_M, BM)
         o0 = pid_o * BO
         w_row = g * C if DGRAD else g * O + o0

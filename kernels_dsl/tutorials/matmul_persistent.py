@@ -29,6 +29,23 @@ def matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN:
 
 
 @tf.jit
+def matmul_ws_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    # matmul_persistent_kernel, warp-specialized: a producer warpgroup issues the TMA
+    # copies of every tile's K steps, running ahead into the next tile while the
+    # consumer warps store this one.
+    a_desc = tl.make_tensor_descriptor(a_ptr, [M, K], [K, 1], [BM, BK])
+    b_desc = tl.make_tensor_descriptor(b_ptr, [N, K], [K, 1], [BN, BK])
+    tiles_n = tl.cdiv(N, BN)
+    for tile in tl.range(tl.program_id(0), tl.cdiv(M, BM) * tiles_n, tl.num_programs(0), warp_specialize=True):
+        m0 = (tile // tiles_n) * BM
+        n0 = (tile % tiles_n) * BN
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, K, BK):
+            acc = tl.dot(a_desc.load([m0, k]), tl.trans(b_desc.load([n0, k])), acc)
+        _store(c_ptr, acc, m0, n0, M, N, BM, BN)
+
+
+@tf.jit
 def matmul_flat_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     a_desc = tl.make_tensor_descriptor(a_ptr, [M, K], [K, 1], [BM, BK])
     b_desc = tl.make_tensor_descriptor(b_ptr, [N, K], [K, 1], [BN, BK])

@@ -205,7 +205,7 @@ TEST(Verifier, NestedFunc) {
 
 TEST(Verifier, TerminatorsOutsideTheirParents) {
   Op yield(OpKind::Yield, Location{});
-  EXPECT_EQ(verifyOpMessage(yield), "'yield' must end the region of a 'for', 'if' or 'while'");
+  EXPECT_EQ(verifyOpMessage(yield), "'yield' must end the region of a 'for', 'if', 'while' or 'warp_specialize'");
   Op ret(OpKind::Return, Location{});
   EXPECT_EQ(verifyOpMessage(ret), "'return' must be the last op of a function body");
   auto m = parseModule("func @f(%c: i1) {\n  return\n}\n");

@@ -76,7 +76,7 @@ def test_grouped_flat_kernel_pipelines_its_schedule_reads(tmp_path):
     x, o = np.zeros((256, 512), BF16), np.zeros((256, 512), BF16)
     w, i = np.zeros((4, 512, 512), BF16), np.zeros(8, np.int32)
     args = (x, w, i, i, o, i, i, i, 4, 256, 512, 512)
-    k = grouped_gemm_flat_kernel.compile(*args, DGRAD=False, BIAS=0, BM=128, BO=256, BC=64, GROUP_M=8)
+    k = grouped_gemm_flat_kernel.compile(*args, DGRAD=False, BIAS=0, BM=128, BO=256, BC=64, GROUP_M=8, WS=False)
     low = gpu.lower(k, "sm_90a", 8, 3)
     assert low["hints"] == [], low["hints"]
     assert_assembles(low["ptx"], "sm_90a", tmp_path)

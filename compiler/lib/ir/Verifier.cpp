@@ -504,8 +504,8 @@ void verifyTerminator(const Op& op) {
       checkTypes(op, funcResultTypes(*parent), op.operands(), "returned value");
       return;
     case OpKind::Yield:
-      if (!parent || (pk != OpKind::For && pk != OpKind::If && pk != OpKind::While))
-        fail(op, "must end the region of a 'for', 'if' or 'while'");
+      if (!parent || (pk != OpKind::For && pk != OpKind::If && pk != OpKind::While && pk != OpKind::WarpSpecialize))
+        fail(op, "must end the region of a 'for', 'if', 'while' or 'warp_specialize'");
       return;
     case OpKind::CombineYield:
       if (!parent || (pk != OpKind::Reduce && pk != OpKind::Scan))

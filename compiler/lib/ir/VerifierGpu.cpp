@@ -331,6 +331,14 @@ void checkStage(const Op& op, const Op* func) {
     for (const Type& t : funcResultTypes(op)) check(t);
   if (op.kind() == OpKind::MakeDesc) checkTmaAttrs(op, gpu);
   if (op.kind() == OpKind::Load || op.kind() == OpKind::DescLoad) checkStagedAttrs(op, gpu);
+  if (op.hasAttr("ws_role")) {
+    requireAttr(op, "ws_role", 3);
+    const std::string& role = op.strAttr("ws_role");
+    if (role != "producer" && role != "consumer") fail(op, "ws_role must be \"producer\" or \"consumer\", got \"" + role + "\"");
+    const Op* p = op.parentOp();
+    while (p && p->kind() != OpKind::WarpSpecialize) p = p->parentOp();
+    if (!p) fail(op, "has a ws_role outside a warp_specialize body");
+  }
   if (op.kind() == OpKind::For && op.hasAttr("pipeline_stages")) {
     if (!gpu) fail(op, "has pipeline-schedule's attributes in a function not marked {gpu = true}");
     requireAttr(op, "pipeline_stages", 1);
@@ -447,6 +455,16 @@ void verifyGpuOp(const Op& op) {
           fail(op, "result #" + std::to_string(i - 1) + " must be " + op.operand(i)->type().str() + ", got " +
                        op.result(i - 1)->type().str());
       return;
+    case OpKind::WarpSpecialize: {
+      intAttrAtLeast(op, "producer_warps", 1);
+      const Op* parent = op.parentOp();
+      if (!parent || parent->kind() != OpKind::Func) fail(op, "must be in a function's body, not in a loop or if");
+      const Block& body = op.region(0);
+      if (body.numArgs() || !body.terminator() || body.terminator()->kind() != OpKind::Yield ||
+          body.terminator()->numOperands())
+        fail(op, "body takes no arguments and ends in an empty yield");
+      return;
+    }
     default:
       throw InternalError("no verifier for " + opName(op));
   }

@@ -187,6 +187,8 @@ void AxisAnalysis::visitOp(const Op& op) {
       forward(op.results(), terminatorOperands(before, 1));
       return;
     }
+    case OpKind::WarpSpecialize:
+      return visitBlock(op.region(0));
     case OpKind::If: {
       visitBlock(op.region(0));
       visitBlock(op.region(1));

@@ -57,6 +57,16 @@ void Lowering::lowerAsyncOp(const Op& op) {
     }
     case OpKind::MbarrierExpect:
       return armBarrier(bar(0), op.intAttr("bytes"), first);
+    case OpKind::MbarrierArrive: {
+      // One arrival per warp, lane 0's once the whole warp is here (its reads done).
+      ptx("bar.warp.sync -1;");
+      LVal* lane0 = b_.CreateICmpEQ(b_.CreateAnd(tid_, idx(31)), idx(0));
+      std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $0, 0;\n@p mbarrier.arrive.shared::cta.b64 _, [$1];\n}";
+      auto* ty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt32Ty(), b_.getInt32Ty()}, false);
+      b_.CreateCall(llvm::InlineAsm::get(ty, text, "r,r,~{memory}", true),
+                    {b_.CreateZExt(lane0, b_.getInt32Ty()), bar(0)});
+      return;
+    }
     case OpKind::MbarrierWait:
       return waitBarrier(bar(0), get(op.operand(2)).e[0]);
     default:

@@ -42,6 +42,8 @@ void Lowering::lowerKernel(const Op& f) {
   for (size_t i = 0; i < tensorMaps_.size(); ++i) params.push_back(llvm::PointerType::get(ctx_, 0));
   auto* fnTy = llvm::FunctionType::get(b_.getVoidTy(), params, false);
   fn_ = llvm::Function::Create(fnTy, llvm::Function::ExternalLinkage, funcName(f), mod_);
+  for (const auto& o : body.ops())
+    if (o->kind() == OpKind::WarpSpecialize) producerWarps_ = static_cast<int>(o->intAttr("producer_warps"));
   if (const Attr* al = f.attr("aligned16"); al && std::holds_alternative<std::vector<int64_t>>(*al))
     for (int64_t i : std::get<std::vector<int64_t>>(*al))
       if (body.arg(static_cast<unsigned>(i))->type().isPtr())
@@ -52,8 +54,9 @@ void Lowering::lowerKernel(const Op& f) {
   md->addOperand(
       llvm::MDNode::get(ctx_, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, "kernel"), constant(1)}));
   md->addOperand(llvm::MDNode::get(
-      ctx_, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, "maxntidx"), constant(threads_)}));
-  if (f.hasAttr("maxnreg"))
+      ctx_, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, "maxntidx"), constant(launchThreads())}));
+  maxnreg_ = f.hasAttr("maxnreg");
+  if (maxnreg_)
     md->addOperand(llvm::MDNode::get(ctx_, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, "maxnreg"),
                                             constant(static_cast<int>(f.intAttr("maxnreg")))}));
   if (!tensorMaps_.empty()) {
@@ -180,6 +183,7 @@ Regs Lowering::in(const Value* v, const Layout& l) {
   v = convertSource(v);
   const Regs& r = get(v);
   if (r.L == l) return r;
+  if (r.undef) return undefRegs(v->type(), l);
   // Scalars, constants and splats hold one value everywhere: any layout is a copy.
   const Op* def = v->definingOp();
   if (!v->type().isTile() || (def && (def->kind() == OpKind::Constant || def->kind() == OpKind::Splat)))
@@ -451,6 +455,49 @@ void Lowering::lowerWhile(const Op& op) {
   b_.SetInsertPoint(exit);
 }
 
+// warp_specialize: the consumer warps (threads 0 .. threads_) run the body but its
+// producer ops; the producer warpgroup after them runs its slice (WarpSpecialize.h), on
+// its first warp (thread 0 issues the copies; the mbarriers order the rest). With two
+// or more consumer warpgroups, setmaxnreg moves registers from the producer to them.
+void Lowering::lowerWarpSpecialize(const Op& op) {
+  auto* consumers = llvm::BasicBlock::Create(ctx_, "ws.consumers", fn_);
+  auto* producer = llvm::BasicBlock::Create(ctx_, "ws.producer", fn_);
+  auto* copier = llvm::BasicBlock::Create(ctx_, "ws.copier", fn_);
+  auto* done = llvm::BasicBlock::Create(ctx_, "ws.done", fn_);
+  LVal* tid = tid_;
+  b_.CreateCondBr(b_.CreateICmpULT(tid, idx(threads_)), consumers, producer);
+  int producerRegs = 0, consumerRegs = 0;
+  if (threads_ >= 256 && !maxnreg_) {
+    producerRegs = threads_ >= 512 ? 24 : 40;
+    consumerRegs = std::min(240, (65536 - 32 * producerWarps_ * producerRegs) / threads_ / 8 * 8);
+  }
+  b_.SetInsertPoint(consumers);
+  if (consumerRegs) ptx("setmaxnreg.inc.sync.aligned.u32 " + std::to_string(consumerRegs) + ";");
+  role_ = Role::Consumer;
+  lowerBlock(op.region(0));
+  b_.CreateBr(done);
+
+  b_.SetInsertPoint(producer);
+  if (producerRegs) ptx("setmaxnreg.dec.sync.aligned.u32 " + std::to_string(producerRegs) + ";");
+  IRBuilder<> eb(entry_);
+  LVal* mine = eb.CreateSub(tid, eb.getInt32(threads_), "producer_tid");
+  b_.CreateCondBr(b_.CreateICmpULT(mine, idx(32)), copier, done);
+  b_.SetInsertPoint(copier);
+  role_ = Role::Producer;
+  tid_ = mine;
+  threadParts_.clear();
+  owners_.clear();
+  cpAsyncInFlight_ = tmaInFlight_ = false;
+  producerOps_ = producerSlice(op, producerRole);
+  lowerBlock(op.region(0));
+  b_.CreateBr(done);
+  role_ = Role::All;
+  tid_ = tid;
+  threadParts_.clear();
+  owners_.clear();
+  b_.SetInsertPoint(done);
+}
+
 void Lowering::lowerOp(const Op& op) {
   // Its readers convert its operand (in()) where they read it, as they need it: index
   // math recomputed, anything else through shared memory.
@@ -642,6 +689,8 @@ void Lowering::lowerOp(const Op& op) {
       return lowerIf(op);
     case OpKind::While:
       return lowerWhile(op);
+    case OpKind::WarpSpecialize:
+      return lowerWarpSpecialize(op);
     case OpKind::DotScaled:
       return lowerDotScaled(op);
     case OpKind::Call:
@@ -664,6 +713,7 @@ void Lowering::lowerOp(const Op& op) {
     case OpKind::TmaLoad:
     case OpKind::MbarrierInit:
     case OpKind::MbarrierExpect:
+    case OpKind::MbarrierArrive:
     case OpKind::MbarrierWait:
       return lowerAsyncOp(op);
     case OpKind::Assert:
@@ -758,7 +808,7 @@ LoweredKernel compileKernel(const Module& tile, const std::string& kernel, const
   linkLibdevice(mod, opts);
   LoweredKernel out;
   out.name = kernel;
-  out.numThreads = 32 * opts.numWarps;
+  out.numThreads = low.launchThreads();
   out.sharedBytes = low.sharedBytes();
   out.tensorMaps = low.tensorMaps();
   out.hints = low.hints();

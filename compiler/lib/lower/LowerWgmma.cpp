@@ -40,6 +40,7 @@ void Lowering::reserveWgmmaOperands(const Block& body) {
       if (o->hasAttr("pipeline_stages"))
         throw UserError(o->loc(), "a loop with a pipeline schedule: run pipeline-expand before lowering");
       if (o->hasAttr("no_pipeline")) hint(*o, "K loop not pipelined: " + o->strAttr("no_pipeline"));
+      if (o->hasAttr("no_warp_specialize")) hint(*o, "not warp-specialized: " + o->strAttr("no_warp_specialize"));
       if (o->hasAttr("not_staged"))
         hint(*o, "load not copied ahead by its pipelined K loop: " + o->strAttr("not_staged"));
       for (unsigned r = 0; r < o->numRegions(); ++r) walk(o->region(r));

@@ -24,6 +24,7 @@
 #include "Layout.h"
 #include "PipelinePlan.h"
 #include "Staging.h"
+#include "WarpSpecialize.h"
 #include "tilefuse/interp/Formats.h"
 #include "tilefuse/lower/AxisInfo.h"
 #include "tilefuse/lower/LowerToLLVM.h"
@@ -38,6 +39,7 @@ using LVal = llvm::Value;
 struct Regs {
   std::vector<LVal*> e;
   Layout L;
+  bool undef = false;  // a value the warp-specialized producer does not compute
 };
 
 // The PTX name of a tensor-core operand type (bf16, f16, e4m3, e5m2 or s8).
@@ -86,6 +88,8 @@ class Lowering {
       : ctx_(ctx), mod_(mod), b_(ctx), threads_(32 * opts.numWarps), opts_(opts), module_(module) {}
 
   int sharedBytes() const { return static_cast<int>(smemBytes_); }
+  // Threads per block: the num_warps, and a producer warpgroup when warp-specialized.
+  int launchThreads() const { return threads_ + 32 * producerWarps_; }
   const std::vector<PerfHint>& hints() const { return *hints_; }
   const std::vector<TensorMapSpec>& tensorMaps() const { return tensorMaps_; }
   const std::vector<DebugCheck>& checks() const { return checks_; }
@@ -218,7 +222,14 @@ class Lowering {
     LVal* off = b_.CreateAdd(idx(scratchBase() + base), b_.CreateMul(index, idx(storeBytes(t))));
     return b_.CreateGEP(b_.getInt8Ty(), smem(), off);
   }
-  void barrier() { b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {}); }
+  // bar.sync of the block, or of the warps of this role in a warp-specialized kernel
+  // (named barriers 1 and 2: the other role runs on).
+  void barrier() {
+    if (role_ == Role::All) return (void)b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+    bool consumers = role_ == Role::Consumer;
+    ptx("bar.sync " + std::to_string(consumers ? 1 : 2) + ", " +
+        std::to_string(consumers ? threads_ : 32 * producerWarps_) + ";");
+  }
   bool isBool(const Type& t) { return !t.isPtr() && t.elem == DType::I1; }
   // Writes every element of `r` (type t) at scratch[base + flat * size]; copies write equal values.
   void toSmem(const Regs& r, const Type& t, int64_t base) { toSmemAt(r, t, scratchBase() + base); }
@@ -249,9 +260,29 @@ class Lowering {
   // --- blocks ---
 
   void lowerBlock(const Block& b) {
-    for (const auto& o : b.ops())
-      if (!o->has(Terminator)) lowerOp(*o);
+    for (const auto& o : b.ops()) {
+      if (o->has(Terminator)) continue;
+      if (runs(*o))
+        lowerOp(*o);
+      else
+        for (Value* r : o->results()) vals_[r] = undefRegs(r->type(), layoutOf(r));
+    }
   }
+  // Warp specialization (lowerWarpSpecialize): which ops this role runs.
+  enum class Role { All, Consumer, Producer };
+  bool runs(const Op& op) const {
+    if (role_ == Role::Consumer) return !producerRole(op);
+    if (role_ == Role::Producer) return producerOps_.count(&op) > 0;
+    return true;
+  }
+  Regs undefRegs(const Type& t, const Layout& l) {
+    Regs r{{}, l, true};
+    if (t.isToken() || t.isSmem()) return r;
+    std::vector<llvm::Type*> types = t.isDesc() ? regTypes(t) : std::vector<llvm::Type*>(slots(l), scalarType(t));
+    for (llvm::Type* ty : types) r.e.push_back(llvm::UndefValue::get(ty));
+    return r;
+  }
+  void lowerWarpSpecialize(const Op& op);
   std::vector<Regs> inLayouts(const std::vector<Value*>& vals, const std::vector<Value*>& to);
   std::vector<Value*> yieldedValues(const Block& b, unsigned first = 0);
 
@@ -441,6 +472,10 @@ class Lowering {
   const Module& module_;
   llvm::Function* fn_ = nullptr;
   LVal* tid_ = nullptr;
+  Role role_ = Role::All;
+  int producerWarps_ = 0;               // a warp-specialized kernel's producer warps
+  bool maxnreg_ = false;                // the kernel caps its registers (launch option)
+  std::set<const Op*> producerOps_;     // what they run (WarpSpecialize.h)
   llvm::GlobalVariable* smem_ = nullptr;
   uint64_t smemBytes_ = 0;
   std::unordered_map<const Value*, Regs> vals_;
@@ -466,7 +501,8 @@ class Lowering {
   // prologue's copies are in flight before its loop starts, while its masks convert).
   bool cpAsyncInFlight_ = false, tmaInFlight_ = false;
   bool operandsBusy() const {
-    return pipelinedLoops_ || cpAsyncInFlight_ || tmaInFlight_ || staging_;
+    // Warp-specialized, the producer fills its rings at any time.
+    return pipelinedLoops_ || cpAsyncInFlight_ || tmaInFlight_ || staging_ || producerWarps_;
   }
   int64_t scratchBase() {
     if (operandsBusy()) return scratch_;

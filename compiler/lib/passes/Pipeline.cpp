@@ -106,6 +106,7 @@ std::unique_ptr<Module> runGpuStage(const Module& m, const std::string& arch, in
   runPass(*lookup("plan_tma"), *gpu, "gpu", verifyEach());
   runPass(*lookup("pipeline_schedule"), *gpu, "gpu", verifyEach(), {{"num_stages", std::to_string(numStages)}});
   runPass(*lookup("stage_dot_operands"), *gpu, "gpu", verifyEach());
+  runPass(*lookup("warp_specialize"), *gpu, "gpu", verifyEach());
   runPass(*lookup("pipeline_expand"), *gpu, "gpu", verifyEach());
   runPass(*lookup("restart_accumulators"), *gpu, "gpu", verifyEach());
   runPass(*lookup("insert_waits"), *gpu, "gpu", verifyEach());

@@ -18,6 +18,8 @@
 // loops pipeline-expand rewrote are such buffers: live to the wgmma_wait after their
 // loop (a token the loop yields), so a later buffer (an epilogue's) reuses their bytes;
 // their mbarriers (smem<Nxi64>) get `barrier_slot`, after those of the loops above.
+// A warp-specialized ring ({ws_ring}) is live for the whole kernel: the producer fills
+// it while the consumers run their epilogues.
 //
 // before: two pipelined K loops of 3 x 32768 and 2 x 16384 bytes, then two dots
 // staged by stage-dot-operands
@@ -74,6 +76,12 @@ int64_t placeBuffers(Op& f, int64_t base) {
     if (o->kind() != OpKind::SmemAlloc || o->hasAttr("smem_at") || !o->result()->type().shared()) return;
     const SharedLayout& s = *o->result()->type().shared();
     Live l{o, order.at(o), order.at(o), s.stages * s.stageBytes()};
+    if (o->hasAttr("ws_ring")) {  // a warp-specialized ring: filled while anything else runs
+      l.from = 0;
+      l.to = static_cast<int>(order.size());
+      live.push_back(l);
+      return;
+    }
     auto reach = [&](const Op* user) {
       const Op* at = inBlock(user, o->parentBlock());
       if (!at) throw InternalError("allocate-shared: a buffer used outside the block of its smem_alloc");

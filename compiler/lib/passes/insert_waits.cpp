@@ -15,7 +15,7 @@
 //   - a stage overwritten: before the first copy into a ring after the groups,
 //     `wgmma_wait` on the last group's token leaving this iteration's groups in flight
 //     (the previous iteration's read the stage being refilled), and a barrier, as every
-//     warpgroup must be done with it. fp8 groups complete as they promote: not counted.
+//     warpgroup must be done with it (warp-specialized: each warp's mbarrier arrival). fp8 groups complete as they promote: not counted.
 //   - a wgmma result read by other ops (a fresh fp8 partial sum a kernel promotes
 //     itself): `wgmma_wait` before the first reader in its iteration, or, carried, in
 //     the next one, leaving the groups issued since in flight (resultWaits).
@@ -330,7 +330,11 @@ void loopWaits(Builder& b, Op& loop) {
     if (refill) {
       b.setInsertionPointBefore(refill);
       b.create(OpKind::WgmmaWait, {last}, {}, {{"pending", int64_t{inFlight}}});
-      b.create(OpKind::Barrier, {}, {});
+      // Warp-specialized, each consumer warp hands the stage back on its own (an
+      // mbarrier arrival per warp): no barrier.
+      bool specialized = false;
+      refill->walk([&](Op* o) { specialized = specialized || o->hasAttr("ws_role"); });
+      if (!specialized) b.create(OpKind::Barrier, {}, {});
     }
   }
   resultWaits(b, loop);

@@ -109,6 +109,10 @@ class Expander {
   Value* copies(Env& env, Value* stage, Value* valid, Op* before);
   void addCarried(Value* init, Value* next);
   void readBackLoads(Value* stage);
+  Value* wrap(Value* stage);
+  void handBack(unsigned position);
+  std::vector<Value*> threadIn();
+  void threadOut(std::vector<Value*> out);
   Value* storedOperand(Value* v, const L::SharedTile& tile, bool transposed, Value* parity, Op* dot);
 
   Builder& b_;
@@ -121,7 +125,31 @@ class Expander {
   Value* bars_ = nullptr;
   std::vector<const Value*> args_;         // the loop values the copies depend on
   std::map<const Value*, Value*> stored_;  // computed operand -> its buffer of two stages
+  // Warp specialization (the loop in a warp_specialize body): the consumers arrive on
+  // an empty mbarrier per stage when their wgmma groups are done reading it; the
+  // producer waits for it before refilling the stage, on the parities in emptyPh_ (bit
+  // s: stage s). The ring's position (stage, full and empty parities) is carried
+  // through the loops and ifs between the body and the loop (levels_).
+  struct Level {
+    Op* op;
+    std::vector<Value*> in;  // the position where the level starts
+  };
+  Op* ws_ = nullptr;
+  Value* empty_ = nullptr;
+  Value* emptyPh_ = nullptr;
+  std::vector<Level> levels_;
 };
+
+Op* warpSpecializeAround(Op& loop) {
+  for (Op* p = loop.parentOp(); p; p = p->parentOp())
+    if (p->kind() == OpKind::WarpSpecialize) return p;
+  return nullptr;
+}
+
+Op* role(Op* op, const char* who) {
+  op->setAttr("ws_role", std::string(who));
+  return op;
+}
 
 // Whether the loop may run after other users of shared memory: it is in a loop, or a
 // buffer or pipelined loop comes before it.
@@ -199,21 +227,32 @@ Value* Expander::copies(Env& env, Value* stage, Value* valid, Op* before) {
       coords.push_back(std::move(c));
     }
     // Thread 0 of the emitters issues both; an iteration past the end issues nothing.
+    // Specialized, the producer first waits until the consumers have read the stage.
     Op* when = b_.createIf(valid, {});
     b_.setInsertionPointToEnd(when->region(0));
-    b_.create(OpKind::MbarrierExpect, {bars_, stage}, {}, {{"bytes", tmaBytes}});
+    if (ws_) {
+      Value* parity = b_.binary(OpKind::And, b_.binary(OpKind::Shr, emptyPh_, stage), b_.i32(1));
+      role(b_.create(OpKind::MbarrierWait, {empty_, stage, parity}, {}), "producer");
+    }
+    Op* expect = b_.create(OpKind::MbarrierExpect, {bars_, stage}, {}, {{"bytes", tmaBytes}});
+    if (ws_) role(expect, "producer");
     size_t at = 0;
     for (const Ring& r : rings_) {
       if (r.load->kind() != OpKind::DescLoad) continue;
       std::vector<Value*> ops = {r.load->operand(0), r.buf, stage, bars_, stage};
       ops.insert(ops.end(), coords[at].begin(), coords[at].end());
       ++at;
-      b_.create(OpKind::TmaLoad, ops, {});
+      Op* copy = b_.create(OpKind::TmaLoad, ops, {});
+      if (ws_) role(copy, "producer");
     }
     b_.yield({});
     b_.setInsertionPointToEnd(when->region(1));
     b_.yield({});
     b_.setInsertionPointBefore(before);
+    if (ws_) {
+      Value* flipped = b_.binary(OpKind::Xor, emptyPh_, b_.binary(OpKind::Shl, b_.i32(1), stage));
+      emptyPh_ = b_.select(valid, flipped, emptyPh_);
+    }
   }
   std::vector<Value*> group;
   for (const Ring& r : rings_) {
@@ -268,18 +307,96 @@ Value* Expander::storedOperand(Value* v, const L::SharedTile& tile, bool transpo
   return buf;
 }
 
+// (stage + 0 .. stages - 1) mod stages, for a stage below 2 * stages.
+Value* Expander::wrap(Value* stage) {
+  Value* less = b_.binary(OpKind::Sub, stage, b_.i32(stages_));
+  return b_.select(b_.cmp("uge", stage, b_.i32(stages_)), less, stage);
+}
+
+// Carries the ring's position (stage, full parities, empty parities; all stages free)
+// from the start of the warp_specialize body down to the loop; returns it there.
+std::vector<Value*> Expander::threadIn() {
+  std::vector<Op*> chain;
+  for (Op* p = loop_.parentOp(); p != ws_; p = p->parentOp()) chain.insert(chain.begin(), p);
+  Op* first = ws_->region(0).ops().front().get();
+  b_.setInsertionPointBefore(first);
+  // Empty parities start at 1: the phase before the first counts as complete, so the
+  // first round of copies does not wait.
+  std::vector<Value*> cur = {b_.i32(0), b_.i32(0), b_.i32(-1)};
+  for (Op* p : chain) {
+    levels_.push_back({p, cur});
+    if (p->kind() == OpKind::While)
+      throw UserError(loop_.loc(), "warp_specialize: a pipelined loop inside a while loop (a loop with break or "
+                                   "return) cannot carry its ring's position");
+    if (p->kind() != OpKind::For) continue;
+    const char* names[] = {"ring_stage", "full_phases", "empty_phases"};
+    for (size_t i = 0; i < cur.size(); ++i) {
+      p->addOperand(cur[i]);
+      p->addResult(i32())->setName(std::string(names[i]) + "_out");
+      cur[i] = p->region(0).addArg(i32());
+      cur[i]->setName(names[i]);
+    }
+  }
+  return cur;
+}
+
+// The position after the loop, `out`, carried back up to the warp_specialize body.
+void Expander::threadOut(std::vector<Value*> out) {
+  for (auto l = levels_.rbegin(); l != levels_.rend(); ++l) {
+    Op* p = l->op;
+    if (p->kind() == OpKind::For) {
+      unsigned first = p->numResults() - static_cast<unsigned>(out.size());
+      for (size_t i = 0; i < out.size(); ++i) {
+        p->region(0).terminator()->addOperand(out[i]);
+        out[i] = p->result(first + static_cast<unsigned>(i));
+      }
+      continue;
+    }
+    bool inThen = false;  // an if: the other branch passes the position through
+    for (const Op* q = &loop_; q; q = q->parentOp())
+      inThen = inThen || q->parentBlock() == &p->region(0);
+    for (size_t i = 0; i < out.size(); ++i) {
+      p->region(inThen ? 0 : 1).terminator()->addOperand(out[i]);
+      p->region(inThen ? 1 : 0).terminator()->addOperand(l->in[i]);
+      out[i] = p->addResult(i32());
+    }
+  }
+}
+
+// After the loop (and the wgmma_wait insert-waits places right after it): the consumers
+// hand back the stage its last iteration read; the position goes up to the body.
+void Expander::handBack(unsigned position) {
+  b_.setInsertionPointBefore(nextOp(&loop_));
+  Value* stage = loop_.result(position);
+  Value* full = loop_.result(position + 1);
+  Value* empty = loop_.result(position + 2);
+  Value* last = wrap(b_.binary(OpKind::Add, stage, b_.i32(stages_ - 1)));
+  Op* ran = b_.createIf(b_.cmp("lt", loop_.operand(0), loop_.operand(1)), {});
+  b_.setInsertionPointToEnd(ran->region(0));
+  role(b_.create(OpKind::MbarrierArrive, {empty_, last}, {}), "consumer");
+  b_.yield({});
+  b_.setInsertionPointToEnd(ran->region(1));
+  b_.yield({});
+  threadOut({stage, full, empty});
+}
+
 void Expander::run() {
   stages_ = static_cast<int>(loop_.intAttr("pipeline_stages"));
-  bool sync = reused();
+  ws_ = warpSpecializeAround(loop_);
+  bool sync = !ws_ && reused();
   b_.setLoc(loop_.loc());
-  b_.setInsertionPointBefore(&loop_);
+  // Specialized, the rings and mbarriers live for the whole kernel (the producer fills
+  // a ring while the consumers are elsewhere): made and initialized before the body.
+  b_.setInsertionPointBefore(ws_ ? ws_ : &loop_);
   // The ring of every staged load, in body order.
   bool tma = false;
   for (const auto& o : body_.ops()) {
     if (!o->hasAttr("staged_at")) continue;
     const std::vector<int64_t>& t = o->intsAttr("staged_tile");
     SharedLayout s{.swizzle = t[3], .rows = t[0], .cols = t[1], .eb = t[2], .stages = stages_};
-    Value* buf = b_.create(OpKind::SmemAlloc, {}, {Type::smem(ringElem(*o), {t[0], t[1]}, s)})->result();
+    Op* alloc = b_.create(OpKind::SmemAlloc, {}, {Type::smem(ringElem(*o), {t[0], t[1]}, s)});
+    if (ws_) alloc->setAttr("ws_ring", true);
+    Value* buf = alloc->result();
     buf->setName((o->result()->name().empty() ? "staged" : o->result()->name()) + "_ring");
     rings_.push_back({o.get(), buf});
     tma = tma || o->kind() == OpKind::DescLoad;
@@ -292,19 +409,31 @@ void Expander::run() {
     bars_ = b_.create(OpKind::SmemAlloc, {}, {Type::smem(DType::I64, {stages_})})->result();
     bars_->setName("bars");
     for (int s = 0; s < stages_; ++s) b_.create(OpKind::MbarrierInit, {bars_, b_.i32(s)}, {}, {{"count", int64_t{1}}});
+    if (ws_) {  // one arrival per consumer warp
+      empty_ = b_.create(OpKind::SmemAlloc, {}, {Type::smem(DType::I64, {stages_})})->result();
+      empty_->setName("empty_bars");
+      int64_t warps = threads_ / 32;
+      for (int s = 0; s < stages_; ++s) b_.create(OpKind::MbarrierInit, {empty_, b_.i32(s)}, {}, {{"count", warps}});
+    }
     b_.create(OpKind::Barrier, {}, {});  // every thread sees them initialized
   }
+  if (ws_ && !tma) throw InternalError("pipeline-expand: a specialized loop without TMA copies");
+  std::vector<Value*> at = ws_ ? threadIn() : std::vector<Value*>{b_.i32(0), b_.i32(0)};
+  b_.setInsertionPointBefore(&loop_);
+  if (ws_) emptyPh_ = at[2];
   args_ = copyArgs(rings_, body_);
 
-  // Prologue: iterations 0 .. S-2.
+  // Prologue: iterations 0 .. S-2, into the stages from the ring's position on.
   Env env;
   for (const Value* a : args_) env[a] = a == body_.arg(0) ? loop_.operand(0) : loop_.operand(3 + a->index() - 1);
   Value* groups = nullptr;
   for (int d = 0; d + 1 < stages_; ++d) {
     if (d) env = advance(env);
     Value* valid = b_.cmp("lt", env.at(body_.arg(0)), loop_.operand(1));
-    if (Value* g = copies(env, b_.i32(d), valid, &loop_)) groups = g;
+    Value* stage = ws_ ? (d ? wrap(b_.binary(OpKind::Add, at[0], b_.i32(d))) : at[0]) : b_.i32(d);
+    if (Value* g = copies(env, stage, valid, &loop_)) groups = g;
   }
+  Value* emptyInit = emptyPh_;
   // The carried wgmma token needs a value before the first group: an empty copy group.
   Value* noWgmma = groups ? groups : b_.create(OpKind::AsyncCommit, {}, {Type::token()})->result();
 
@@ -314,6 +443,10 @@ void Expander::run() {
   if (groups) body_.addArg(Type::token())->setName("groups");
   Value* phases = tma ? body_.addArg(i32()) : nullptr;
   if (phases) phases->setName("phases");
+  if (ws_) {
+    emptyPh_ = body_.addArg(i32());
+    emptyPh_->setName("empty_phases");
+  }
   body_.addArg(Type::token())->setName("wgmma_token");
   std::map<const Op*, Value*> ringOf;
   for (const Ring& r : rings_) ringOf[r.load] = r.buf;
@@ -336,7 +469,8 @@ void Expander::run() {
     // open, and the order of the ops made must not depend on the compiler.
     Value* one = b_.i32(1);
     Value* parity = b_.binary(OpKind::And, b_.binary(OpKind::Shr, phases, stage), one);
-    b_.create(OpKind::MbarrierWait, {bars_, stage, parity}, {});
+    Op* wait = b_.create(OpKind::MbarrierWait, {bars_, stage, parity}, {});
+    if (ws_) role(wait, "consumer");
     phasesNext = b_.binary(OpKind::Xor, phases, b_.binary(OpKind::Shl, b_.i32(1), stage));
   }
   Value* tok = nullptr;
@@ -392,13 +526,27 @@ void Expander::run() {
   Value* less = b_.binary(OpKind::Sub, later, b_.i32(stages_));
   Value* wrapped = b_.select(b_.cmp("uge", later, b_.i32(stages_)), less, later);
   Value* groupsNext = copies(ahead, wrapped, valid, afterDots);
+  if (ws_) {
+    // The stage of the previous iteration is read: after the wgmma_wait insert-waits
+    // places before the copy, the consumers hand it back (the first iteration's
+    // previous stage was handed back after the loop before).
+    Op* later = b_.createIf(b_.cmp("ne", body_.arg(0), loop_.operand(0)), {});
+    b_.setInsertionPointToEnd(later->region(0));
+    role(b_.create(OpKind::MbarrierArrive, {empty_, wrapped}, {}), "consumer");
+    b_.yield({});
+    b_.setInsertionPointToEnd(later->region(1));
+    b_.yield({});
+    b_.setInsertionPointBefore(afterDots);
+  }
   Value* next = b_.binary(OpKind::Add, stage, b_.i32(1));
   Value* zero = b_.i32(0);
   Value* stageNext = b_.select(b_.cmp("eq", next, b_.i32(stages_)), zero, next);
   b_.setInsertionPointBefore(&loop_);
-  addCarried(b_.i32(0), stageNext);
+  unsigned position = loop_.numResults();
+  addCarried(at[0], stageNext);
   if (groups) addCarried(groups, groupsNext);
-  if (tma) addCarried(b_.i32(0), phasesNext);
+  if (tma) addCarried(at[1], phasesNext);
+  if (ws_) addCarried(emptyInit, emptyPh_);
   addCarried(noWgmma, tok);
   if (opStage) {  // block arguments and carried values in the same order
     b_.setInsertionPointBefore(body_.terminator());
@@ -413,6 +561,7 @@ void Expander::run() {
   }
   loop_.removeAttr("pipeline_stages");
   loop_.removeAttr("pipeline_stage_bytes");
+  if (ws_) handBack(position);
 }
 
 }  // namespace

@@ -1255,13 +1255,17 @@ class static_range:
 
 class range:  # noqa: A001 - Triton's name
     """A loop the compiler keeps as a loop: `for i in tl.range(lo, hi, step)`.
-    `num_stages` and friends are pipelining hints for the GPU backend."""
+    `num_stages`, `loop_unroll_factor` and `flatten` are accepted for Triton's sake and
+    unused. `warp_specialize=True` (sm_90a) runs the kernel on warp-specialized warps: the
+    TMA copies of the pipelined loops in or below this loop on a producer warpgroup, all
+    else on the kernel's num_warps (docs/gpu.md)."""
 
     def __init__(
         self, arg1, arg2=None, step=None, num_stages=None, loop_unroll_factor=None, flatten=False, warp_specialize=False
     ):
         self.start, self.end = (0, arg1) if arg2 is None else (arg1, arg2)
         self.step = 1 if step is None else step
+        self.warp_specialize = warp_specialize
 
 
 def static_assert(cond, msg=""):

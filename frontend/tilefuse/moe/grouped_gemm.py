@@ -36,7 +36,10 @@ class GemmConfig(NamedTuple):
     tile); block_n: output columns; block_k: the K loop's step (for the wgrad: rows).
     persistent (the bf16 GEMMs): True runs one program per SM looping over the tiles
     (grouped_gemm_persistent_kernel, grouped_wgrad_persistent_kernel), False one program
-    per tile, None lets use_persistent decide (the wgrad: persistent on the GPU)."""
+    per tile, None lets use_persistent decide (the wgrad: persistent on the GPU).
+    warp_specialize (the persistent bf16 forward and dgrad on sm_90a): a producer
+    warpgroup issues the TMA copies, num_warps consumer warps the rest (tl.range's
+    warp_specialize); elsewhere ignored."""
 
     block_m: int = 128
     block_n: int = 128
@@ -44,6 +47,7 @@ class GemmConfig(NamedTuple):
     num_warps: int = 8
     num_stages: int = 3
     persistent: bool | None = None
+    warp_specialize: bool = False
 
 
 def default_config(x) -> GemmConfig:
@@ -247,6 +251,7 @@ def _persistent_gemm(a, wt: _Weights, splits, out, bias, scale, c, o, dgrad, cfg
         BO=cfg.block_n,
         BC=cfg.block_k,
         GROUP_M=PERSISTENT_GROUP_M,
+        WS=bool(cfg.warp_specialize),
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )

@@ -1,0 +1,78 @@
+"""Warp-specialized kernels on the GPU: the tutorial's specialized persistent matmul bit
+for bit its plain form and against float64, over tile configs, consumer warps, stage
+counts, ragged M, N, K (K below one step, zero-filled tails) and grids with idle programs
+or many tiles per program; the library's persistent grouped GEMM (forward and dgrad)
+with config.warp_specialize bit for bit without it, over ragged and empty groups."""
+
+import pytest
+from tilefuse import moe
+
+from kernels_dsl.tutorials.matmul_persistent import matmul_persistent_kernel, matmul_ws_kernel
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
+
+# (BM, BN, BK, num_warps, num_stages)
+CONFIGS = [
+    (128, 256, 64, 8, 4),
+    (128, 256, 64, 8, 3),
+    (128, 128, 64, 8, 4),
+    (128, 128, 64, 4, 4),
+    (64, 128, 64, 4, 3),
+    (128, 128, 128, 8, 2),
+    (256, 128, 64, 16, 3),
+]
+
+
+@pytest.mark.parametrize("grid", [132, 7, 1000])
+@pytest.mark.parametrize("shape", [(1000, 520, 712), (2048, 1024, 64), (384, 2048, 4096), (300, 200, 40)])
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: "x".join(map(str, c)))
+def test_specialized_matmul(shape, config, grid):
+    M, N, K = shape
+    bm, bn, bk, warps, stages = config
+    g = torch.Generator(device="cuda").manual_seed(M * N + K + grid)
+    a = torch.randn(M, K, device="cuda", generator=g).to(torch.bfloat16)
+    b = torch.randn(N, K, device="cuda", generator=g).to(torch.bfloat16)
+    outs = []
+    for kernel in (matmul_ws_kernel, matmul_persistent_kernel):
+        c = torch.full((M, N), 7.0, device="cuda", dtype=torch.bfloat16)
+        kernel[(grid,)](a, b, c, M, N, K, BM=bm, BN=bn, BK=bk, num_warps=warps, num_stages=stages)
+        outs.append(c)
+    torch.cuda.synchronize()
+    assert torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16))
+    a64, b64 = a.double(), b.double()
+    ref, mag = a64 @ b64.T, a64.abs() @ b64.abs().T
+    err = (outs[0].double() - ref).abs()
+    assert (err <= 2.0**-8 * ref.abs() + K * 2.0**-23 * mag).all(), err.max().item()
+
+
+@pytest.mark.parametrize("dgrad", [False, True])
+@pytest.mark.parametrize("splits", [[900, 0, 1500, 37, 1, 1200, 0], [4096], [1, 2, 3, 4000], [0, 0, 0, 0]])
+@pytest.mark.parametrize("tiles", [(128, 256, 64, 8, 4), (128, 128, 64, 8, 3), (128, 128, 64, 4, 4)])
+def test_grouped_gemm_specialized(splits, dgrad, tiles):
+    rows, k, n = 4096, 1024, 768
+    g = torch.Generator(device="cuda").manual_seed(len(splits) + 10 * dgrad)
+    x = torch.randn(rows, k, device="cuda", generator=g).to(torch.bfloat16)
+    dy = torch.randn(rows, n, device="cuda", generator=g).to(torch.bfloat16)
+    w = (torch.randn(len(splits), n, k, device="cuda", generator=g) * 0.05).to(torch.bfloat16)
+    s = torch.tensor(splits, dtype=torch.int32, device="cuda")
+    outs = []
+    for ws in (True, False):
+        cfg = moe.GemmConfig(*tiles, True, ws)
+        outs.append(moe.grouped_gemm_dgrad(dy, w, s, config=cfg) if dgrad else moe.grouped_gemm(x, w, s, config=cfg))
+    torch.cuda.synchronize()
+    end = min(rows, sum(max(v, 0) for v in splits))
+    assert torch.equal(outs[0][:end].view(torch.int16), outs[1][:end].view(torch.int16))
+    # And against float64, group by group.
+    src = dy if dgrad else x
+    at = 0
+    for gi, cnt in enumerate(splits):
+        if cnt <= 0:
+            continue
+        wg = w[gi].double()
+        ref = src[at : at + cnt].double() @ (wg if dgrad else wg.T)
+        mag = src[at : at + cnt].double().abs() @ (wg.abs() if dgrad else wg.abs().T)
+        err = (outs[0][at : at + cnt].double() - ref).abs()
+        kk = src.shape[1]
+        assert (err <= 2.0**-8 * ref.abs() + kk * 2.0**-23 * mag).all(), (gi, err.max().item())
+        at += cnt
