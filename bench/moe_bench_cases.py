@@ -73,7 +73,8 @@ def gemm_cases(B, name, shape, splits_for, skewed, configs, rng, fp8_configs=(No
 
     out = []
     for cfg in configs:
-        for persistent in (True, False):
+        # Warp specialization is the persistent forward's and dgrad's only (GemmConfig).
+        for persistent in (True,) if cfg.warp_specialize else (True, False):
             p = cfg._replace(persistent=persistent)
             tag = f"{'persistent' if persistent else 'per-tile'} {_cfg_name(cfg)}"
             fits_fwd = host.persistent_fits(host._weights("", w, x), rows, k, cfg, False)
@@ -88,6 +89,8 @@ def gemm_cases(B, name, shape, splits_for, skewed, configs, rng, fp8_configs=(No
                 case = c(op, tag + (" [rule]" if rule else ""), "ours", "bf16", fn, check)
                 waves = (cdiv(rows, cfg.block_m) + min(e, rows)) * cdiv(o, cfg.block_n) / host.num_programs(x)
                 out.append(case | dict(config=_cfg_name(cfg), persistent=persistent, waves=waves))
+            if cfg.warp_specialize:
+                continue
             # The wgrad's tiles are dw's: block_m of N by block_n of K, block_k rows a step.
             fn = functools.partial(moe.grouped_gemm_wgrad, dy, x, splits, config=p)
             rule = host.wgrad_persistent(x, k, cfg) == persistent

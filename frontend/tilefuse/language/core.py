@@ -1258,7 +1258,7 @@ class range:  # noqa: A001 - Triton's name
     `num_stages`, `loop_unroll_factor` and `flatten` are accepted for Triton's sake and
     unused. `warp_specialize=True` (sm_90a) runs the kernel on warp-specialized warps: the
     TMA copies of the pipelined loops in or below this loop on a producer warpgroup, all
-    else on the kernel's num_warps (docs/gpu.md)."""
+    else on the kernel's num_warps (docs/guide/kernels.md)."""
 
     def __init__(
         self, arg1, arg2=None, step=None, num_stages=None, loop_unroll_factor=None, flatten=False, warp_specialize=False
