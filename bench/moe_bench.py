@@ -74,8 +74,9 @@ def parse_config(text):
     bm, rest = text.split("x", 1)
     bn, rest = rest.split("x", 1)
     bk, rest = rest.split("w", 1)
-    ws = rest.endswith("ws")  # warp-specialized (the persistent forward and dgrad)
-    warps, stages = rest.removesuffix("ws").split("s", 1)
+    # Warp-specialized (the persistent forward and dgrad): "ws", or "pp" ping-pong consumers.
+    ws = 1 if rest.endswith("ws") else 2 if rest.endswith("pp") else 0
+    warps, stages = rest.removesuffix("ws").removesuffix("pp").split("s", 1)
     return moe.GemmConfig(int(bm), int(bn), int(bk), int(warps), int(stages), warp_specialize=ws)
 
 
@@ -230,7 +231,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="one or two shapes per section, fewer reps")
     ap.add_argument("--check-only", action="store_true", help="check every case, time none")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "moe_bench.json"))
-    ap.add_argument("--config", action="append", help="our bf16 tiles, e.g. 128x256x64w8s3, 128x256x64w8s4ws warp-specialized (repeatable)")
+    ap.add_argument("--config", action="append", help="our bf16 tiles, e.g. 128x256x64w8s3, 128x256x64w8s3ws warp-specialized, 128x128x64w4s4pp ping-pong (repeatable)")
     ap.add_argument(
         "--fp8-config", action="append", help="our fp8 forward's tiles (repeatable; default: the host's pick)"
     )

@@ -593,6 +593,11 @@ class CodeGenerator(ast.NodeVisitor):
         op = self.b.create_for(lb.handle, ub.handle, step.handle, [v.handle for v in inits])
         if tl._unwrap(r.warp_specialize):
             op.set_bool_attr("warp_specialize", True)
+            groups = tl._unwrap(r.num_consumer_groups)
+            if groups not in (1, 2):
+                raise self.error(node.iter, f"num_consumer_groups must be 1 or 2, got {groups!r}")
+            if groups == 2:
+                op.set_int_attr("consumer_groups", 2)
         block = self.b.insertion_block()
         # Names first assigned in the body are local to it (as in a while loop and in Triton):
         # their values are defined inside the loop's region and are not visible after it.

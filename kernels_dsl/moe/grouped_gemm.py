@@ -630,7 +630,8 @@ def grouped_gemm_persistent_kernel(
     # cross experts: C % BC == 0 (the host checks). Each tile's K loop is
     # grouped_gemm_kernel's, step for step: the stored values are the same bits. WS
     # warp-specializes it (sm_90a): a producer warpgroup copies the next tiles' K steps
-    # while the consumer warps store this one.
+    # while the consumer warps store this one (1), or while two groups of consumer warps
+    # take the tiles in turns (2, ping-pong).
     a_desc = tl.make_tensor_descriptor(a_ptr, [R, C], [C, 1], [BM, BC])
     if DGRAD:
         w_desc = tl.make_tensor_descriptor(w_ptr, [G * C, O], [O, 1], [BC, BO])
@@ -638,7 +639,8 @@ def grouped_gemm_persistent_kernel(
         w_desc = tl.make_tensor_descriptor(w_ptr, [G * O, C], [C, 1], [BO, BC])
     tiles_o = tl.cdiv(O, BO)
     total = tl.load(tile_start_ptr + G) * tiles_o
-    for t in tl.range(tl.program_id(0), total, tl.num_programs(0), warp_specialize=WS):
+    turns = 2 if WS == 2 else 1
+    for t in tl.range(tl.program_id(0), total, tl.num_programs(0), warp_specialize=WS > 0, num_consumer_groups=turns):
         g, m0, end, pid_o = _persistent_tile(t, offsets_ptr, tile_start_ptr, tiles_ptr, tiles_o, GROUP_M, BM)
         o0 = pid_o * BO
         w_row = g * C if DGRAD else g * O + o0

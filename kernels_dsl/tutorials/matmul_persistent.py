@@ -29,14 +29,17 @@ def matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN:
 
 
 @tf.jit
-def matmul_ws_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+def matmul_ws_kernel(
+    a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUPS: tl.constexpr = 1
+):
     # matmul_persistent_kernel, warp-specialized: a producer warpgroup issues the TMA
     # copies of every tile's K steps, running ahead into the next tile while the
-    # consumer warps store this one.
+    # consumer warps store this one. GROUPS=2: two groups of num_warps consumer warps
+    # take the tiles in turns, one storing its tile while the other's wgmma run.
     a_desc = tl.make_tensor_descriptor(a_ptr, [M, K], [K, 1], [BM, BK])
     b_desc = tl.make_tensor_descriptor(b_ptr, [N, K], [K, 1], [BN, BK])
     tiles_n = tl.cdiv(N, BN)
-    for tile in tl.range(tl.program_id(0), tl.cdiv(M, BM) * tiles_n, tl.num_programs(0), warp_specialize=True):
+    for tile in tl.range(tl.program_id(0), tl.cdiv(M, BM) * tiles_n, tl.num_programs(0), warp_specialize=True, num_consumer_groups=GROUPS):
         m0 = (tile // tiles_n) * BM
         n0 = (tile % tiles_n) * BN
         acc = tl.zeros((BM, BN), dtype=tl.float32)

@@ -11,31 +11,32 @@ from kernels_dsl.tutorials.matmul_persistent import matmul_persistent_kernel, ma
 
 def matmul(config, shape=(1000, 520, 712), grid=132):
     M, N, K = shape
-    bm, bn, bk, warps, stages = config
+    bm, bn, bk, warps, stages, groups = config
     a = torch.randn(M, K, device="cuda").to(torch.bfloat16)
     b = torch.randn(N, K, device="cuda").to(torch.bfloat16)
     outs = []
-    for kernel in (matmul_ws_kernel, matmul_persistent_kernel):
+    for kernel, extra in ((matmul_ws_kernel, dict(GROUPS=groups)), (matmul_persistent_kernel, {})):
         c = torch.zeros((M, N), device="cuda", dtype=torch.bfloat16)
-        kernel[(grid,)](a, b, c, M, N, K, BM=bm, BN=bn, BK=bk, num_warps=warps, num_stages=stages)
+        kernel[(grid,)](a, b, c, M, N, K, BM=bm, BN=bn, BK=bk, num_warps=warps, num_stages=stages, **extra)
         torch.cuda.synchronize()
         outs.append(c)
     return torch.equal(outs[0], outs[1])
 
 
-def grouped(tiles):
+def grouped(tiles, ws):
     x = torch.randn(4096, 1024, device="cuda").to(torch.bfloat16)
     w = (torch.randn(4, 768, 1024, device="cuda") * 0.05).to(torch.bfloat16)
     s = torch.tensor([900, 0, 3000, 196], dtype=torch.int32, device="cuda")
-    outs = [moe.grouped_gemm(x, w, s, config=moe.GemmConfig(*tiles, True, ws)) for ws in (True, False)]
+    outs = [moe.grouped_gemm(x, w, s, config=moe.GemmConfig(*tiles, True, w)) for w in (ws, 0)]
     torch.cuda.synchronize()
     return torch.equal(outs[0], outs[1])
 
 
-for cfg in [(128, 128, 64, 4, 3), (128, 256, 64, 8, 4), (256, 128, 64, 16, 3)]:
-    print("matmul", cfg, end=" ", flush=True)
-    print("equal" if matmul(cfg) else "DIFFERENT", flush=True)
-for cfg in [(128, 256, 64, 8, 4), (128, 128, 64, 4, 4)]:
-    print("grouped", cfg, end=" ", flush=True)
-    print("equal" if grouped(cfg) else "DIFFERENT", flush=True)
+for cfg in [(128, 128, 64, 4, 4, 2), (64, 256, 64, 4, 4, 2), (128, 128, 64, 4, 3, 1)]:
+    for shape, grid in [((1000, 520, 712), 132), ((300, 200, 40), 7), ((2048, 2048, 1024), 132)]:
+        print("matmul", cfg, shape, grid, end=" ", flush=True)
+        print("equal" if matmul(cfg, shape, grid) else "DIFFERENT", flush=True)
+for cfg, ws in [((128, 128, 64, 4, 4), 2), ((128, 256, 64, 8, 3), 1)]:
+    print("grouped", cfg, ws, end=" ", flush=True)
+    print("equal" if grouped(cfg, ws) else "DIFFERENT", flush=True)
 sys.exit(0)

@@ -1,6 +1,6 @@
-"""Warp-specialized kernels on the GPU: the tutorial's specialized persistent matmul bit
-for bit its plain form and against float64, over tile configs, consumer warps, stage
-counts, ragged M, N, K (K below one step, zero-filled tails) and grids with idle programs
+"""Warp-specialized kernels on the GPU, with one consumer group or two taking turns
+(ping-pong): the tutorial's specialized persistent matmul bit for bit its plain form
+and against float64, over tile configs, consumer warps, stage counts, ragged M, N, K (K below one step, zero-filled tails) and grids with idle programs
 or many tiles per program; the library's persistent grouped GEMM (forward and dgrad)
 with config.warp_specialize bit for bit without it, over ragged and empty groups."""
 
@@ -13,14 +13,19 @@ from kernels_dsl.tutorials.matmul_persistent import matmul_persistent_kernel, ma
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
 
-# (BM, BN, BK, num_warps, num_stages)
+# (BM, BN, BK, num_warps, num_stages, consumer groups): 2 groups take the tiles in turns.
 CONFIGS = [
-    (128, 256, 64, 8, 3),
-    (128, 128, 64, 8, 4),
-    (128, 128, 64, 4, 4),
-    (64, 128, 64, 4, 3),
-    (128, 128, 128, 8, 2),
-    (256, 128, 64, 16, 3),
+    (128, 256, 64, 8, 3, 1),
+    (128, 128, 64, 8, 4, 1),
+    (128, 128, 64, 4, 4, 1),
+    (64, 128, 64, 4, 3, 1),
+    (128, 128, 128, 8, 2, 1),
+    (256, 128, 64, 16, 3, 1),
+    (128, 128, 64, 4, 4, 2),
+    (128, 128, 64, 4, 3, 2),
+    (64, 256, 64, 4, 4, 2),
+    (64, 128, 64, 4, 2, 2),
+    (128, 128, 128, 4, 2, 2),
 ]
 
 
@@ -29,14 +34,14 @@ CONFIGS = [
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: "x".join(map(str, c)))
 def test_specialized_matmul(shape, config, grid):
     M, N, K = shape
-    bm, bn, bk, warps, stages = config
+    bm, bn, bk, warps, stages, groups = config
     g = torch.Generator(device="cuda").manual_seed(M * N + K + grid)
     a = torch.randn(M, K, device="cuda", generator=g).to(torch.bfloat16)
     b = torch.randn(N, K, device="cuda", generator=g).to(torch.bfloat16)
     outs = []
-    for kernel in (matmul_ws_kernel, matmul_persistent_kernel):
+    for kernel, extra in ((matmul_ws_kernel, dict(GROUPS=groups)), (matmul_persistent_kernel, {})):
         c = torch.full((M, N), 7.0, device="cuda", dtype=torch.bfloat16)
-        kernel[(grid,)](a, b, c, M, N, K, BM=bm, BN=bn, BK=bk, num_warps=warps, num_stages=stages)
+        kernel[(grid,)](a, b, c, M, N, K, BM=bm, BN=bn, BK=bk, num_warps=warps, num_stages=stages, **extra)
         outs.append(c)
     torch.cuda.synchronize()
     assert torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16))
@@ -48,7 +53,11 @@ def test_specialized_matmul(shape, config, grid):
 
 @pytest.mark.parametrize("dgrad", [False, True])
 @pytest.mark.parametrize("splits", [[900, 0, 1500, 37, 1, 1200, 0], [4096], [1, 2, 3, 4000], [0, 0, 0, 0]])
-@pytest.mark.parametrize("tiles", [(128, 256, 64, 8, 3), (128, 128, 64, 8, 3), (128, 128, 64, 4, 4)])
+@pytest.mark.parametrize(
+    "tiles",
+    [(128, 256, 64, 8, 3, 1), (128, 128, 64, 8, 3, 1), (128, 128, 64, 4, 4, 1), (128, 128, 64, 4, 4, 2), (64, 256, 64, 4, 4, 2)],
+    ids=lambda c: "x".join(map(str, c)),
+)
 def test_grouped_gemm_specialized(splits, dgrad, tiles):
     rows, k, n = 4096, 1024, 768
     g = torch.Generator(device="cuda").manual_seed(len(splits) + 10 * dgrad)
@@ -57,8 +66,8 @@ def test_grouped_gemm_specialized(splits, dgrad, tiles):
     w = (torch.randn(len(splits), n, k, device="cuda", generator=g) * 0.05).to(torch.bfloat16)
     s = torch.tensor(splits, dtype=torch.int32, device="cuda")
     outs = []
-    for ws in (True, False):
-        cfg = moe.GemmConfig(*tiles, True, ws)
+    for ws in (tiles[5], 0):
+        cfg = moe.GemmConfig(*tiles[:5], True, ws)
         outs.append(moe.grouped_gemm_dgrad(dy, w, s, config=cfg) if dgrad else moe.grouped_gemm(x, w, s, config=cfg))
     torch.cuda.synchronize()
     end = min(rows, sum(max(v, 0) for v in splits))

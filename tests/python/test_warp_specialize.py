@@ -192,3 +192,113 @@ def test_too_many_consumer_warps_are_refused():
     k = matmul_ws_kernel.compile(a, a, a, 512, 512, 512, BM=128, BN=128, BK=64)
     with pytest.raises(CompilationError, match="num_warps 32 leaves no room"):
         gpu.lower(k, "sm_90a", 32, 3)
+
+
+def _lower_pp(bm=128, bn=128, bk=64, stages=4, groups=2):
+    a = np.zeros((512, 512), BF16)
+    k = matmul_ws_kernel.compile(a, a, a, 512, 512, 512, BM=bm, BN=bn, BK=bk, GROUPS=groups)
+    return gpu.lower(k, "sm_90a", 4, stages, keep_ir=True)
+
+
+def test_ping_pong_consumers():
+    low = _lower_pp()
+    ir, ptx = low["gpu"], low["ptx"]
+    assert "warp_specialize {consumer_groups = 2, producer_warps = 4}" in ir and "ws_turns = true" in ir
+    # Each stage is read by one group: one arrival per warp of a group.
+    assert len(re.findall(r"mbarrier_init %empty_bars, %\d+ \{count = 4\}", ir)) == 4
+    # Two warpgroups of consumers and the producer; the groups' epilogue barriers and the
+    # turn's (bar.sync before a group's K loop, bar.arrive after it) by register.
+    assert ".maxntid 384, 1, 1" in ptx
+    assert "setmaxnreg.inc.sync.aligned.u32 232;" in ptx and "setmaxnreg.dec.sync.aligned.u32 40;" in ptx
+    assert len(re.findall(r"bar\.sync %r\d+, 128;", ptx)) >= 1
+    assert len(re.findall(r"bar\.sync %r\d+, 256;", ptx)) == 1
+    assert len(re.findall(r"bar\.arrive %r\d+, 256;", ptx)) == 1
+    # Each group its own epilogue scratch (the 128x128 bf16 tile): 32 KiB more.
+    one = _lower_pp(groups=1)
+    assert low["spec"].shared_bytes - one["spec"].shared_bytes == 32768
+
+
+@needs_ptxas
+@pytest.mark.parametrize("config", [(128, 128, 64, 4), (64, 256, 64, 4), (128, 128, 128, 2)])
+def test_ping_pong_assembles_without_spills(tmp_path, config):
+    bm, bn, bk, stages = config
+    low = _lower_pp(bm, bn, bk, stages)
+    report = assert_assembles(low["ptx"], "sm_90a", tmp_path, verbose=True)
+    assert "0 bytes spill stores" in report and "C7517" not in report, report
+
+
+@needs_ptxas
+def test_grouped_gemm_ping_pong_assembles(tmp_path):
+    x, o = np.zeros((256, 512), BF16), np.zeros((256, 512), BF16)
+    w, i = np.zeros((4, 512, 512), BF16), np.zeros(8, np.int32)
+    args = (x, w, i, i, o, i, i, i, 4, 256, 512, 512)
+    k = G.grouped_gemm_persistent_kernel.compile(*args, DGRAD=False, BIAS=0, BM=128, BO=128, BC=64, GROUP_M=8, WS=2)
+    low = gpu.lower(k, "sm_90a", 4, 4, keep_ir=True)
+    assert "consumer_groups = 2" in low["gpu"]
+    report = assert_assembles(low["ptx"], "sm_90a", tmp_path, verbose=True)
+    assert "0 bytes spill stores" in report, report
+
+
+def test_interpreter_ignores_the_groups():
+    rng = np.random.default_rng(8)
+    M, N, K = 70, 40, 96
+    a = rng.standard_normal((M, K)).astype(BF16)
+    b = rng.standard_normal((N, K)).astype(BF16)
+    c = np.full((M, N), 7, BF16)
+    matmul_ws_kernel[(3,)](a, b, c, M, N, K, BM=32, BN=32, BK=32, GROUPS=2)
+    ref = a.astype(np.float64) @ b.astype(np.float64).T
+    mag = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)).T
+    assert (np.abs(c.astype(np.float64) - ref) <= 2.0**-8 * np.abs(ref) + K * 2.0**-23 * mag).all()
+
+
+@tf.jit
+def _nested_turns(a_ptr, c_ptr, K, BK: tl.constexpr):
+    a_desc = tl.make_tensor_descriptor(a_ptr, [64, K], [K, 1], [64, BK])
+    r = tl.arange(0, 64)
+    for rep in range(0, 2):
+        for t in tl.range(0, 4, warp_specialize=True, num_consumer_groups=2):
+            acc = tl.zeros((64, 64), dtype=tl.float32)
+            for k in range(0, K, BK):
+                acc = tl.dot(a_desc.load([0, k]), tl.trans(a_desc.load([0, k])), acc)
+            tl.store(c_ptr + r[:, None] * 64 + r[None, :], acc)
+
+
+@tf.jit
+def _carried_turns(a_ptr, c_ptr, K, BK: tl.constexpr):
+    a_desc = tl.make_tensor_descriptor(a_ptr, [64, K], [K, 1], [64, BK])
+    r = tl.arange(0, 64)
+    total = tl.zeros((64, 64), dtype=tl.float32)
+    for t in tl.range(0, 4, warp_specialize=True, num_consumer_groups=2):
+        acc = tl.zeros((64, 64), dtype=tl.float32)
+        for k in range(0, K, BK):
+            acc = tl.dot(a_desc.load([0, k]), tl.trans(a_desc.load([0, k])), acc)
+        total += acc
+    tl.store(c_ptr + r[:, None] * 64 + r[None, :], total)
+
+
+@tf.jit
+def _three_groups(a_ptr, K):
+    for t in tl.range(0, 4, warp_specialize=True, num_consumer_groups=3):
+        tl.store(a_ptr + t, 1.0)
+
+
+@pytest.mark.parametrize(
+    "kernel,why",
+    [
+        (_nested_turns, "the loop must be the kernel body's"),
+        (_carried_turns, "the loop carries values from one iteration to the next"),
+    ],
+)
+def test_ping_pong_refusals(kernel, why):
+    a, c = np.zeros((64, 512), BF16), np.zeros((64, 64), np.float32)
+    k = kernel.compile(a, c, 512, BK=64)
+    with pytest.raises(CompilationError, match=f"num_consumer_groups=2: {why}") as e:
+        gpu.lower(k, "sm_90a", 4, 3)
+    assert "test_warp_specialize.py" in str(e.value)
+    with pytest.raises(CompilationError, match=r"num_warps 16 x 2 consumer groups leaves no room"):
+        gpu.lower(k, "sm_90a", 16, 3)
+
+
+def test_three_groups_are_refused():
+    with pytest.raises(CompilationError, match="num_consumer_groups must be 1 or 2, got 3"):
+        _three_groups.compile(np.zeros(8, np.float32), 4)

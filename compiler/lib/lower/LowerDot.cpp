@@ -173,7 +173,7 @@ Regs Lowering::dotByMma(const Type& at, const Type& bt, const Type& ct, const Re
   // 4 bytes of A's row r from K element kk (aligned: rows are whole 32-byte steps).
   auto aReg = [&](LVal* r, LVal* kk) {
     LVal* off = b_.CreateAdd(idx(scratchBase()), b_.CreateMul(b_.CreateAdd(b_.CreateMul(r, idx(k)), kk), idx(eb)));
-    return b_.CreateAlignedLoad(i32, b_.CreateGEP(b_.getInt8Ty(), smem(), off), llvm::Align(4));
+    return b_.CreateAlignedLoad(i32, b_.CreateGEP(b_.getInt8Ty(), scratchSpace(), off), llvm::Align(4));
   };
   // K elements kk .. kk+per-1 of B's column col, the first in the low bits.
   auto bReg = [&](LVal* kk, LVal* col) {

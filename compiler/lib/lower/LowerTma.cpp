@@ -148,7 +148,7 @@ Regs Lowering::readTile(int64_t base, const Type& t, const Layout& L, int map) {
   int run = static_cast<int>(std::min<int64_t>(16 / eb, vectorRun(L)));
   Regs out{{}, L};
   for (int s = 0; s < slots(L); s += run) {
-    LVal* addr = b_.CreateGEP(b_.getInt8Ty(), smem(), b_.CreateAdd(idx(base), tileOffset(flatIndex(L, s), t, map)));
+    LVal* addr = b_.CreateGEP(b_.getInt8Ty(), scratchSpace(), b_.CreateAdd(idx(base), tileOffset(flatIndex(L, s), t, map)));
     LVal* v = b_.CreateAlignedLoad(llvm::FixedVectorType::get(et, run), addr, llvm::Align(eb * run));
     for (int i = 0; i < run; ++i) out.e.push_back(b_.CreateExtractElement(v, b_.getInt32(i)));
   }
@@ -160,7 +160,7 @@ void Lowering::writeTile(int64_t base, const Type& t, const Regs& r, int map) {
   int run = static_cast<int>(std::min<int64_t>(16 / eb, vectorRun(r.L)));
   for (int s = 0; s < slots(r.L); s += run) {
     if (!slotOwned(r.L, s)) continue;
-    LVal* addr = b_.CreateGEP(b_.getInt8Ty(), smem(), b_.CreateAdd(idx(base), tileOffset(flatIndex(r.L, s), t, map)));
+    LVal* addr = b_.CreateGEP(b_.getInt8Ty(), scratchSpace(), b_.CreateAdd(idx(base), tileOffset(flatIndex(r.L, s), t, map)));
     b_.CreateAlignedStore(packSlots(r, s, run), addr, llvm::Align(eb * run));
   }
 }
@@ -174,6 +174,9 @@ std::vector<LVal*> Lowering::descCoords(const Op& op, unsigned first) {
 
 // desc_load outside a pipeline: copy into scratch, wait, read in the planned layout.
 void Lowering::lowerTmaLoad(const Op& op, int map) {
+  if (groupBase_)  // its mbarrier is the block's one
+    throw UserError(op.loc(), "warp_specialize with num_consumer_groups=2: a desc_load outside the pipelined loops "
+                              "(load it with pointers, or use one consumer group)");
   const Type& t = op.result()->type();
   int64_t base = scratchBase(), bytes = t.numel() * tmaElemBytes(t.elem);
   smemBytes_ = std::max<uint64_t>(smemBytes_, base + bytes);
@@ -189,7 +192,7 @@ void Lowering::lowerTmaLoad(const Op& op, int map) {
   LVal* bar = barrierAddr(idx(0));
   LVal* issue = b_.CreateICmpEQ(tid_, idx(0));
   armBarrier(bar, bytes, issue);
-  tmaCopy(map, t, b_.CreateAdd(b_.CreatePtrToInt(smem(), b_.getInt32Ty()), idx(base)), coords, bar, issue);
+  tmaCopy(map, t, b_.CreateAdd(b_.CreatePtrToInt(scratchSpace(), b_.getInt32Ty()), idx(base)), coords, bar, issue);
   LVal* phase = b_.CreateLoad(b_.getInt32Ty(), tmaPhase_);
   waitBarrier(bar, phase);
   b_.CreateStore(b_.CreateXor(phase, idx(1)), tmaPhase_);
@@ -224,7 +227,7 @@ void Lowering::lowerTmaStore(const Op& op, int map) {
   auto* done = llvm::BasicBlock::Create(ctx_, "store.done", fn_);
   b_.CreateCondBr(inside, tma, checked);
   b_.SetInsertPoint(tma);
-  tmaCopy(map, t, b_.CreateAdd(b_.CreatePtrToInt(smem(), b_.getInt32Ty()), idx(base)), coords, nullptr,
+  tmaCopy(map, t, b_.CreateAdd(b_.CreatePtrToInt(scratchSpace(), b_.getInt32Ty()), idx(base)), coords, nullptr,
           b_.CreateICmpEQ(tid_, idx(0)));
   b_.CreateBr(done);
   b_.SetInsertPoint(checked);
@@ -242,7 +245,7 @@ void Lowering::lowerTmaStore(const Op& op, int map) {
     guarded(
         ok,
         [&]() -> LVal* {
-          LVal* from = b_.CreateGEP(b_.getInt8Ty(), smem(), b_.CreateAdd(idx(base), tileOffset(e, t, map)));
+          LVal* from = b_.CreateGEP(b_.getInt8Ty(), scratchSpace(), b_.CreateAdd(idx(base), tileOffset(e, t, map)));
           b_.CreateStore(b_.CreateLoad(et, from), b_.CreateGEP(et, desc.e[0], elem));
           return nullptr;
         },

@@ -43,7 +43,10 @@ void Lowering::lowerKernel(const Op& f) {
   auto* fnTy = llvm::FunctionType::get(b_.getVoidTy(), params, false);
   fn_ = llvm::Function::Create(fnTy, llvm::Function::ExternalLinkage, funcName(f), mod_);
   for (const auto& o : body.ops())
-    if (o->kind() == OpKind::WarpSpecialize) producerWarps_ = static_cast<int>(o->intAttr("producer_warps"));
+    if (o->kind() == OpKind::WarpSpecialize) {
+      producerWarps_ = static_cast<int>(o->intAttr("producer_warps"));
+      if (o->hasAttr("consumer_groups")) groups_ = static_cast<int>(o->intAttr("consumer_groups"));
+    }
   if (const Attr* al = f.attr("aligned16"); al && std::holds_alternative<std::vector<int64_t>>(*al))
     for (int64_t i : std::get<std::vector<int64_t>>(*al))
       if (body.arg(static_cast<unsigned>(i))->type().isPtr())
@@ -87,6 +90,7 @@ void Lowering::lowerKernel(const Op& f) {
   }
   initBarriers();
   lowerBlock(body);
+  finishGroups();
   b_.CreateRetVoid();
   endFunction();
 }
@@ -387,8 +391,13 @@ void Lowering::lowerFor(const Op& op) {
   std::vector<Value*> yielded = yieldedValues(body);
   b_.CreateCondBr(b_.CreateICmpSLT(iv, ub), bodyBB, exit);
   b_.SetInsertPoint(bodyBB);
-  lowerBlock(body);
-  auto yields = inLayouts(yielded, carried);
+  std::vector<Regs> yields;
+  if (role_ == Role::Consumer && groups_ > 1 && op.hasAttr("ws_turns")) {
+    yields = lowerTurn(op, iv, lb, ub, step);
+  } else {
+    lowerBlock(body);
+    yields = inLayouts(yielded, carried);
+  }
   iv->addIncoming(b_.CreateAdd(iv, step), b_.GetInsertBlock());
   closeLoop(phis, yields);
   b_.CreateBr(header);
@@ -455,9 +464,9 @@ void Lowering::lowerWhile(const Op& op) {
   b_.SetInsertPoint(exit);
 }
 
-// warp_specialize: the consumer warps (threads 0 .. threads_) run the body but its
-// producer ops; the producer warpgroup after them runs its slice (WarpSpecialize.h), on
-// its first warp (thread 0 issues the copies; the mbarriers order the rest). With two
+// warp_specialize: the consumer warps (threads 0 .. groups_ x threads_) run the body but
+// its producer ops; the producer warpgroup after them runs its slice (WarpSpecialize.h),
+// on its first warp (thread 0 issues the copies; the mbarriers order the rest). With two
 // or more consumer warpgroups, setmaxnreg moves registers from the producer to them.
 void Lowering::lowerWarpSpecialize(const Op& op) {
   auto* consumers = llvm::BasicBlock::Create(ctx_, "ws.consumers", fn_);
@@ -465,22 +474,50 @@ void Lowering::lowerWarpSpecialize(const Op& op) {
   auto* copier = llvm::BasicBlock::Create(ctx_, "ws.copier", fn_);
   auto* done = llvm::BasicBlock::Create(ctx_, "ws.done", fn_);
   LVal* tid = tid_;
-  b_.CreateCondBr(b_.CreateICmpULT(tid, idx(threads_)), consumers, producer);
+  int consumerThreads = groups_ * threads_;
+  b_.CreateCondBr(b_.CreateICmpULT(tid, idx(consumerThreads)), consumers, producer);
   int producerRegs = 0, consumerRegs = 0;
-  if (threads_ >= 256 && !maxnreg_) {
-    producerRegs = threads_ >= 512 ? 24 : 40;
-    consumerRegs = std::min(240, (65536 - 32 * producerWarps_ * producerRegs) / threads_ / 8 * 8);
+  if (consumerThreads >= 256 && !maxnreg_) {
+    producerRegs = consumerThreads >= 512 ? 24 : 40;
+    consumerRegs = std::min(240, (65536 - 32 * producerWarps_ * producerRegs) / consumerThreads / 8 * 8);
   }
   b_.SetInsertPoint(consumers);
   if (consumerRegs) ptx("setmaxnreg.inc.sync.aligned.u32 " + std::to_string(consumerRegs) + ";");
   role_ = Role::Consumer;
+  IRBuilder<> eb(entry_);
+  cg_ = idx(0);
+  if (groups_ > 1) {
+    // Each group a block of threads_ of its own: its layouts' thread index, its scratch.
+    cg_ = eb.CreateUDiv(tid, eb.getInt32(threads_), "consumer_group");
+    tid_ = eb.CreateAnd(tid, eb.getInt32(threads_ - 1), "group_tid");
+    threadParts_.clear();
+    owners_.clear();
+    groupStride_ = new llvm::GlobalVariable(mod_, b_.getInt32Ty(), true, llvm::GlobalValue::InternalLinkage,
+                                            b_.getInt32(0), "tf_group_scratch");
+    LVal* stride = b_.CreateLoad(b_.getInt32Ty(), groupStride_);
+    groupBase_ = b_.CreateGEP(b_.getInt8Ty(), smem(), b_.CreateMul(cg_, stride));
+    for (const auto& o : op.region(0).ops())
+      if (o->hasAttr("ws_turns")) {
+        skipOps_ = turnSlice(op, *o);
+        // A group takes its turn before the body's first op that waits on a full
+        // stage (its tile's schedule computed) and passes it on after the last (its
+        // iteration's last wgmma issued).
+        for (const auto& x : o->region(0).ops())
+          x->walk([&](Op* w) {
+            if (w->kind() != OpKind::MbarrierWait || !consumerRole(*w)) return;
+            if (!orderStart_) orderStart_ = x.get();
+            orderPoint_ = x.get();
+          });
+        if (!orderPoint_) throw InternalError("warp_specialize: a ping-pong loop without a pipelined loop");
+      }
+  }
   lowerBlock(op.region(0));
   b_.CreateBr(done);
+  groupBase_ = nullptr;
 
   b_.SetInsertPoint(producer);
   if (producerRegs) ptx("setmaxnreg.dec.sync.aligned.u32 " + std::to_string(producerRegs) + ";");
-  IRBuilder<> eb(entry_);
-  LVal* mine = eb.CreateSub(tid, eb.getInt32(threads_), "producer_tid");
+  LVal* mine = eb.CreateSub(tid, eb.getInt32(consumerThreads), "producer_tid");
   b_.CreateCondBr(b_.CreateICmpULT(mine, idx(32)), copier, done);
   b_.SetInsertPoint(copier);
   role_ = Role::Producer;
@@ -496,6 +533,93 @@ void Lowering::lowerWarpSpecialize(const Op& op) {
   threadParts_.clear();
   owners_.clear();
   b_.SetInsertPoint(done);
+}
+
+// bar.sync / bar.arrive on named barrier `id` (a constant or a register) of `threads`.
+void Lowering::namedBarrier(const std::string& op, LVal* id, int threads) {
+  if (auto* c = llvm::dyn_cast<llvm::ConstantInt>(id))
+    return ptx(op + " " + std::to_string(c->getZExtValue()) + ", " + std::to_string(threads) + ";");
+  auto* ty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt32Ty()}, false);
+  b_.CreateCall(llvm::InlineAsm::get(ty, op + " $0, " + std::to_string(threads) + ";", "r,~{memory}", true), {id});
+}
+
+// An iteration of the ping-pong loop, in a consumer group: its own (turn = iteration
+// mod groups) runs the body, its waits on the ring after the previous turn's group
+// passed the turn on (takeTurn, passTurn: named barrier 2 + groups + group, of both
+// groups' threads; the groups' wgmma go in turns, and a group waits on a ring stage
+// only once the stages before it were waited on, so an mbarrier's parity cannot name
+// a fill two phases old); another's advances the ring's position only. Returns the
+// yielded values, merged.
+std::vector<Regs> Lowering::lowerTurn(const Op& loop, LVal* iv, LVal* lb, LVal* ub, LVal* step) {
+  const Block& body = loop.region(0);
+  std::vector<Value*> carried = body.args();
+  carried.erase(carried.begin());
+  LVal* index = b_.CreateSDiv(b_.CreateSub(iv, lb), step);
+  LVal* mine = b_.CreateICmpEQ(b_.CreateURem(index, idx(groups_)), cg_);
+  hasNext_ = b_.CreateICmpSLT(b_.CreateAdd(iv, step), ub);
+  notFirst_ = b_.CreateICmpNE(iv, lb);
+  auto* run = llvm::BasicBlock::Create(ctx_, "turn.run", fn_);
+  auto* skip = llvm::BasicBlock::Create(ctx_, "turn.skip", fn_);
+  auto* join = llvm::BasicBlock::Create(ctx_, "turn.join", fn_);
+  b_.CreateCondBr(mine, run, skip);
+  b_.SetInsertPoint(run);
+  lowerBlock(body);
+  std::vector<Regs> a = inLayouts(yieldedValues(body), carried);
+  llvm::BasicBlock* aEnd = b_.GetInsertBlock();
+  b_.CreateBr(join);
+  b_.SetInsertPoint(skip);
+  role_ = Role::Skipper;
+  lowerBlock(body);
+  role_ = Role::Consumer;
+  std::vector<Regs> c = inLayouts(yieldedValues(body), carried);
+  llvm::BasicBlock* cEnd = b_.GetInsertBlock();
+  b_.CreateBr(join);
+  b_.SetInsertPoint(join);
+  std::vector<Regs> out;
+  for (size_t i = 0; i < a.size(); ++i) {
+    Regs r{{}, a[i].L};
+    for (size_t s = 0; s < a[i].e.size(); ++s) {
+      auto* p = b_.CreatePHI(a[i].e[s]->getType(), 2);
+      p->addIncoming(a[i].e[s], aEnd);
+      p->addIncoming(c[i].e[s], cEnd);
+      r.e.push_back(p);
+    }
+    out.push_back(r);
+  }
+  return out;
+}
+
+// Before the ping-pong body's first wait on a full stage: the previous iteration's group
+// has issued its wgmma.
+void Lowering::takeTurn() {
+  auto* wait = llvm::BasicBlock::Create(ctx_, "turn.wait", fn_);
+  auto* on = llvm::BasicBlock::Create(ctx_, "turn.taken", fn_);
+  b_.CreateCondBr(notFirst_, wait, on);
+  b_.SetInsertPoint(wait);
+  namedBarrier("bar.sync", b_.CreateAdd(cg_, idx(2 + groups_)), 2 * threads_);
+  b_.CreateBr(on);
+  b_.SetInsertPoint(on);
+}
+
+// After the ping-pong body's last wgmma issue: the next iteration's group may start.
+void Lowering::passTurn() {
+  auto* pass = llvm::BasicBlock::Create(ctx_, "turn.pass", fn_);
+  auto* on = llvm::BasicBlock::Create(ctx_, "turn.passed", fn_);
+  b_.CreateCondBr(hasNext_, pass, on);
+  b_.SetInsertPoint(pass);
+  LVal* next = b_.CreateURem(b_.CreateAdd(cg_, idx(1)), idx(groups_));
+  namedBarrier("bar.arrive", b_.CreateAdd(next, idx(2 + groups_)), 2 * threads_);
+  b_.CreateBr(on);
+  b_.SetInsertPoint(on);
+}
+
+// Once the kernel is lowered: each group's scratch space is the scratch's size apart.
+void Lowering::finishGroups() {
+  if (!groupStride_) return;
+  int64_t used = std::max<int64_t>(0, static_cast<int64_t>(smemBytes_) - scratch_);
+  int64_t stride = (used + 1023) / 1024 * 1024;
+  groupStride_->setInitializer(b_.getInt32(static_cast<uint32_t>(stride)));
+  smemBytes_ = static_cast<uint64_t>(scratch_ + groups_ * stride);
 }
 
 void Lowering::lowerOp(const Op& op) {

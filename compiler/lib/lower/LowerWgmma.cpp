@@ -308,7 +308,7 @@ ScaleTables Lowering::stageScales(const Value* sa, const Value* sb, int64_t chun
 LVal* Lowering::scaleOf(int64_t table, const Type& t, LVal* row, int64_t block) {
   LVal* off =
       b_.CreateAdd(idx(table), b_.CreateMul(b_.CreateAdd(b_.CreateMul(row, idx(t.shape[1])), idx(block)), idx(4)));
-  return b_.CreateLoad(b_.getFloatTy(), b_.CreateGEP(b_.getInt8Ty(), smem(), off));
+  return b_.CreateLoad(b_.getFloatTy(), b_.CreateGEP(b_.getInt8Ty(), scratchSpace(), off));
 }
 
 // The rows and columns of an [*, n] tile that layout `l`'s slots hold in this thread.

@@ -89,7 +89,7 @@ class Lowering {
 
   int sharedBytes() const { return static_cast<int>(smemBytes_); }
   // Threads per block: the num_warps, and a producer warpgroup when warp-specialized.
-  int launchThreads() const { return threads_ + 32 * producerWarps_; }
+  int launchThreads() const { return groups_ * threads_ + 32 * producerWarps_; }
   const std::vector<PerfHint>& hints() const { return *hints_; }
   const std::vector<TensorMapSpec>& tensorMaps() const { return tensorMaps_; }
   const std::vector<DebugCheck>& checks() const { return checks_; }
@@ -220,16 +220,20 @@ class Lowering {
   int storeBytes(const Type& t) { return static_cast<int>(mod_.getDataLayout().getTypeAllocSize(smemType(t))); }
   LVal* smemAddr(int64_t base, LVal* index, const Type& t) {
     LVal* off = b_.CreateAdd(idx(scratchBase() + base), b_.CreateMul(index, idx(storeBytes(t))));
-    return b_.CreateGEP(b_.getInt8Ty(), smem(), off);
+    return b_.CreateGEP(b_.getInt8Ty(), scratchSpace(), off);
   }
+  // Shared memory as the scratch space's users address it: ping-pong consumer groups
+  // each have their own copy of the scratch space (groupBase_).
+  LVal* scratchSpace() { return groupBase_ ? groupBase_ : smem(); }
   // bar.sync of the block, or of the warps of this role in a warp-specialized kernel
-  // (named barriers 1 and 2: the other role runs on).
+  // (named barriers: 1 + consumer group, then the producer's; the other warps run on).
   void barrier() {
     if (role_ == Role::All) return (void)b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
-    bool consumers = role_ == Role::Consumer;
-    ptx("bar.sync " + std::to_string(consumers ? 1 : 2) + ", " +
-        std::to_string(consumers ? threads_ : 32 * producerWarps_) + ";");
+    if (role_ == Role::Producer)
+      return ptx("bar.sync " + std::to_string(1 + groups_) + ", " + std::to_string(32 * producerWarps_) + ";");
+    namedBarrier("bar.sync", b_.CreateAdd(cg_, idx(1)), threads_);
   }
+  void namedBarrier(const std::string& op, LVal* id, int threads);
   bool isBool(const Type& t) { return !t.isPtr() && t.elem == DType::I1; }
   // Writes every element of `r` (type t) at scratch[base + flat * size]; copies write equal values.
   void toSmem(const Regs& r, const Type& t, int64_t base) { toSmemAt(r, t, scratchBase() + base); }
@@ -240,7 +244,7 @@ class Lowering {
       if (!slotOwned(r.L, s)) continue;
       LVal* v = isBool(t) ? b_.CreateZExt(r.e[s], b_.getInt8Ty()) : r.e[s];
       LVal* off = b_.CreateAdd(idx(at), b_.CreateMul(flatIndex(r.L, s), idx(storeBytes(t))));
-      b_.CreateStore(v, b_.CreateGEP(b_.getInt8Ty(), smem(), off));
+      b_.CreateStore(v, b_.CreateGEP(b_.getInt8Ty(), scratchSpace(), off));
     }
   }
   LVal* fromSmem(int64_t base, LVal* index, const Type& t) {
@@ -262,17 +266,21 @@ class Lowering {
   void lowerBlock(const Block& b) {
     for (const auto& o : b.ops()) {
       if (o->has(Terminator)) continue;
+      if (o.get() == orderStart_ && role_ == Role::Consumer) takeTurn();
       if (runs(*o))
         lowerOp(*o);
       else
         for (Value* r : o->results()) vals_[r] = undefRegs(r->type(), layoutOf(r));
+      if (o.get() == orderPoint_ && role_ == Role::Consumer) passTurn();
     }
   }
-  // Warp specialization (lowerWarpSpecialize): which ops this role runs.
-  enum class Role { All, Consumer, Producer };
+  // Warp specialization (lowerWarpSpecialize): which ops this role runs. A ping-pong
+  // group skipping the other's iteration runs the ring position's scalar work only.
+  enum class Role { All, Consumer, Producer, Skipper };
   bool runs(const Op& op) const {
     if (role_ == Role::Consumer) return !producerRole(op);
     if (role_ == Role::Producer) return producerOps_.count(&op) > 0;
+    if (role_ == Role::Skipper) return skipOps_.count(&op) > 0;
     return true;
   }
   Regs undefRegs(const Type& t, const Layout& l) {
@@ -283,6 +291,10 @@ class Lowering {
     return r;
   }
   void lowerWarpSpecialize(const Op& op);
+  std::vector<Regs> lowerTurn(const Op& loop, LVal* iv, LVal* lb, LVal* ub, LVal* step);
+  void takeTurn();
+  void passTurn();
+  void finishGroups();
   std::vector<Regs> inLayouts(const std::vector<Value*>& vals, const std::vector<Value*>& to);
   std::vector<Value*> yieldedValues(const Block& b, unsigned first = 0);
 
@@ -476,6 +488,19 @@ class Lowering {
   int producerWarps_ = 0;               // a warp-specialized kernel's producer warps
   bool maxnreg_ = false;                // the kernel caps its registers (launch option)
   std::set<const Op*> producerOps_;     // what they run (WarpSpecialize.h)
+  // Ping-pong consumers ({consumer_groups = 2}): the group (tid / threads_), its scratch
+  // space (smem + group x the scratch's size, a constant set once all is lowered), what
+  // a group runs of the other's iteration, the ops before which it takes its turn and
+  // after which it passes it on, and whether the loop has an iteration before / after.
+  int groups_ = 1;
+  LVal* cg_ = nullptr;
+  LVal* groupBase_ = nullptr;
+  llvm::GlobalVariable* groupStride_ = nullptr;
+  std::set<const Op*> skipOps_;
+  const Op* orderStart_ = nullptr;
+  const Op* orderPoint_ = nullptr;
+  LVal* hasNext_ = nullptr;
+  LVal* notFirst_ = nullptr;
   llvm::GlobalVariable* smem_ = nullptr;
   uint64_t smemBytes_ = 0;
   std::unordered_map<const Value*, Regs> vals_;

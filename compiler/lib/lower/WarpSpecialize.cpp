@@ -116,4 +116,16 @@ std::set<const Op*> producerSlice(const Op& ws, const std::function<bool(const O
   return s.ops;
 }
 
+std::set<const Op*> turnSlice(const Op& ws, const Op& loop) {
+  Slicer s(ws);
+  for (const Value* v : loop.region(0).terminator()->operands()) s.need(v);
+  for (const Op* o : s.ops)
+    if (o != &loop && !runnable(*o))
+      throw UserError(o->loc(), "warp_specialize with num_consumer_groups=2: the position of the loop's rings "
+                                "after an iteration needs this '" +
+                                    std::string(o->mnemonic()) + "', and a group skipping the other's iteration "
+                                                                 "runs only scalar work");
+  return s.ops;
+}
+
 }  // namespace tilefuse::lower::detail

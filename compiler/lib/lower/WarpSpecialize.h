@@ -23,4 +23,9 @@ inline bool consumerRole(const Op& op) { return op.hasAttr("ws_role") && op.strA
 // at the first op the slice needs that the producer cannot run, naming it.
 std::set<const Op*> producerSlice(const Op& ws, const std::function<bool(const Op&)>& root);
 
+// The ops of `loop`'s body (the ping-pong loop of `ws`) that compute what it yields (the
+// ring's position), with their control flow: what a consumer group runs of the other
+// group's iteration. Throws a UserError at one that is not scalar work.
+std::set<const Op*> turnSlice(const Op& ws, const Op& loop);
+
 }  // namespace tilefuse::lower::detail

@@ -1258,14 +1258,25 @@ class range:  # noqa: A001 - Triton's name
     `num_stages`, `loop_unroll_factor` and `flatten` are accepted for Triton's sake and
     unused. `warp_specialize=True` (sm_90a) runs the kernel on warp-specialized warps: the
     TMA copies of the pipelined loops in or below this loop on a producer warpgroup, all
-    else on the kernel's num_warps (docs/guide/kernels.md)."""
+    else on the kernel's num_warps. `num_consumer_groups=2` with it: two groups of
+    num_warps consumer warps take this loop's iterations in turns (ping-pong: one's
+    epilogue runs while the other's wgmma do). docs/guide/kernels.md."""
 
     def __init__(
-        self, arg1, arg2=None, step=None, num_stages=None, loop_unroll_factor=None, flatten=False, warp_specialize=False
+        self,
+        arg1,
+        arg2=None,
+        step=None,
+        num_stages=None,
+        loop_unroll_factor=None,
+        flatten=False,
+        warp_specialize=False,
+        num_consumer_groups=1,
     ):
         self.start, self.end = (0, arg1) if arg2 is None else (arg1, arg2)
         self.step = 1 if step is None else step
         self.warp_specialize = warp_specialize
+        self.num_consumer_groups = num_consumer_groups
 
 
 def static_assert(cond, msg=""):

@@ -37,9 +37,10 @@ class GemmConfig(NamedTuple):
     persistent (the bf16 GEMMs): True runs one program per SM looping over the tiles
     (grouped_gemm_persistent_kernel, grouped_wgrad_persistent_kernel), False one program
     per tile, None lets use_persistent decide (the wgrad: persistent on the GPU).
-    warp_specialize (the persistent bf16 forward and dgrad on sm_90a): a producer
-    warpgroup issues the TMA copies, num_warps consumer warps the rest (tl.range's
-    warp_specialize); elsewhere ignored."""
+    warp_specialize (the persistent bf16 forward and dgrad on sm_90a): True or 1, a
+    producer warpgroup issues the TMA copies, num_warps consumer warps the rest
+    (tl.range's warp_specialize); 2, two groups of num_warps consumer warps take the
+    tiles in turns (ping-pong, num_consumer_groups=2); elsewhere ignored."""
 
     block_m: int = 128
     block_n: int = 128
@@ -47,7 +48,7 @@ class GemmConfig(NamedTuple):
     num_warps: int = 8
     num_stages: int = 3
     persistent: bool | None = None
-    warp_specialize: bool = False
+    warp_specialize: int = 0
 
 
 def default_config(x) -> GemmConfig:
@@ -73,6 +74,8 @@ def _config(fn, config, x, tuned_op=None, n=0, k=0) -> GemmConfig:
         raise ValueError(f"{fn}: config tiles must be at least 16 (a dot's minimum), got {cfg}")
     if cfg.persistent not in (None, True, False):
         raise ValueError(f"{fn}: config.persistent must be None, True or False, got {cfg.persistent!r}")
+    if cfg.warp_specialize not in (0, 1, 2):
+        raise ValueError(f"{fn}: config.warp_specialize must be 0/False, 1/True or 2, got {cfg.warp_specialize!r}")
     return cfg
 
 
@@ -251,7 +254,7 @@ def _persistent_gemm(a, wt: _Weights, splits, out, bias, scale, c, o, dgrad, cfg
         BO=cfg.block_n,
         BC=cfg.block_k,
         GROUP_M=PERSISTENT_GROUP_M,
-        WS=bool(cfg.warp_specialize),
+        WS=int(cfg.warp_specialize),
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
