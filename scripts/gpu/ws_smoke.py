@@ -27,13 +27,13 @@ def grouped(tiles, ws):
     x = torch.randn(4096, 1024, device="cuda").to(torch.bfloat16)
     w = (torch.randn(4, 768, 1024, device="cuda") * 0.05).to(torch.bfloat16)
     s = torch.tensor([900, 0, 3000, 196], dtype=torch.int32, device="cuda")
-    outs = [moe.grouped_gemm(x, w, s, config=moe.GemmConfig(*tiles, True, w)) for w in (ws, 0)]
+    outs = [moe.grouped_gemm(x, w, s, config=moe.GemmConfig(*tiles, True, v)) for v in (ws, 0)]
     torch.cuda.synchronize()
     return torch.equal(outs[0], outs[1])
 
 
-for cfg in [(128, 128, 64, 4, 4, 2), (64, 256, 64, 4, 4, 2), (128, 128, 64, 4, 3, 1)]:
-    for shape, grid in [((1000, 520, 712), 132), ((300, 200, 40), 7), ((2048, 2048, 1024), 132)]:
+for cfg in [(256, 128, 64, 16, 3, 1), (128, 128, 64, 4, 4, 2), (64, 256, 64, 4, 4, 2), (128, 128, 64, 4, 3, 1)]:
+    for shape, grid in [((1000, 520, 720), 132), ((300, 200, 48), 7), ((2048, 2048, 1024), 132)]:
         print("matmul", cfg, shape, grid, end=" ", flush=True)
         print("equal" if matmul(cfg, shape, grid) else "DIFFERENT", flush=True)
 for cfg, ws in [((128, 128, 64, 4, 4), 2), ((128, 256, 64, 8, 3), 1)]:

@@ -50,7 +50,9 @@ def test_body_and_rings_for_two_roles():
     assert "\n    barrier\n" not in body and "      barrier\n" not in body
 
 
-@pytest.mark.parametrize("warps,threads,regs", [(8, 384, (232, 40)), (4, 256, None)])
+# setmaxnreg within the block's registers: ptxas launches .maxntid's most (168 at 384
+# threads, 96 at 640); the producer's release is what the consumers gain.
+@pytest.mark.parametrize("warps,threads,regs", [(8, 384, (232, 40)), (16, 640, (112, 24)), (4, 256, None)])
 def test_ptx_of_the_roles(warps, threads, regs):
     ptx = _lower(warps=warps)["ptx"]
     assert f".maxntid {threads}, 1, 1" in ptx
@@ -302,3 +304,16 @@ def test_ping_pong_refusals(kernel, why):
 def test_three_groups_are_refused():
     with pytest.raises(CompilationError, match="num_consumer_groups must be 1 or 2, got 3"):
         _three_groups.compile(np.zeros(8, np.float32), 4)
+
+
+@pytest.mark.parametrize("shape", [(1000, 520, 720), (2048, 1024, 64), (384, 2048, 4096), (300, 200, 48)])
+def test_the_gpu_tests_shapes_are_specialized(shape):
+    # tests/gpu/test_warp_specialize_gpu.py's SHAPES: K a multiple of 16, so the operands
+    # go through TMA and the kernel is specialized (not the plain kernel the flag falls
+    # back to, as for K = 712).
+    M, N, K = shape
+    a, b, c = np.zeros((M, K), BF16), np.zeros((N, K), BF16), np.zeros((M, N), BF16)
+    for groups, threads in ((1, 384), (2, 384)):
+        k = matmul_ws_kernel.compile(a, b, c, M, N, K, BM=128, BN=128, BK=64, GROUPS=groups)
+        low = gpu.lower(k, "sm_90a", 8 // groups, 3)
+        assert f".maxntid {threads}, 1, 1" in low["ptx"]

@@ -476,10 +476,16 @@ void Lowering::lowerWarpSpecialize(const Op& op) {
   LVal* tid = tid_;
   int consumerThreads = groups_ * threads_;
   b_.CreateCondBr(b_.CreateICmpULT(tid, idx(consumerThreads)), consumers, producer);
+  // setmaxnreg moves registers within the block's own allocation: ptxas gives each
+  // thread the most .maxntid allows (in steps of 8); the consumers' count is what the
+  // producer's release leaves for them (more would wait forever for registers).
   int producerRegs = 0, consumerRegs = 0;
   if (consumerThreads >= 256 && !maxnreg_) {
+    int launched = std::min(255, 65536 / launchThreads()) / 8 * 8;
     producerRegs = consumerThreads >= 512 ? 24 : 40;
-    consumerRegs = std::min(240, (65536 - 32 * producerWarps_ * producerRegs) / consumerThreads / 8 * 8);
+    int pool = launched * launchThreads() - 32 * producerWarps_ * producerRegs;
+    consumerRegs = std::min(240, pool / consumerThreads / 8 * 8);
+    if (consumerRegs <= launched) producerRegs = consumerRegs = 0;
   }
   b_.SetInsertPoint(consumers);
   if (consumerRegs) ptx("setmaxnreg.inc.sync.aligned.u32 " + std::to_string(consumerRegs) + ";");
