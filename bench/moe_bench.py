@@ -231,7 +231,11 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="one or two shapes per section, fewer reps")
     ap.add_argument("--check-only", action="store_true", help="check every case, time none")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "moe_bench.json"))
-    ap.add_argument("--config", action="append", help="our bf16 tiles, e.g. 128x256x64w8s3, 128x256x64w8s3ws warp-specialized, 128x128x64w4s4pp ping-pong (repeatable)")
+    ap.add_argument(
+        "--config",
+        action="append",
+        help="our bf16 tiles, e.g. 128x256x64w8s3; suffix ws: warp-specialized, pp: ping-pong (repeatable)",
+    )
     ap.add_argument(
         "--fp8-config", action="append", help="our fp8 forward's tiles (repeatable; default: the host's pick)"
     )

@@ -38,7 +38,9 @@ def _missing(section, shape, routing, op, variant, why):
 
 
 def _cfg_name(c):
-    return f"{c.block_m}x{c.block_n}x{c.block_k}w{c.num_warps}s{c.num_stages}" + ("", "ws", "pp")[int(c.warp_specialize)]
+    return (
+        f"{c.block_m}x{c.block_n}x{c.block_k}w{c.num_warps}s{c.num_stages}" + ("", "ws", "pp")[int(c.warp_specialize)]
+    )
 
 
 def gemm_cases(B, name, shape, splits_for, skewed, configs, rng, fp8_configs=(None,)):

@@ -39,7 +39,9 @@ def matmul_ws_kernel(
     a_desc = tl.make_tensor_descriptor(a_ptr, [M, K], [K, 1], [BM, BK])
     b_desc = tl.make_tensor_descriptor(b_ptr, [N, K], [K, 1], [BN, BK])
     tiles_n = tl.cdiv(N, BN)
-    for tile in tl.range(tl.program_id(0), tl.cdiv(M, BM) * tiles_n, tl.num_programs(0), warp_specialize=True, num_consumer_groups=GROUPS):
+    for tile in tl.range(
+        tl.program_id(0), tl.cdiv(M, BM) * tiles_n, tl.num_programs(0), warp_specialize=True, num_consumer_groups=GROUPS
+    ):
         m0 = (tile // tiles_n) * BM
         n0 = (tile % tiles_n) * BN
         acc = tl.zeros((BM, BN), dtype=tl.float32)

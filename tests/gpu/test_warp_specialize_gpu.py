@@ -1,7 +1,8 @@
 """Warp-specialized kernels on the GPU, with one consumer group or two taking turns
 (ping-pong): the tutorial's specialized persistent matmul bit for bit its plain form
-and against float64, over tile configs, consumer warps, stage counts, ragged M, N, K (K below one step, zero-filled tails) and grids with idle programs
-or many tiles per program; the library's persistent grouped GEMM (forward and dgrad)
+and against float64, over tile configs, consumer warps, stage counts, ragged M, N, K
+(K below one step, zero-filled tails) and grids with idle programs or many tiles per
+program; the library's persistent grouped GEMM (forward and dgrad)
 with config.warp_specialize bit for bit without it, over ragged and empty groups."""
 
 import pytest
@@ -59,7 +60,13 @@ def test_specialized_matmul(shape, config, grid):
 @pytest.mark.parametrize("splits", [[900, 0, 1500, 37, 1, 1200, 0], [4096], [1, 2, 3, 4000], [0, 0, 0, 0]])
 @pytest.mark.parametrize(
     "tiles",
-    [(128, 256, 64, 8, 3, 1), (128, 128, 64, 8, 3, 1), (128, 128, 64, 4, 4, 1), (128, 128, 64, 4, 4, 2), (64, 256, 64, 4, 4, 2)],
+    [
+        (128, 256, 64, 8, 3, 1),
+        (128, 128, 64, 8, 3, 1),
+        (128, 128, 64, 4, 4, 1),
+        (128, 128, 64, 4, 4, 2),
+        (64, 256, 64, 4, 4, 2),
+    ],
     ids=lambda c: "x".join(map(str, c)),
 )
 def test_grouped_gemm_specialized(splits, dgrad, tiles):

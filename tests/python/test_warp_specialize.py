@@ -83,9 +83,7 @@ def test_grouped_gemm_specialized_assembles(tmp_path, dgrad):
     x, o = np.zeros((256, 512), BF16), np.zeros((256, 512), BF16)
     w, i = np.zeros((4, 512, 512), BF16), np.zeros(8, np.int32)
     args = (x, w, i, i, o, i, i, i, 4, 256, 512, 512)
-    k = G.grouped_gemm_persistent_kernel.compile(
-        *args, DGRAD=dgrad, BIAS=0, BM=128, BO=256, BC=64, GROUP_M=8, WS=True
-    )
+    k = G.grouped_gemm_persistent_kernel.compile(*args, DGRAD=dgrad, BIAS=0, BM=128, BO=256, BC=64, GROUP_M=8, WS=True)
     low = gpu.lower(k, "sm_90a", 8, 4, keep_ir=True)
     assert "warp_specialize {producer_warps = 4}" in low["gpu"]
     report = assert_assembles(low["ptx"], "sm_90a", tmp_path, verbose=True)
@@ -257,8 +255,8 @@ def test_interpreter_ignores_the_groups():
 def _nested_turns(a_ptr, c_ptr, K, BK: tl.constexpr):
     a_desc = tl.make_tensor_descriptor(a_ptr, [64, K], [K, 1], [64, BK])
     r = tl.arange(0, 64)
-    for rep in range(0, 2):
-        for t in tl.range(0, 4, warp_specialize=True, num_consumer_groups=2):
+    for _rep in range(0, 2):
+        for _t in tl.range(0, 4, warp_specialize=True, num_consumer_groups=2):
             acc = tl.zeros((64, 64), dtype=tl.float32)
             for k in range(0, K, BK):
                 acc = tl.dot(a_desc.load([0, k]), tl.trans(a_desc.load([0, k])), acc)
@@ -270,7 +268,7 @@ def _carried_turns(a_ptr, c_ptr, K, BK: tl.constexpr):
     a_desc = tl.make_tensor_descriptor(a_ptr, [64, K], [K, 1], [64, BK])
     r = tl.arange(0, 64)
     total = tl.zeros((64, 64), dtype=tl.float32)
-    for t in tl.range(0, 4, warp_specialize=True, num_consumer_groups=2):
+    for _t in tl.range(0, 4, warp_specialize=True, num_consumer_groups=2):
         acc = tl.zeros((64, 64), dtype=tl.float32)
         for k in range(0, K, BK):
             acc = tl.dot(a_desc.load([0, k]), tl.trans(a_desc.load([0, k])), acc)

@@ -457,6 +457,11 @@ void verifyGpuOp(const Op& op) {
       return;
     case OpKind::WarpSpecialize: {
       intAttrAtLeast(op, "producer_warps", 1);
+      if (op.hasAttr("consumer_groups")) {
+        intAttrAtLeast(op, "consumer_groups", 1);
+        if (op.intAttr("consumer_groups") > 2)
+          fail(op, "consumer_groups must be 1 or 2, got " + std::to_string(op.intAttr("consumer_groups")));
+      }
       const Op* parent = op.parentOp();
       if (!parent || parent->kind() != OpKind::Func) fail(op, "must be in a function's body, not in a loop or if");
       const Block& body = op.region(0);
