@@ -44,6 +44,8 @@ MISSING = {
 
 # What differs for names that are there.
 NOTES = {
+    "range": "warp_specialize=True: a TMA producer warpgroup, num_consumer_groups=2: ping-pong consumers (sm_90a; "
+    "docs/guide/kernels.md); num_stages, loop_unroll_factor, flatten accepted, unused",
     "atomic_cas": "16-, 32- and 64-bit elements, floats compared by their bits; on the GPU sem and scope are in the "
     "atom, as Triton's PTX spells it (atom.global.acq_rel.gpu.cas.b32)",
     "atomic_max": "floats as Triton: on their bits (signed max for values >= 0, unsigned min below; "
