@@ -257,11 +257,20 @@ def _scale_codes(s_ptr, rows, block0, c, stride, mask, BLOCK_ROWS: tl.constexpr,
     if BLOCK_ROWS == 0:
         blocks = block0 + tl.max_contiguous(tl.multiple_of(c // 32 + tl.arange(0, BC // 32), BC // 32), BC // 32)
         codes = tl.load(s_ptr + rows[:, None] * stride + blocks[None, :], mask=mask[:, None], other=127)
-    else:
+    elif BC <= 128:
         # BC <= 128 and block0 on a 128-block: one scale per row for the whole step.
         p = s_ptr + (rows // BLOCK_ROWS) * stride + (block0 * 32 + c) // 128
         e = (tl.load(p, mask=mask, other=1.0).to(tl.int32, bitcast=True) >> 23) & 0xFF
         codes = tl.broadcast_to(tl.where(e > 127, e - 256, e).to(tl.int8)[:, None], (e.shape[0], BC // 32))
+    else:
+        # BC a multiple of 128: one scale per row for each 128-block of the step, repeated
+        # over its four 32-blocks (a broadcast the compiler sees: one promotion a 128-block,
+        # the next one's wgmma group in flight meanwhile).
+        blocks = (block0 * 32 + c) // 128 + tl.arange(0, BC // 128)
+        p = s_ptr + ((rows // BLOCK_ROWS) * stride)[:, None] + blocks[None, :]
+        e = (tl.load(p, mask=mask[:, None], other=1.0).to(tl.int32, bitcast=True) >> 23) & 0xFF
+        e = tl.where(e > 127, e - 256, e).to(tl.int8)
+        codes = tl.reshape(tl.broadcast_to(e[:, :, None], (e.shape[0], BC // 128, 4)), (e.shape[0], BC // 32))
     return codes
 
 

@@ -243,6 +243,43 @@ def test_dgrad_fp8(gen, name, recipe, config):
     assert (host(dx)[end:] == SENTINEL).all(), "pad rows were written"
 
 
+@pytest.mark.parametrize("w_block", [(128, 128), (1, 128)], ids=["w128x128", "w1x128"])
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("dgrad", [False, True])
+@pytest.mark.parametrize("name", ["skewed", "one_owns_all", "g1", "past_the_rows"])
+def test_fp8_block_steps_of_two_blocks(gen, name, dgrad, stages, w_block):
+    # K steps of 256 (two 128-blocks, the first promoted while the second's wgmma run;
+    # where C is not a multiple of 256 the host steps by 128): the same bits as steps of
+    # 128 (the same 128-chunks promoted in the same order), and the float64 bound.
+    rows, k, n, s, splits, x, w = setup(gen, name)
+    if dgrad:
+        a = moe.quantize(bf16(gen, rows, n), recipe="fp8_block")
+        qw = moe.quantize(w.reshape(-1, k), recipe="fp8_block", block=w_block, axis=0)
+    else:
+        a = moe.quantize(x, recipe="fp8_block")
+        qw = moe.quantize(w.reshape(-1, k), recipe="fp8_block", block=w_block)
+    fn = moe.grouped_gemm_dgrad if dgrad else moe.grouped_gemm
+    o = k if dgrad else n
+    outs = [
+        fn(
+            a,
+            qw,
+            splits,
+            out=prefilled(rows, o, "float32"),
+            out_dtype="float32",
+            config=moe.GemmConfig(128, 128, bk, 8, stages),
+        )
+        for bk in (256, 128)
+    ]
+    torch.cuda.synchronize()
+    assert torch.equal(outs[0], outs[1])
+    ad, wd = moe.dequantize(a), moe.dequantize(qw).reshape(w.shape)
+    e, m = (ref.dgrad if dgrad else ref.forward)(host(ad), host(wd), s)
+    end = int(ref.offsets(s, rows)[-1])
+    ref.check(host(outs[0])[:end], e, m, n if dgrad else k + 1, "float32", "y", recipe="mxfp8", block_error=2.0**-9)
+    assert (host(outs[0])[end:] == SENTINEL).all(), "pad rows were written"
+
+
 def test_bad_devices(gen):
     rows, k, n, s, splits, x, w = setup(gen, "g1")
     bad = [

@@ -21,7 +21,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]  # not tilefuse's: a copied p
 sys.path.insert(0, str(ROOT / "bench"))
 import moe_tune  # noqa: E402
 
-SOURCES = [ROOT / "bench" / "data" / f"moe_bench_h200_{d}.json" for d in ("2026-12-02", "2026-12-03_wgrad")]
+SOURCES = [
+    ROOT / "bench" / "data" / f"moe_bench_h200_{d}.json" for d in ("2026-12-02", "2026-12-03_wgrad", "2026-12-04_fp8")
+]
 gg = importlib.import_module("tilefuse.moe.grouped_gemm")
 
 
@@ -69,7 +71,7 @@ def launched(fn, *args, **kwargs):
 def test_grouped_gemm_launches_the_tuned_tiles():
     torch = pytest.importorskip("torch")
     e = next(e for e in tuned.table("sm_90a")["entries"] if e["op"] == "fwd bf16")
-    bm, bn, bk, nw, ns, _ = e["config"]
+    bm, bn, bk, nw, ns = e["config"][:5]
     x = torch.empty((4096, e["k"]), dtype=torch.bfloat16)
     w = torch.empty((4, e["n"], e["k"]), dtype=torch.bfloat16)
     splits = torch.zeros(4, dtype=torch.int32)
@@ -87,7 +89,7 @@ def test_grouped_gemm_launches_the_tuned_tiles():
 def test_dgrad_launches_the_tuned_tiles():
     torch = pytest.importorskip("torch")
     e = next(e for e in tuned.table("sm_90a")["entries"] if e["op"] == "dgrad bf16")
-    bm, bn, bk, nw, ns, _ = e["config"]
+    bm, bn, bk, nw, ns = e["config"][:5]
     dy = torch.empty((4096, e["k"]), dtype=torch.bfloat16)  # dgrad: N columns of dy reduce to K = e["n"]
     w = torch.empty((4, e["k"], e["n"]), dtype=torch.bfloat16)
     got = launched(moe.grouped_gemm_dgrad, dy, w, torch.zeros(4, dtype=torch.int32))
@@ -98,7 +100,7 @@ def test_dgrad_launches_the_tuned_tiles():
 def test_wgrad_launches_the_tuned_tiles_persistent():
     torch = pytest.importorskip("torch")
     e = next(e for e in tuned.table("sm_90a")["entries"] if e["op"] == "wgrad bf16")
-    bm, bn, bk, nw, ns, _ = e["config"]
+    bm, bn, bk, nw, ns = e["config"][:5]
     dy = torch.empty((4096, e["k"]), dtype=torch.bfloat16)  # dw [N, K]: e["k"] rows, e["n"] columns
     x = torch.empty((4096, e["n"]), dtype=torch.bfloat16)
     got = launched(moe.grouped_gemm_wgrad, dy, x, torch.zeros(4, dtype=torch.int32))
@@ -110,7 +112,7 @@ def test_wgrad_launches_the_tuned_tiles_persistent():
 def test_fp8_forward_launches_the_tuned_tiles(recipe):
     torch = pytest.importorskip("torch")
     e = next(e for e in tuned.table("sm_90a")["entries"] if e["op"] == f"fwd {recipe}")
-    bm, bn, bk, nw, ns, _ = e["config"]
+    bm, bn, bk, nw, ns = e["config"][:5]
     groups, splits = 4, torch.zeros(4, dtype=torch.int32)
     x = torch.empty((4096, e["k"]), dtype=torch.bfloat16)
     w = torch.empty((groups * e["n"], e["k"]), dtype=torch.bfloat16)

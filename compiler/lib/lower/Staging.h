@@ -4,6 +4,8 @@
 // the lowering read the same rules.
 #pragma once
 
+#include <numeric>
+
 #include <algorithm>
 #include <cstdint>
 
@@ -78,34 +80,49 @@ inline bool wgmmaOpPromotes(const Op& w) {
   if (w.numOperands() == 7) return true;
   return isFp8(w.operand(0)->type().elem) && !freshFp8(w.operand(4), w.operand(0)->type().shape[1]);
 }
-// Whether v's rows are each one value repeated along dim 1: a broadcast of one column,
-// through bitcasts and layout conversions, or a loop-carried value whose initial and
-// yielded values both are (scales the loop loads a step ahead).
-inline bool repeatsAlongK(const Value* v, int depth = 0) {
-  if (depth > 8) return false;
+// The run length over which v's rows repeat one value along dim 1 (1: not known to): a
+// broadcast of one column (the whole row), a [rows, n, r] broadcast of [rows, n, 1]
+// reshaped to [rows, n r] (runs of r), through bitcasts and layout conversions, or a
+// loop-carried value whose initial and yielded values both repeat (scales the loop
+// loads a step ahead).
+inline int64_t runAlongK(const Value* v, int depth = 0) {
+  if (depth > 8) return 1;
   const Value* x = convertSource(v);
   const Op* d = x->definingOp();
   if (!d) {  // a block argument: a for loop's carried value?
     const Block* body = x->ownerBlock();
     const Op* loop = body ? body->parentOp() : nullptr;
-    if (!loop || loop->kind() != OpKind::For || x->index() == 0) return false;
+    if (!loop || loop->kind() != OpKind::For || x->index() == 0) return 1;
     unsigned i = x->index() - 1;
-    return repeatsAlongK(loop->operand(3 + i), depth + 1) &&
-           repeatsAlongK(body->terminator()->operand(i), depth + 1);
+    return std::gcd(runAlongK(loop->operand(3 + i), depth + 1), runAlongK(body->terminator()->operand(i), depth + 1));
   }
-  if (d->kind() == OpKind::Bitcast || d->kind() == OpKind::ConvertLayout) return repeatsAlongK(d->operand(0), depth + 1);
-  return d->kind() == OpKind::Broadcast && d->operand(0)->type().shape[1] == 1;
+  if (d->kind() == OpKind::Bitcast || d->kind() == OpKind::ConvertLayout) return runAlongK(d->operand(0), depth + 1);
+  if (d->kind() == OpKind::Broadcast && d->operand(0)->type().shape[1] == 1) return x->type().shape[1];
+  if (d->kind() == OpKind::Reshape) {
+    const Value* src = convertSource(d->operand(0));
+    const Op* b = src->definingOp();
+    const auto& s = src->type().shape;
+    if (s.size() == 3 && s[0] == x->type().shape[0] && b && b->kind() == OpKind::Broadcast &&
+        b->operand(0)->type().shape[2] == 1)
+      return s[2];
+  }
+  return 1;
 }
 
 // The 32-wide K blocks over which a dot_scaled scale table is known to repeat: all of
 // them when it is a broadcast along K of one scale per row (FP8-block's 1x128 and
-// 128x128 scales, broadcast by the kernel to the 32-blocks of dot_scaled), else 1.
-inline int64_t repeatedScaleBlocks(const Value* v) { return repeatsAlongK(v) ? v->type().shape[1] : 1; }
+// 128x128 scales, broadcast by the kernel to the 32-blocks of dot_scaled), runs of 4
+// for such scales of two or more 128-blocks, else 1.
+inline int64_t repeatedScaleBlocks(const Value* v) { return runAlongK(v); }
 // The K run over which a fp8 dot_scaled's partial sum is promoted at once: 32 of K
 // (one scale block), or up to 128 where both scale tables repeat along K (one FFMA per
-// slot instead of four for FP8-block's 128-blocks).
+// slot instead of four for FP8-block's 128-blocks): the most blocks, up to 4, that
+// divide both runs.
 inline int64_t scaleChunk(const Value* sa, const Value* sb) {
-  return 32 * std::min({repeatedScaleBlocks(sa), repeatedScaleBlocks(sb), int64_t{4}});
+  int64_t run = std::gcd(repeatedScaleBlocks(sa), repeatedScaleBlocks(sb));
+  for (int64_t blocks : {4, 3, 2})
+    if (run % blocks == 0) return 32 * blocks;
+  return 32;
 }
 
 // A dot that plan-layouts put on wgmma (its result in the #wgmma layout), or on

@@ -374,8 +374,11 @@ def _fp8_gemm(fn, a, w, splits, bias, bias_scale, out, out_dtype, config, dgrad)
     # moe.tuned measured the forward without bias, per recipe ("fwd mxfp8", "fwd fp8_block")
     tuned_op = None if dgrad or bias is not None else f"fwd {a.recipe}"
     cfg = _config(fn, config, like, tuned_op, o, c)
-    # FP8-block: a step within one 128-block (one scale per row and step).
-    block_c = next(b for b in (cfg.block_k, 128, 64, 32) if c % b == 0 and b % 32 == 0 and (b <= 128 or mx))
+    # FP8-block: a step within one 128-block (one scale per row and step), or of whole
+    # 128-blocks (each promoted while the next one's wgmma run).
+    block_c = next(
+        b for b in (cfg.block_k, 128, 64, 32) if c % b == 0 and b % 32 == 0 and (b <= 128 or b % 128 == 0 or mx)
+    )
     sched = _schedule(like, splits, rows, cfg.block_m)
     codes = _arrays.as_int8 if mx else (lambda s: s)
     K.grouped_gemm_fp8_kernel[(sched.slots, cdiv(o, cfg.block_n))](

@@ -241,9 +241,12 @@ def test_bad_mxfp8_input(rng):
             call()
 
 
+# K steps of 32 (within a 128-block) and of 256 (two 128-blocks a step, each promoted
+# while the next one's wgmma run on the GPU).
+@pytest.mark.parametrize("config", [SMALL, moe.GemmConfig(32, 32, 256, 4, 2)], ids=["k32", "k256"])
 @pytest.mark.parametrize("w_block", [(128, 128), (1, 128)])
 @pytest.mark.parametrize("name", ["several", "one_owns_all", "g1", "past_the_rows"])
-def test_forward_fp8_block(rng, name, w_block):
+def test_forward_fp8_block(rng, name, w_block, config):
     # FP8-block: x in 1 x 128 blocks, w in 128 x 128 (or 1 x 128) blocks of [G·N, K];
     # K = 256 (two blocks), N = 128.
     rows, _, _, s = CASES[name]
@@ -253,7 +256,7 @@ def test_forward_fp8_block(rng, name, w_block):
     qx, qw = moe.quantize(x, "fp8_block"), moe.quantize(w.reshape(-1, k), "fp8_block", block=w_block)
     xd, wd = moe.dequantize(qx), moe.dequantize(qw).reshape(w.shape)
     bias = rng.standard_normal((len(s), n)).astype(np.float32)
-    y = moe.grouped_gemm(qx, qw, splits, bias, out=prefilled((rows, n), "float32"), out_dtype="float32", config=SMALL)
+    y = moe.grouped_gemm(qx, qw, splits, bias, out=prefilled((rows, n), "float32"), out_dtype="float32", config=config)
     end = ref.offsets(splits, rows)[-1]
     ref.check(y[:end], *ref.forward(xd, wd, splits, bias), k + 1, "float32", "y", recipe="mxfp8")
     assert (y[end:] == SENTINEL).all(), "pad rows were written"
@@ -264,6 +267,7 @@ DGRAD_FP8 = {  # (dy's options, w's columnwise options, N, K)
     "mxfp8_e5m2_dy": (dict(recipe="mxfp8", fmt="e5m2"), dict(recipe="mxfp8", axis=0), 64, 48),
     "fp8_block": (dict(recipe="fp8_block"), dict(recipe="fp8_block", axis=0, block=(128, 128)), 128, 128),
     "fp8_block_1x128": (dict(recipe="fp8_block"), dict(recipe="fp8_block", axis=0), 128, 72),
+    "fp8_block_n256": (dict(recipe="fp8_block"), dict(recipe="fp8_block", axis=0, block=(128, 128)), 256, 128),
 }
 
 
@@ -279,8 +283,9 @@ def test_dgrad_fp8(rng, name, recipe):
     qd, qw = moe.quantize(dy, **o_dy), moe.quantize(w.reshape(-1, k), **o_w)
     dyd, wd = moe.dequantize(qd), moe.dequantize(qw).reshape(w.shape)
     for out_dtype in ("bfloat16", "float32"):
+        cfg = moe.GemmConfig(32, 32, 256, 4, 2) if n == 256 else SMALL  # N = 256: one K step of two blocks
         dx = moe.grouped_gemm_dgrad(
-            qd, qw, splits, out=prefilled((rows, k), out_dtype), out_dtype=out_dtype, config=SMALL
+            qd, qw, splits, out=prefilled((rows, k), out_dtype), out_dtype=out_dtype, config=cfg
         )
         check_rows(dx, *ref.dgrad(dyd, wd, splits), n, splits, out_dtype, "dx")
 

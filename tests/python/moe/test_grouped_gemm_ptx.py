@@ -152,6 +152,20 @@ def test_fp8_block_promotes_once_per_step(monkeypatch, tmp_path, call, block_k):
     assert "C7511" not in report and "0 bytes spill stores" in report, report
 
 
+@pytest.mark.skipif(not shutil.which("ptxas") and not shutil.os.path.exists(PTXAS), reason="needs ptxas")
+@pytest.mark.parametrize("call", ["forward_fp8_block", "dgrad_fp8_block"])
+def test_fp8_block_steps_of_two_blocks_overlap(monkeypatch, tmp_path, call):
+    """FP8-block at K steps of 256: the scale codes repeat in runs of four 32-blocks (a
+    broadcast of each 128-block's scale), so the step promotes two 128-chunks, the
+    second's wgmma group in flight while the first is promoted (wait_group 1), one FFMA
+    a slot each; no spill, no serialized wgmma."""
+    ptx = _fp8_ptx(monkeypatch, call, moe.GemmConfig(128, 128, 256, 8, 2))
+    assert ptx.count("wgmma.wait_group.sync.aligned 1;") == 1
+    assert ptx.count("fma.rn.f32") == 2 * 64, ptx.count("fma.rn.f32")
+    report = assert_assembles(ptx, "sm_90a", tmp_path, verbose=True)
+    assert "C7514" not in report and "0 bytes spill stores" in report, report
+
+
 # The configs the host launches when a call passes none: the default, and on sm_90a the
 # tuned table's entry for each op it serves (moe.tuned).
 HOST_CONFIGS = {
