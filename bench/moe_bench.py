@@ -244,6 +244,7 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--group-m", type=int, help="PERSISTENT_GROUP_M of the persistent order (default 8)")
     ap.add_argument("--programs-per-sm", type=int, help="PERSISTENT_PROGRAMS_PER_SM (default 1)")
+    ap.add_argument("--fp8-pointers", action="store_true", help="FP8_DESCRIPTORS off: the fp8 codes by cp.async")
     ap.add_argument("--per-tile-fused", action="store_true", help="the fused FC1 / FC2-dgrad per tile (A/B)")
     args = ap.parse_args(argv)
     if args.per_tile_fused:
@@ -252,6 +253,7 @@ def main(argv=None):
         fused.default_config = lambda x, recipe="bf16": default(x, recipe)._replace(persistent=False)
     host = importlib.import_module("tilefuse.moe.grouped_gemm")
     host.PERSISTENT_GROUP_M = args.group_m or host.PERSISTENT_GROUP_M
+    host.FP8_DESCRIPTORS = not args.fp8_pointers
     host.PERSISTENT_PROGRAMS_PER_SM = args.programs_per_sm or host.PERSISTENT_PROGRAMS_PER_SM
     backend = Backend.pick()
     if not backend.gpu and not args.check_only:
@@ -265,6 +267,7 @@ def main(argv=None):
     start = time.perf_counter()
     rows, failed, peers_failed = [], 0, 0
     knobs = f"persistent GROUP_M {host.PERSISTENT_GROUP_M}, {host.PERSISTENT_PROGRAMS_PER_SM} program(s) per SM"
+    knobs += f", fp8 descriptors {host.FP8_DESCRIPTORS}"
     knobs += ", fused kernels per tile" if args.per_tile_fused else ""
     print(f"backend: {backend.describe()}; reps {reps}, warmup {warmup}, L2 flushed before each call; {knobs}")
 

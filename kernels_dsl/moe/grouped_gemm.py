@@ -294,6 +294,8 @@ def grouped_gemm_fp8_kernel(
     W_COLS,
     SA_STRIDE,
     SW_STRIDE,
+    R,
+    W_ROWS,
     FA: tl.constexpr,
     FW: tl.constexpr,
     SA_ROWS: tl.constexpr,
@@ -302,6 +304,7 @@ def grouped_gemm_fp8_kernel(
     BM: tl.constexpr,
     BO: tl.constexpr,
     BC: tl.constexpr,
+    DESC: tl.constexpr = False,
 ):
     # Block-scaled fp8: out = (a·scale_a) B_g (+ bias as above), a [R, C] fp8 codes with
     # their scales (_scale_codes: MXFP8 or FP8-block), B_g [C, O] read K-major (as Hopper's
@@ -311,9 +314,17 @@ def grouped_gemm_fp8_kernel(
     # transposed [K, G·N] (W_ROW = 0, W_BLOCK = N/32). SA_STRIDE, SW_STRIDE: the scale
     # arrays' row strides (passed, as W_BLOCK, so that the launch specializes their
     # divisibility). Each 32-wide K block's products are promoted to fp32 times its two
-    # scales. C % BC == 0.
+    # scales. C % BC == 0. DESC: the codes through descriptors (k_loop_fp8_desc; R rows
+    # of a, W_ROWS of Wq).
     valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
     ro = tl.program_id(1) * BO + tl.arange(0, BO)
+    if DESC:
+        acc = k_loop_fp8_desc(
+            a_ptr, sa_ptr, w_ptr, sw_ptr, valid, g, m0, end, R, C, O, ro, W_ROW, W_BLOCK, W_ROWS, W_COLS,
+            SA_STRIDE, SW_STRIDE, FA, FW, SA_ROWS, SW_ROWS, BM, BO, BC,
+        )  # fmt: skip
+        _store_rows(acc, g, m0, end, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
+        return
     acc, _ = k_loop_fp8(
         a_ptr,
         sa_ptr,
@@ -408,6 +419,64 @@ def k_loop_fp8(
             sb_b = sb_b_next
         sa, sb = sa_next, sb_next
     return acc, acc_b
+
+
+@tf.jit
+def k_loop_fp8_desc(
+    a_ptr,
+    sa_ptr,
+    w_ptr,
+    sw_ptr,
+    valid,
+    g,
+    m0,
+    end,
+    R,
+    C,
+    O,
+    cols,
+    W_ROW,
+    W_BLOCK,
+    W_ROWS,
+    W_COLS,
+    SA_STRIDE,
+    SW_STRIDE,
+    FA: tl.constexpr,
+    FW: tl.constexpr,
+    SA_ROWS: tl.constexpr,
+    SW_ROWS: tl.constexpr,
+    BM: tl.constexpr,
+    BO: tl.constexpr,
+    BC: tl.constexpr,
+):
+    """k_loop_fp8 (one B) with the codes through descriptors (TMA copies on sm_90): a
+    [R, C] in [BM, BC] boxes, Wq [W_ROWS, W_COLS] in [BO, BC] boxes, B_g the transposes
+    of its rows g·W_ROW + o0 .. from column 32·g·W_BLOCK + c. Rows past a group or an
+    expert read what lies there (the caller stores none of it; zeros past the arrays);
+    the scales as k_loop_fp8's, so the same bits."""
+    rm = tl.arange(0, BM)
+    live = m0 + rm < end
+    a_scale_rows = m0.to(tl.int64) + rm
+    w_rows = g.to(tl.int64) * W_ROW + cols
+    w_block = g * W_BLOCK
+    fw = tl.float8e4nv if FW == "e4m3" else tl.float8e5
+    a_desc = tl.make_tensor_descriptor(a_ptr, [R, C], [C, 1], [BM, BC])
+    w_desc = tl.make_tensor_descriptor(w_ptr, [W_ROWS, W_COLS], [W_COLS, 1], [BO, BC])
+    row0 = g * W_ROW + tl.program_id(1) * BO
+    acc = tl.zeros((BM, BO), dtype=tl.float32)
+    steps = tl.where(valid, C, 0)
+    first = steps > 0
+    sa = _scale_codes(sa_ptr, a_scale_rows, 0, 0, SA_STRIDE, live & first, SA_ROWS, BC)
+    sb = _scale_codes(sw_ptr, w_rows, w_block, 0, SW_STRIDE, (cols < O) & first, SW_ROWS, BC)
+    for c in range(0, steps, BC):
+        more = c + BC < steps
+        sa_next = _scale_codes(sa_ptr, a_scale_rows, 0, c + BC, SA_STRIDE, live & more, SA_ROWS, BC)
+        sb_next = _scale_codes(sw_ptr, w_rows, w_block, c + BC, SW_STRIDE, (cols < O) & more, SW_ROWS, BC)
+        a = a_desc.load([m0, c])
+        b = tl.trans(w_desc.load([row0, 32 * w_block + c]).to(fw, bitcast=True))  # K-major B
+        acc = tl.dot_scaled(a, sa, FA, b, sb, FW, acc)
+        sa, sb = sa_next, sb_next
+    return acc
 
 
 @tf.jit

@@ -174,6 +174,15 @@ INTERP_PROGRAMS = 3
 PERSISTENT_WAVES = 2  # the rule: persistent from this many waves of tiles per SM up
 PERSISTENT_GROUP_M = 8  # row tiles side by side in the persistent order (Triton's GROUP_SIZE_M)
 PERSISTENT_PROGRAMS_PER_SM = 1
+# FP8-block's forward and dgrad codes through tensor descriptors (TMA on sm_90a), else
+# pointer loads (cp.async).
+FP8_DESCRIPTORS = True
+
+
+def fp8_descriptors(block_scaled, block_c) -> bool:
+    """Whether the fp8 GEMM reads its codes through descriptors: FP8-block at K steps up
+    to 128 (ptxas spills MXFP8's overlapped 32-chunks and K steps of 256 through TMA)."""
+    return FP8_DESCRIPTORS and block_scaled and block_c <= 128
 
 
 def bias_kind(bias, scale) -> int:
@@ -398,6 +407,8 @@ def _fp8_gemm(fn, a, w, splits, bias, bias_scale, out, out_dtype, config, dgrad)
         *((0, n // 32, gn) if dgrad else (n, 0, k)),
         int(a.scale.shape[1]),
         int(w.scale.shape[1]),
+        rows,
+        int(w.data.shape[0]),
         FA=a.fmt,
         FW=w.fmt,
         SA_ROWS=sa_rows,
@@ -406,6 +417,7 @@ def _fp8_gemm(fn, a, w, splits, bias, bias_scale, out, out_dtype, config, dgrad)
         BM=cfg.block_m,
         BO=cfg.block_n,
         BC=block_c,
+        DESC=fp8_descriptors(not mx, block_c),
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )

@@ -111,8 +111,10 @@ def test_kernels_are_on_the_fast_path(monkeypatch, tmp_path, call, cfg):
             }
             mma = next((v for key, v in types.items() if key in call), "k16.f32.bf16.bf16")
             assert f"wgmma.mma_async.sync.aligned.m64n{cfg.block_n}{mma}" in low["ptx"]
-            # The persistent wgrad's K steps are TMA copies (its masked last step: loads).
-            copy = "cp.async.bulk.tensor" if "persistent" in call else "cp.async.cg.shared.global"
+            # The persistent wgrad's K steps are TMA copies (its masked last step: loads), and
+            # so are FP8-block's forward and dgrad at K steps up to 128 (fp8_descriptors).
+            tma = "persistent" in call or ("fp8_block" in call and "wgrad" not in call and cfg.block_k <= 128)
+            copy = "cp.async.bulk.tensor" if tma else "cp.async.cg.shared.global"
             assert copy in low["ptx"]
 
 
