@@ -137,7 +137,7 @@ CASES = {
         *_moe_gemm(
             moe_gemm.grouped_gemm_fp8_kernel,
             (i8m, i8m, i8m, i8m),
-            (4096, 0, 4096, 128, 128),
+            (4096, 0, 4096, 128, 128, 4096, 8 * 4096),
             dict(FA="e4m3", FW="e4m3", SA_ROWS=0, SW_ROWS=0, BIAS=0, BM=128, BO=128, BC=128),
         ),
         8,
