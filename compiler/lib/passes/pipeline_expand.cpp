@@ -231,7 +231,8 @@ Value* Expander::copies(Env& env, Value* stage, Value* valid, Op* before) {
     Op* when = b_.createIf(valid, {});
     b_.setInsertionPointToEnd(when->region(0));
     if (ws_) {
-      Value* parity = b_.binary(OpKind::And, b_.binary(OpKind::Shr, emptyPh_, stage), b_.i32(1));
+      Value* shifted = b_.binary(OpKind::Shr, emptyPh_, stage);  // one op a statement: a fixed order
+      Value* parity = b_.binary(OpKind::And, shifted, b_.i32(1));
       role(b_.create(OpKind::MbarrierWait, {empty_, stage, parity}, {}), "producer");
     }
     Op* expect = b_.create(OpKind::MbarrierExpect, {bars_, stage}, {}, {{"bytes", tmaBytes}});
