@@ -20,12 +20,7 @@ def matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN:
     b_desc = tl.make_tensor_descriptor(b_ptr, [N, K], [K, 1], [BN, BK])
     tiles_n = tl.cdiv(N, BN)
     for tile in range(tl.program_id(0), tl.cdiv(M, BM) * tiles_n, tl.num_programs(0)):
-        m0 = (tile // tiles_n) * BM
-        n0 = (tile % tiles_n) * BN
-        acc = tl.zeros((BM, BN), dtype=tl.float32)
-        for k in range(0, K, BK):
-            acc = tl.dot(a_desc.load([m0, k]), tl.trans(b_desc.load([n0, k])), acc)
-        _store(c_ptr, acc, m0, n0, M, N, BM, BN)
+        _tile(a_desc, b_desc, c_ptr, tile, tiles_n, M, N, K, BM, BN, BK)
 
 
 @tf.jit
@@ -42,12 +37,18 @@ def matmul_ws_kernel(
     for tile in tl.range(
         tl.program_id(0), tl.cdiv(M, BM) * tiles_n, tl.num_programs(0), warp_specialize=True, num_consumer_groups=GROUPS
     ):
-        m0 = (tile // tiles_n) * BM
-        n0 = (tile % tiles_n) * BN
-        acc = tl.zeros((BM, BN), dtype=tl.float32)
-        for k in range(0, K, BK):
-            acc = tl.dot(a_desc.load([m0, k]), tl.trans(b_desc.load([n0, k])), acc)
-        _store(c_ptr, acc, m0, n0, M, N, BM, BN)
+        _tile(a_desc, b_desc, c_ptr, tile, tiles_n, M, N, K, BM, BN, BK)
+
+
+@tf.jit
+def _tile(a_desc, b_desc, c_ptr, tile, tiles_n, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    # One output tile: its K loop (pipelined), then its store.
+    m0 = (tile // tiles_n) * BM
+    n0 = (tile % tiles_n) * BN
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        acc = tl.dot(a_desc.load([m0, k]), tl.trans(b_desc.load([n0, k])), acc)
+    _store(c_ptr, acc, m0, n0, M, N, BM, BN)
 
 
 @tf.jit

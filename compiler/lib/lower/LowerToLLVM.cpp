@@ -426,16 +426,26 @@ void Lowering::lowerIf(const Op& op) {
     b_.CreateBr(merge);
   }
   b_.SetInsertPoint(merge);
-  for (unsigned i = 0; i < op.numResults(); ++i) {
-    Regs r{{}, outs[0][i].L};
-    for (size_t s = 0; s < outs[0][i].e.size(); ++s) {
-      auto* p = b_.CreatePHI(outs[0][i].e[s]->getType(), 2);
-      p->addIncoming(outs[0][i].e[s], ends[0]);
-      p->addIncoming(outs[1][i].e[s], ends[1]);
+  std::vector<Regs> merged = mergeBranches(outs[0], ends[0], outs[1], ends[1]);
+  for (unsigned i = 0; i < op.numResults(); ++i) vals_[op.result(i)] = merged[i];
+}
+
+// At the join of two branches: each value of `a` (from block aEnd) or `b` (bEnd), a phi
+// per register.
+std::vector<Regs> Lowering::mergeBranches(const std::vector<Regs>& a, llvm::BasicBlock* aEnd,
+                                          const std::vector<Regs>& b, llvm::BasicBlock* bEnd) {
+  std::vector<Regs> out;
+  for (size_t i = 0; i < a.size(); ++i) {
+    Regs r{{}, a[i].L};
+    for (size_t s = 0; s < a[i].e.size(); ++s) {
+      auto* p = b_.CreatePHI(a[i].e[s]->getType(), 2);
+      p->addIncoming(a[i].e[s], aEnd);
+      p->addIncoming(b[i].e[s], bEnd);
       r.e.push_back(p);
     }
-    vals_[op.result(i)] = r;
+    out.push_back(r);
   }
+  return out;
 }
 
 void Lowering::lowerWhile(const Op& op) {
@@ -581,18 +591,7 @@ std::vector<Regs> Lowering::lowerTurn(const Op& loop, LVal* iv, LVal* lb, LVal* 
   llvm::BasicBlock* cEnd = b_.GetInsertBlock();
   b_.CreateBr(join);
   b_.SetInsertPoint(join);
-  std::vector<Regs> out;
-  for (size_t i = 0; i < a.size(); ++i) {
-    Regs r{{}, a[i].L};
-    for (size_t s = 0; s < a[i].e.size(); ++s) {
-      auto* p = b_.CreatePHI(a[i].e[s]->getType(), 2);
-      p->addIncoming(a[i].e[s], aEnd);
-      p->addIncoming(c[i].e[s], cEnd);
-      r.e.push_back(p);
-    }
-    out.push_back(r);
-  }
-  return out;
+  return mergeBranches(a, aEnd, c, cEnd);
 }
 
 // Before the ping-pong body's first wait on a full stage: the previous iteration's group

@@ -292,6 +292,8 @@ class Lowering {
   }
   void lowerWarpSpecialize(const Op& op);
   std::vector<Regs> lowerTurn(const Op& loop, LVal* iv, LVal* lb, LVal* ub, LVal* step);
+  std::vector<Regs> mergeBranches(const std::vector<Regs>& a, llvm::BasicBlock* aEnd, const std::vector<Regs>& b,
+                                  llvm::BasicBlock* bEnd);
   void takeTurn();
   void passTurn();
   void finishGroups();

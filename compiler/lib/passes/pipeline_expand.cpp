@@ -111,6 +111,7 @@ class Expander {
   void readBackLoads(Value* stage);
   Value* wrap(Value* stage);
   void handBack(unsigned position);
+  void arriveIf(Value* cond, Value* stage);
   std::vector<Value*> threadIn();
   void threadOut(std::vector<Value*> out);
   Value* storedOperand(Value* v, const L::SharedTile& tile, bool transposed, Value* parity, Op* dot);
@@ -372,13 +373,18 @@ void Expander::handBack(unsigned position) {
   Value* full = loop_.result(position + 1);
   Value* empty = loop_.result(position + 2);
   Value* last = wrap(b_.binary(OpKind::Add, stage, b_.i32(stages_ - 1)));
-  Op* ran = b_.createIf(b_.cmp("lt", loop_.operand(0), loop_.operand(1)), {});
-  b_.setInsertionPointToEnd(ran->region(0));
-  role(b_.create(OpKind::MbarrierArrive, {empty_, last}, {}), "consumer");
-  b_.yield({});
-  b_.setInsertionPointToEnd(ran->region(1));
-  b_.yield({});
+  arriveIf(b_.cmp("lt", loop_.operand(0), loop_.operand(1)), last);
   threadOut({stage, full, empty});
+}
+
+// The consumers' arrival on stage `stage`'s empty mbarrier, under `if cond`.
+void Expander::arriveIf(Value* cond, Value* stage) {
+  Op* guard = b_.createIf(cond, {});
+  b_.setInsertionPointToEnd(guard->region(0));
+  role(b_.create(OpKind::MbarrierArrive, {empty_, stage}, {}), "consumer");
+  b_.yield({});
+  b_.setInsertionPointToEnd(guard->region(1));
+  b_.yield({});
 }
 
 void Expander::run() {
@@ -531,12 +537,7 @@ void Expander::run() {
     // The stage of the previous iteration is read: after the wgmma_wait insert-waits
     // places before the copy, the consumers hand it back (the first iteration's
     // previous stage was handed back after the loop before).
-    Op* later = b_.createIf(b_.cmp("ne", body_.arg(0), loop_.operand(0)), {});
-    b_.setInsertionPointToEnd(later->region(0));
-    role(b_.create(OpKind::MbarrierArrive, {empty_, wrapped}, {}), "consumer");
-    b_.yield({});
-    b_.setInsertionPointToEnd(later->region(1));
-    b_.yield({});
+    arriveIf(b_.cmp("ne", body_.arg(0), loop_.operand(0)), wrapped);
     b_.setInsertionPointBefore(afterDots);
   }
   Value* next = b_.binary(OpKind::Add, stage, b_.i32(1));
