@@ -22,8 +22,10 @@ autograd; GPT-OSS: clamped interleaved SwiGLU with biases), TFLOP/s-equivalent
 Checks: error RMS / reference RMS against float64, per dtype (BOUNDS), on up to four
 experts per case (all of them on the interpreter), plus every output finite. A failed check
 is printed and the case is not timed (exit status 1). Timing: CUDA events around each call,
-WARMUP calls then the median of REPS, L2 flushed before each call (a 256 MiB write, outside
-the events). The first call's wall time (compile + load + run) is reported apart: `first_ms`.
+WARMUP calls, then the cases of a shape timed in turn over --rounds rounds (so that the
+GPU's clock drifting over a shape's run reaches ours and the peers alike), the median of
+REPS calls, L2 flushed before each call (a 256 MiB write, outside the events). The first
+call's wall time (compile + load + run) is reported apart: `first_ms`.
 Ratios: ours over the best peer of the same op (and dtype). Output: a table, JSON (--out,
 rewritten after each shape: a run cut short keeps what it measured) and a PNG of the
 ratios beside it.
@@ -39,6 +41,7 @@ import functools
 import importlib
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -90,8 +93,8 @@ def splits_for(rows, experts, skewed, rng):
     return [int(v) for v in s]
 
 
-def run_case(case, backend, check_only, reps, warmup):
-    """One row: its check, then (unless check_only or the check failed) its timing."""
+def check_case(case, backend):
+    """One row: the case's first call (its wall time) and its check against float64."""
     row = {
         k: case[k]
         for k in ("section", "shape", "routing", "op", "variant", "who", "config", "persistent", "waves")
@@ -113,18 +116,30 @@ def run_case(case, backend, check_only, reps, warmup):
         return row
     row["err_rms"] = err
     row["bound"] = BOUNDS[case["dtype"]]
-    if not err <= row["bound"]:
-        row["status"] = "FAILED check"
-        return row
-    row["status"] = "ok"
-    if not check_only:
-        ms = backend.time_ms(case["fn"], reps, warmup)
+    row["status"] = "ok" if err <= row["bound"] else "FAILED check"
+    return row
+
+
+def time_cases(pairs, backend, reps, warmup, rounds):
+    """Times the checked (case, row) pairs of one shape side by side: `rounds` rounds, each
+    timing every case in turn (reps / rounds calls each), so that a drift of the GPU's clock
+    over the shape's run reaches every case alike; a case's time is the median of all its
+    calls."""
+    for case, _ in pairs:
+        for _ in range(warmup):
+            case["fn"]()
+    samples = [[] for _ in pairs]
+    per_round = max(1, -(-reps // rounds))
+    for _ in range(rounds):
+        for (case, _), got in zip(pairs, samples):
+            got += backend.time_samples(case["fn"], per_round)
+    for (case, row), got in zip(pairs, samples):
+        ms = statistics.median(got)
         row["ms"] = ms
         if "flops" in case:
             row["tflops"] = case["flops"] / ms / 1e9
         else:
             row["gbps"] = case["bytes"] / ms / 1e6
-    return row
 
 
 def add_ratios(rows):
@@ -242,6 +257,7 @@ def main(argv=None):
     ap.add_argument("--sections", default="gemm,memory,mlp")
     ap.add_argument("--ops", help="only the GEMM ops of these first words, e.g. wgrad or fwd,dgrad (default: all)")
     ap.add_argument("--reps", type=int, default=None)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per shape (default 3)")
     ap.add_argument("--group-m", type=int, help="PERSISTENT_GROUP_M of the persistent order (default 8)")
     ap.add_argument("--programs-per-sm", type=int, help="PERSISTENT_PROGRAMS_PER_SM (default 1)")
     ap.add_argument("--fp8-pointers", action="store_true", help="FP8_DESCRIPTORS off: the fp8 codes by cp.async")
@@ -300,14 +316,16 @@ def main(argv=None):
             continue
         if args.ops:
             cases = [c for c in cases if c["section"] != "gemm" or c["op"].split()[0] in args.ops.split(",")]
-        for case in cases:
-            r = run_case(case, backend, args.check_only, reps, warmup)
+        checked = [(case, check_case(case, backend)) for case in cases]
+        if not args.check_only:
+            time_cases([(c, r) for c, r in checked if r["status"] == "ok"], backend, reps, warmup, args.rounds)
+        for _, r in checked:
             bad = r["status"] == "FAILED check" or r["status"].startswith("ERROR")
             failed += bad and r["who"] == "ours"
             peers_failed += bad and r["who"] != "ours"
             rows.append(r)
             print_row(r)
-        cases = case = None  # their closures hold the shape's data
+        cases = checked = None  # their closures hold the shape's data
         backend.free()
         print(f"# {time.perf_counter() - section_start:.1f} s", flush=True)
         write_json(args.out, argv, backend, reps, warmup, knobs, start, rows, done=False)  # kept if cut short

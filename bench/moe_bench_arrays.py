@@ -3,8 +3,6 @@ torch peers) or numpy arrays (the CPU interpreter: checks only, numpy peers). Th
 references and checks are written once against the operations both share (`xp`: exp,
 where, clip, reshape, @, .T, sum)."""
 
-import statistics
-
 import ml_dtypes
 import numpy as np
 
@@ -73,7 +71,7 @@ class CpuBackend(Backend):
     def free(self):
         pass
 
-    def time_ms(self, fn, reps, warmup):
+    def time_samples(self, fn, reps):
         raise RuntimeError("timing needs a CUDA GPU")
 
 
@@ -130,10 +128,8 @@ class GpuBackend(Backend):
     def free(self):
         torch.cuda.empty_cache()
 
-    def time_ms(self, fn, reps, warmup):
-        """Median of `reps` CUDA-event timings, L2 flushed (outside the events) before each."""
-        for _ in range(warmup):
-            fn()
+    def time_samples(self, fn, reps):
+        """`reps` CUDA-event timings (ms) of fn, L2 flushed (outside the events) before each."""
         times = []
         for _ in range(reps):
             self.flush.zero_()
@@ -143,7 +139,7 @@ class GpuBackend(Backend):
             end.record()
             end.synchronize()
             times.append(start.elapsed_time(end))
-        return statistics.median(times)
+        return times
 
 
 def error_rms(backend, pairs):

@@ -57,12 +57,30 @@ def test_a_wrong_result_fails_its_check():
     ref = np.arange(1.0, 7.0).reshape(2, 3)
     case = dict(section="gemm", shape="s", routing="r", op="fwd bf16", variant="v", who="ours", dtype="bf16")
     case |= dict(fn=lambda: ref * (1 + 2.0**-5), check=lambda got: error_rms(b, [(got, ref)]), flops=1.0)
-    row = moe_bench.run_case(case, b, check_only=False, reps=1, warmup=0)
+    row = moe_bench.check_case(case, b)
     assert row["status"] == "FAILED check" and "ms" not in row
     case["fn"] = lambda: np.where(ref > 3, np.nan, ref)
-    assert moe_bench.run_case(case, b, True, 1, 0)["err_rms"] == float("inf")
+    assert moe_bench.check_case(case, b)["err_rms"] == float("inf")
     case["fn"] = lambda: ref * (1 + 2.0**-10)
-    assert moe_bench.run_case(case, b, True, 1, 0)["status"] == "ok"
+    assert moe_bench.check_case(case, b)["status"] == "ok"
+
+
+def test_cases_are_timed_in_turns():
+    # A clock that slows down over the run: timed in turns, the two cases' medians differ by
+    # one round's drift (2 ms here), where one after the other they would differ by 4.
+    calls, clock = [], iter(range(1, 1000))
+
+    class Drifting(CpuBackend):
+        def time_samples(self, fn, reps):
+            calls.append(fn())
+            return [float(next(clock)) for _ in range(reps)]
+
+    cases = [dict(fn=lambda n=n: n, flops=1e9) for n in ("a", "b")]
+    pairs = [(c, {}) for c in cases]
+    moe_bench.time_cases(pairs, Drifting(), reps=4, warmup=0, rounds=2)
+    assert calls == ["a", "b", "a", "b"]
+    (_, a), (_, b) = pairs
+    assert a["ms"] == 3.5 and b["ms"] == 5.5 and a["tflops"] == pytest.approx(1e9 / 3.5 / 1e9)
 
 
 def test_ratio_is_over_the_best_peer_of_the_same_op():

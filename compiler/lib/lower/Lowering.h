@@ -171,6 +171,7 @@ class Lowering {
   // recomputed (index math) or moved through shared memory (convert).
   Regs in(const Value* v, const Layout& l);
   Regs convert(const Regs& r, const Type& t, const Layout& to);
+  Regs exchange(const Regs& r, const Type& t, const Layout& to);
   bool rematerializable(const Value* v, int& budget);
   Regs remat(const Value* v, const Layout& l);
   static Layout sliceLayout(const Layout& l, const std::vector<int64_t>& to, const std::vector<int64_t>& from);
