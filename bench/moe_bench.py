@@ -255,6 +255,7 @@ def main(argv=None):
         "--fp8-config", action="append", help="our fp8 forward's tiles (repeatable; default: the host's pick)"
     )
     ap.add_argument("--sections", default="gemm,memory,mlp")
+    ap.add_argument("--shapes", help="only these GEMM / MLP shapes, e.g. deepseekv3_fc1,qwen3_30b (default: all)")
     ap.add_argument("--ops", help="only the GEMM ops of these first words, e.g. wgrad or fwd,dgrad (default: all)")
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per shape (default 3)")
@@ -263,6 +264,7 @@ def main(argv=None):
     ap.add_argument("--fp8-pointers", action="store_true", help="FP8_DESCRIPTORS off: the fp8 codes by cp.async")
     ap.add_argument("--per-tile-fused", action="store_true", help="the fused FC1 / FC2-dgrad per tile (A/B)")
     args = ap.parse_args(argv)
+    args.shapes = args.shapes and args.shapes.split(",")
     if args.per_tile_fused:
         fused = importlib.import_module("tilefuse.moe.fused")
         default = fused.default_config
@@ -288,7 +290,7 @@ def main(argv=None):
     print(f"backend: {backend.describe()}; reps {reps}, warmup {warmup}, L2 flushed before each call; {knobs}")
 
     def pick(table, key):
-        names = [n for n in table if not args.quick or n in QUICK[key]]
+        names = [n for n in table if (not args.quick or n in QUICK[key]) and (not args.shapes or n in args.shapes)]
         return {n: table[n] if backend.gpu else tiny(table[n]) for n in names}
 
     jobs = []
