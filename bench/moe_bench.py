@@ -263,6 +263,7 @@ def main(argv=None):
     ap.add_argument("--programs-per-sm", type=int, help="PERSISTENT_PROGRAMS_PER_SM (default 1)")
     ap.add_argument("--fp8-pointers", action="store_true", help="FP8_DESCRIPTORS off: the fp8 codes by cp.async")
     ap.add_argument("--per-tile-fused", action="store_true", help="the fused FC1 / FC2-dgrad per tile (A/B)")
+    ap.add_argument("--tail-tiles", action="store_true", help="TAIL_TILES on: a group's last tile at half height")
     args = ap.parse_args(argv)
     args.shapes = args.shapes and args.shapes.split(",")
     if args.per_tile_fused:
@@ -272,6 +273,7 @@ def main(argv=None):
     host = importlib.import_module("tilefuse.moe.grouped_gemm")
     host.PERSISTENT_GROUP_M = args.group_m or host.PERSISTENT_GROUP_M
     host.FP8_DESCRIPTORS = not args.fp8_pointers
+    host.TAIL_TILES = args.tail_tiles
     host.PERSISTENT_PROGRAMS_PER_SM = args.programs_per_sm or host.PERSISTENT_PROGRAMS_PER_SM
     backend = Backend.pick()
     if not backend.gpu and not args.check_only:
@@ -285,7 +287,7 @@ def main(argv=None):
     start = time.perf_counter()
     rows, failed, peers_failed = [], 0, 0
     knobs = f"persistent GROUP_M {host.PERSISTENT_GROUP_M}, {host.PERSISTENT_PROGRAMS_PER_SM} program(s) per SM"
-    knobs += f", fp8 descriptors {host.FP8_DESCRIPTORS}"
+    knobs += f", fp8 descriptors {host.FP8_DESCRIPTORS}, tail tiles {host.TAIL_TILES}"
     knobs += ", fused kernels per tile" if args.per_tile_fused else ""
     print(f"backend: {backend.describe()}; reps {reps}, warmup {warmup}, L2 flushed before each call; {knobs}")
 

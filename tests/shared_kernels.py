@@ -338,6 +338,7 @@ def grouped_gemm_flat_kernel(
     BC: tl.constexpr,
     GROUP_M: tl.constexpr,
     WS: tl.constexpr,  # the persistent kernel's: unused
+    TAIL: tl.constexpr = False,  # the persistent kernel's: unused (every tile full height)
 ):
     # kernels_dsl.moe.grouped_gemm.grouped_gemm_persistent_kernel's product (its
     # signature: it stands in for it) with its loops flattened: one pipelined loop over

@@ -696,6 +696,7 @@ def grouped_gemm_persistent_kernel(
     BC: tl.constexpr,
     GROUP_M: tl.constexpr,
     WS: tl.constexpr,
+    TAIL: tl.constexpr = False,
 ):
     # grouped_gemm_kernel's product, persistent: each of the num_programs(0) programs (the
     # GPU's SMs) loops over the tiles t = program_id, + num_programs, ... of the schedule
@@ -709,8 +710,12 @@ def grouped_gemm_persistent_kernel(
     # grouped_gemm_kernel's, step for step: the stored values are the same bits. WS
     # warp-specializes it (sm_90a): a producer warpgroup copies the next tiles' K steps
     # while the consumer warps store this one (1), or while two groups of consumer warps
-    # take the tiles in turns (2, ping-pong).
+    # take the tiles in turns (2, ping-pong). TAIL: a group's last tile whose rows end in
+    # its first half runs a K loop of BM / 2 rows (half the tensor work, the same K steps).
     a_desc = tl.make_tensor_descriptor(a_ptr, [R, C], [C, 1], [BM, BC])
+    a_half = a_desc
+    if TAIL:
+        a_half = tl.make_tensor_descriptor(a_ptr, [R, C], [C, 1], [BM // 2, BC])
     if DGRAD:
         w_desc = tl.make_tensor_descriptor(w_ptr, [G * C, O], [O, 1], [BC, BO])
     else:
@@ -722,8 +727,12 @@ def grouped_gemm_persistent_kernel(
         g, m0, end, pid_o = _persistent_tile(t, offsets_ptr, tile_start_ptr, tiles_ptr, tiles_o, GROUP_M, BM)
         o0 = pid_o * BO
         w_row = g * C if DGRAD else g * O + o0
-        acc, _ = k_loop_desc(a_desc, w_desc, m0, w_row, w_row, o0, C, False, DGRAD, BM, BO, BC)
-        _store_tile(acc, g, m0, end, o0, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
+        if TAIL and end - m0 <= BM // 2:
+            half = k_loop_desc(a_half, w_desc, m0, w_row, w_row, o0, C, False, DGRAD, BM // 2, BO, BC)[0]
+            _store_tile(half, g, m0, end, o0, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM // 2, BO)
+        else:
+            acc = k_loop_desc(a_desc, w_desc, m0, w_row, w_row, o0, C, False, DGRAD, BM, BO, BC)[0]
+            _store_tile(acc, g, m0, end, o0, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
 
 
 @tf.jit

@@ -89,6 +89,31 @@ def test_forward_and_dgrad(gen, name, out_dtype, tiles):
     check_rows(dx, *ref.dgrad(host(dy), host(w), s), n, s, out_dtype, "dx")
 
 
+@pytest.mark.parametrize("tiles", [c for c in CONFIGS if c[0] >= 128], ids=lambda t: "x".join(map(str, t)))
+@pytest.mark.parametrize("name", ["skewed", "negative", "unaligned", "many_experts"])
+def test_tail_tiles(gen, monkeypatch, name, tiles):
+    """TAIL_TILES: a group's last tile whose rows end in its first half runs the half-height K
+    loop (64×N on two warpgroups): bit for bit the per-tile kernel's full tiles, float64."""
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("tilefuse.moe.grouped_gemm"), "TAIL_TILES", True)
+    rows, k, n, s, splits, x, w = setup(gen, name)
+    on, off = moe.GemmConfig(*tiles, persistent=True), moe.GemmConfig(*tiles, persistent=False)
+    y, y0 = (
+        moe.grouped_gemm(x, w, splits, out=prefilled(rows, n, "float32"), out_dtype="float32", config=c)
+        for c in (on, off)
+    )
+    same_bits(y, y0, "y")
+    check_rows(y, *ref.forward(host(x), host(w), s), k, s, "float32", "y")
+    if n % tiles[2] == 0:
+        dy = bf16(gen, rows, n)
+        dx, dx0 = (
+            moe.grouped_gemm_dgrad(dy, w, splits, out=prefilled(rows, k, "bfloat16"), config=c) for c in (on, off)
+        )
+        same_bits(dx, dx0, "dx")
+        check_rows(dx, *ref.dgrad(host(dy), host(w), s), n, s, "bfloat16", "dx")
+
+
 @pytest.mark.parametrize("scaled", [False, True])
 def test_bias(gen, scaled):
     rows, k, n, s, splits, x, w = setup(gen, "skewed")

@@ -241,6 +241,18 @@ def wgrad_persistent(like, k, cfg) -> bool:
     return not isinstance(like, np.ndarray) and k % 16 == 0
 
 
+# The persistent forward and dgrad run a group's last tile at block_m / 2 rows when its
+# rows end in the first half. Off until verified on a GPU: tested on the interpreter (bit
+# for bit the full tiles) and by ptxas (no spills) only; bench/moe_bench.py --tail-tiles.
+TAIL_TILES = False
+
+
+def tail_tiles(cfg) -> bool:
+    """Whether TAIL_TILES applies: tiles of 128 rows and more (64-row tiles stay on wgmma),
+    not warp-specialized (one K loop per role)."""
+    return TAIL_TILES and cfg.block_m >= 128 and not cfg.warp_specialize
+
+
 def _persistent_gemm(a, wt: _Weights, splits, out, bias, scale, c, o, dgrad, cfg):
     rows = int(a.shape[0])
     sched = _schedule(a, splits, rows, cfg.block_m)
@@ -264,6 +276,7 @@ def _persistent_gemm(a, wt: _Weights, splits, out, bias, scale, c, o, dgrad, cfg
         BC=cfg.block_k,
         GROUP_M=PERSISTENT_GROUP_M,
         WS=int(cfg.warp_specialize),
+        TAIL=tail_tiles(cfg),
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )

@@ -90,6 +90,36 @@ def test_dgrad_bitwise_and_float64(rng, name):
     ref.check(got[:end], *ref.dgrad(dy, w, splits), n, "bfloat16", "dx")
 
 
+# 128-row tiles: a group's last tile whose rows end in its first half runs the 64-row K loop
+# (tail_tiles): tails of 1, 63, 64 rows take it, 65 and 127 the full tile; empty groups too.
+TAIL_SPLITS = [1, 64, 65, 0, 127, 128, 129, 63, 191]
+WIDE = dict(block_m=128, block_n=64, block_k=32, num_warps=8, num_stages=2)
+
+
+@pytest.mark.parametrize("scaled_bias", [False, True])
+def test_tail_tiles_bitwise_and_float64(rng, monkeypatch, scaled_bias):
+    monkeypatch.setattr(host, "TAIL_TILES", True)
+    splits = np.array(TAIL_SPLITS, np.int32)
+    rows, k, n = int(splits.sum()) + 20, 64, 96
+    x, dy = rng.standard_normal((rows, k)).astype(BF16), rng.standard_normal((rows, n)).astype(BF16)
+    w = rng.standard_normal((len(splits), n, k)).astype(BF16)
+    bias = rng.standard_normal((len(splits), n)).astype(np.float32) if scaled_bias else None
+    probs = rng.random(rows).astype(np.float32) if scaled_bias else None
+    cfgs = [moe.GemmConfig(**WIDE, persistent=p) for p in (True, False)]
+    assert host.tail_tiles(cfgs[0]) and not host.tail_tiles(cfgs[0]._replace(block_m=64))
+    got, want = (
+        moe.grouped_gemm(x, w, splits, bias, probs, out=prefilled((rows, n), "float32"), out_dtype="float32", config=c)
+        for c in cfgs
+    )
+    same_bits(got, want, "y")
+    end = ref.offsets(splits, rows)[-1]
+    ref.check(got[:end], *ref.forward(x, w, splits, bias, probs), k, "float32", "y")
+    assert (got[end:] == SENTINEL).all(), "rows past the sum were written"
+    dx, dx_tile = (moe.grouped_gemm_dgrad(dy, w, splits, out=prefilled((rows, k), "bfloat16"), config=c) for c in cfgs)
+    same_bits(dx, dx_tile, "dx")
+    ref.check(dx[:end], *ref.dgrad(dy, w, splits), n, "bfloat16", "dx")
+
+
 @pytest.mark.parametrize("programs", [1, 2, 7, 64])
 def test_program_counts(rng, monkeypatch, programs):
     """Any number of programs gives the same bits: one doing every tile, more programs
@@ -153,9 +183,12 @@ def test_tile_order_covers_each_tile_once(group_m):
 @pytest.mark.skipif(not shutil.which("ptxas") and not os.path.exists(PTXAS), reason="needs ptxas")
 @pytest.mark.parametrize("cfg", [moe.GemmConfig(persistent=True), moe.GemmConfig(128, 256, 64, 8, 3, persistent=True)])
 @pytest.mark.parametrize("dgrad", [False, True])
-def test_lowers_to_tma_and_wgmma(monkeypatch, tmp_path, rng, cfg, dgrad):
+@pytest.mark.parametrize("tail", [False, True])
+def test_lowers_to_tma_and_wgmma(monkeypatch, tmp_path, rng, cfg, dgrad, tail):
     """As the host launches it for sm_90a: TMA copies of both operands, bf16 wgmma of the
-    config's width, no local memory, no missed fast path; ptxas accepts it, spilling nothing."""
+    config's width, no local memory, no missed fast path; ptxas accepts it, spilling nothing.
+    With tail tiles, the half-height K loop too: its two warpgroups split the columns."""
+    monkeypatch.setattr(host, "TAIL_TILES", tail)
     seen = []
     monkeypatch.setattr(K, "grouped_gemm_persistent_kernel", Recorder(K.grouped_gemm_persistent_kernel, seen))
     x, dy = rng.standard_normal((256, 512)).astype(BF16), rng.standard_normal((256, 512)).astype(BF16)
@@ -167,6 +200,8 @@ def test_lowers_to_tma_and_wgmma(monkeypatch, tmp_path, rng, cfg, dgrad):
     assert low["hints"] == []
     assert "cp.async.bulk.tensor" in low["ptx"] and ".local" not in low["ptx"]
     assert f"wgmma.mma_async.sync.aligned.m64n{cfg.block_n}k16.f32.bf16.bf16" in low["ptx"]
+    assert (f"wgmma.mma_async.sync.aligned.m64n{cfg.block_n // 2}k16.f32.bf16.bf16" in low["ptx"]) == tail
+    assert meta["TAIL"] == tail
     report = assert_assembles(low["ptx"], "sm_90a", tmp_path, verbose=True)
     assert "0 bytes spill stores, 0 bytes spill loads" in report, report
 
