@@ -314,44 +314,14 @@ def grouped_gemm_fp8_kernel(
     # transposed [K, G·N] (W_ROW = 0, W_BLOCK = N/32). SA_STRIDE, SW_STRIDE: the scale
     # arrays' row strides (passed, as W_BLOCK, so that the launch specializes their
     # divisibility). Each 32-wide K block's products are promoted to fp32 times its two
-    # scales. C % BC == 0. DESC: the codes through descriptors (k_loop_fp8_desc; R rows
+    # scales. C % BC == 0. DESC: the codes through descriptors (k_loop_fp8's DESC; R rows
     # of a, W_ROWS of Wq).
     valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
     ro = tl.program_id(1) * BO + tl.arange(0, BO)
-    if DESC:
-        acc = k_loop_fp8_desc(
-            a_ptr, sa_ptr, w_ptr, sw_ptr, valid, g, m0, end, R, C, O, ro, W_ROW, W_BLOCK, W_ROWS, W_COLS,
-            SA_STRIDE, SW_STRIDE, FA, FW, SA_ROWS, SW_ROWS, BM, BO, BC,
-        )  # fmt: skip
-        _store_rows(acc, g, m0, end, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
-        return
     acc, _ = k_loop_fp8(
-        a_ptr,
-        sa_ptr,
-        w_ptr,
-        sw_ptr,
-        valid,
-        g,
-        m0,
-        end,
-        C,
-        O,
-        ro,
-        ro,
-        W_ROW,
-        W_BLOCK,
-        W_COLS,
-        SA_STRIDE,
-        SW_STRIDE,
-        FA,
-        FW,
-        SA_ROWS,
-        SW_ROWS,
-        False,
-        BM,
-        BO,
-        BC,
-    )
+        a_ptr, sa_ptr, w_ptr, sw_ptr, valid, g, m0, end, C, O, ro, ro, W_ROW, W_BLOCK, W_COLS, SA_STRIDE, SW_STRIDE,
+        FA, FW, SA_ROWS, SW_ROWS, False, BM, BO, BC, DESC, R, W_ROWS,
+    )  # fmt: skip
     _store_rows(acc, g, m0, end, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
 
 
@@ -382,35 +352,54 @@ def k_loop_fp8(
     BM: tl.constexpr,
     BO: tl.constexpr,
     BC: tl.constexpr,
+    DESC: tl.constexpr = False,
+    R=0,
+    W_ROWS=0,
 ):
     """k_loop on block-scaled fp8 operands (grouped_gemm_fp8_kernel's): the output columns
     `cols` (and with TWO `cols_b`) of B_g, those past O read 0. The scales of step c + BC
     are loaded at the top of step c (the loop carries them), so that their latency hides
-    behind step c's dots rather than stalling step c + BC's."""
+    behind step c's dots rather than stalling step c + BC's. DESC (one B): the codes
+    through descriptors (TMA copies on sm_90), a [R, C] in [BM, BC] boxes, Wq [W_ROWS,
+    W_COLS] in [BO, BC] boxes, B_g the transposes of its rows g·W_ROW + o0 .. from column
+    32·g·W_BLOCK + c; rows past a group or an expert read what lies there (the caller
+    stores none of it; zeros past the arrays), the same bits."""
+    tl.static_assert(not (DESC and TWO), "k_loop_fp8: descriptors read one B")
     rm = tl.arange(0, BM)
-    rc = tl.arange(0, BC)
     live = m0 + rm < end
-    rows = live[:, None]
-    a_rows = a_ptr + m0.to(tl.int64) * C + rm[:, None] * C
+    if not DESC:
+        rc = tl.arange(0, BC)
+        a_rows = a_ptr + m0.to(tl.int64) * C + rm[:, None] * C
     a_scale_rows = m0.to(tl.int64) + rm
     w_rows = g.to(tl.int64) * W_ROW + cols
     w_block = g * W_BLOCK
-    w_cols = w_ptr + w_rows[None, :] * W_COLS + 32 * w_block
-    w_rows_b = g.to(tl.int64) * W_ROW + cols_b
-    w_cols_b = w_ptr + w_rows_b[None, :] * W_COLS + 32 * w_block
+    if DESC:
+        fw = tl.float8e4nv if FW == "e4m3" else tl.float8e5
+        a_desc = tl.make_tensor_descriptor(a_ptr, [R, C], [C, 1], [BM, BC])
+        w_desc = tl.make_tensor_descriptor(w_ptr, [W_ROWS, W_COLS], [W_COLS, 1], [BO, BC])
+        row0 = g * W_ROW + tl.program_id(1) * BO
+    else:
+        w_cols = w_ptr + w_rows[None, :] * W_COLS + 32 * w_block
+        w_rows_b = g.to(tl.int64) * W_ROW + cols_b
+        w_cols_b = w_ptr + w_rows_b[None, :] * W_COLS + 32 * w_block
     acc = tl.zeros((BM, BO), dtype=tl.float32)
     acc_b = tl.zeros((BM, BO), dtype=tl.float32)
     steps = tl.where(valid, C, 0)
     first = steps > 0
     sa = _scale_codes(sa_ptr, a_scale_rows, 0, 0, SA_STRIDE, live & first, SA_ROWS, BC)
     sb = _scale_codes(sw_ptr, w_rows, w_block, 0, SW_STRIDE, (cols < O) & first, SW_ROWS, BC)
-    sb_b = _scale_codes(sw_ptr, w_rows_b, w_block, 0, SW_STRIDE, (cols_b < O) & first & TWO, SW_ROWS, BC)
+    if not DESC:
+        sb_b = _scale_codes(sw_ptr, w_rows_b, w_block, 0, SW_STRIDE, (cols_b < O) & first & TWO, SW_ROWS, BC)
     for c in range(0, steps, BC):
         more = c + BC < steps
         sa_next = _scale_codes(sa_ptr, a_scale_rows, 0, c + BC, SA_STRIDE, live & more, SA_ROWS, BC)
         sb_next = _scale_codes(sw_ptr, w_rows, w_block, c + BC, SW_STRIDE, (cols < O) & more, SW_ROWS, BC)
-        a = tl.load(a_rows + (c + rc)[None, :], mask=rows, other=0)
-        b = tl.load(w_cols + (c + rc)[:, None], mask=(cols < O)[None, :], other=0)
+        if DESC:
+            a = a_desc.load([m0, c])
+            b = tl.trans(w_desc.load([row0, 32 * w_block + c]).to(fw, bitcast=True))  # K-major B
+        else:
+            a = tl.load(a_rows + (c + rc)[None, :], mask=live[:, None], other=0)
+            b = tl.load(w_cols + (c + rc)[:, None], mask=(cols < O)[None, :], other=0)
         acc = tl.dot_scaled(a, sa, FA, b, sb, FW, acc)
         if TWO:
             sb_b_next = _scale_codes(sw_ptr, w_rows_b, w_block, c + BC, SW_STRIDE, (cols_b < O) & more, SW_ROWS, BC)
@@ -419,64 +408,6 @@ def k_loop_fp8(
             sb_b = sb_b_next
         sa, sb = sa_next, sb_next
     return acc, acc_b
-
-
-@tf.jit
-def k_loop_fp8_desc(
-    a_ptr,
-    sa_ptr,
-    w_ptr,
-    sw_ptr,
-    valid,
-    g,
-    m0,
-    end,
-    R,
-    C,
-    O,
-    cols,
-    W_ROW,
-    W_BLOCK,
-    W_ROWS,
-    W_COLS,
-    SA_STRIDE,
-    SW_STRIDE,
-    FA: tl.constexpr,
-    FW: tl.constexpr,
-    SA_ROWS: tl.constexpr,
-    SW_ROWS: tl.constexpr,
-    BM: tl.constexpr,
-    BO: tl.constexpr,
-    BC: tl.constexpr,
-):
-    """k_loop_fp8 (one B) with the codes through descriptors (TMA copies on sm_90): a
-    [R, C] in [BM, BC] boxes, Wq [W_ROWS, W_COLS] in [BO, BC] boxes, B_g the transposes
-    of its rows g·W_ROW + o0 .. from column 32·g·W_BLOCK + c. Rows past a group or an
-    expert read what lies there (the caller stores none of it; zeros past the arrays);
-    the scales as k_loop_fp8's, so the same bits."""
-    rm = tl.arange(0, BM)
-    live = m0 + rm < end
-    a_scale_rows = m0.to(tl.int64) + rm
-    w_rows = g.to(tl.int64) * W_ROW + cols
-    w_block = g * W_BLOCK
-    fw = tl.float8e4nv if FW == "e4m3" else tl.float8e5
-    a_desc = tl.make_tensor_descriptor(a_ptr, [R, C], [C, 1], [BM, BC])
-    w_desc = tl.make_tensor_descriptor(w_ptr, [W_ROWS, W_COLS], [W_COLS, 1], [BO, BC])
-    row0 = g * W_ROW + tl.program_id(1) * BO
-    acc = tl.zeros((BM, BO), dtype=tl.float32)
-    steps = tl.where(valid, C, 0)
-    first = steps > 0
-    sa = _scale_codes(sa_ptr, a_scale_rows, 0, 0, SA_STRIDE, live & first, SA_ROWS, BC)
-    sb = _scale_codes(sw_ptr, w_rows, w_block, 0, SW_STRIDE, (cols < O) & first, SW_ROWS, BC)
-    for c in range(0, steps, BC):
-        more = c + BC < steps
-        sa_next = _scale_codes(sa_ptr, a_scale_rows, 0, c + BC, SA_STRIDE, live & more, SA_ROWS, BC)
-        sb_next = _scale_codes(sw_ptr, w_rows, w_block, c + BC, SW_STRIDE, (cols < O) & more, SW_ROWS, BC)
-        a = a_desc.load([m0, c])
-        b = tl.trans(w_desc.load([row0, 32 * w_block + c]).to(fw, bitcast=True))  # K-major B
-        acc = tl.dot_scaled(a, sa, FA, b, sb, FW, acc)
-        sa, sb = sa_next, sb_next
-    return acc
 
 
 @tf.jit
