@@ -10,6 +10,7 @@ import tilefuse as tf
 from tilefuse import moe
 
 from kernels_dsl.tutorials.matmul_persistent import matmul_persistent_kernel, matmul_ws_kernel
+from tests.gpu.pair_checks import check_grouped_pair, check_matmul_pair, grouped_operands
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
@@ -38,22 +39,8 @@ SHAPES = [(1000, 520, 720), (2048, 1024, 64), (384, 2048, 4096), (300, 200, 48)]
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: "x".join(map(str, c)))
 def test_specialized_matmul(shape, config, grid):
-    M, N, K = shape
-    bm, bn, bk, warps, stages, groups = config
-    g = torch.Generator(device="cuda").manual_seed(M * N + K + grid)
-    a = torch.randn(M, K, device="cuda", generator=g).to(torch.bfloat16)
-    b = torch.randn(N, K, device="cuda", generator=g).to(torch.bfloat16)
-    outs = []
-    for kernel, extra in ((matmul_ws_kernel, dict(GROUPS=groups)), (matmul_persistent_kernel, {})):
-        c = torch.full((M, N), 7.0, device="cuda", dtype=torch.bfloat16)
-        kernel[(grid,)](a, b, c, M, N, K, BM=bm, BN=bn, BK=bk, num_warps=warps, num_stages=stages, **extra)
-        outs.append(c)
-    torch.cuda.synchronize()
-    assert torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16))
-    a64, b64 = a.double(), b.double()
-    ref, mag = a64 @ b64.T, a64.abs() @ b64.abs().T
-    err = (outs[0].double() - ref).abs()
-    assert (err <= 2.0**-8 * ref.abs() + K * 2.0**-23 * mag).all(), err.max().item()
+    kernels = [(matmul_ws_kernel, dict(GROUPS=config[5])), (matmul_persistent_kernel, {})]
+    check_matmul_pair(kernels, shape, config[:5], grid, shape[0] * shape[1] + shape[2] + grid)
 
 
 @pytest.mark.parametrize("dgrad", [False, True])
@@ -70,32 +57,12 @@ def test_specialized_matmul(shape, config, grid):
     ids=lambda c: "x".join(map(str, c)),
 )
 def test_grouped_gemm_specialized(splits, dgrad, tiles):
-    rows, k, n = 4096, 1024, 768
-    g = torch.Generator(device="cuda").manual_seed(len(splits) + 10 * dgrad)
-    x = torch.randn(rows, k, device="cuda", generator=g).to(torch.bfloat16)
-    dy = torch.randn(rows, n, device="cuda", generator=g).to(torch.bfloat16)
-    w = (torch.randn(len(splits), n, k, device="cuda", generator=g) * 0.05).to(torch.bfloat16)
-    s = torch.tensor(splits, dtype=torch.int32, device="cuda")
+    x, dy, w, s = grouped_operands(splits, len(splits) + 10 * dgrad)
     outs = []
     for ws in (tiles[5], 0):
         cfg = moe.GemmConfig(*tiles[:5], True, ws)
         outs.append(moe.grouped_gemm_dgrad(dy, w, s, config=cfg) if dgrad else moe.grouped_gemm(x, w, s, config=cfg))
-    torch.cuda.synchronize()
-    end = min(rows, sum(max(v, 0) for v in splits))
-    assert torch.equal(outs[0][:end].view(torch.int16), outs[1][:end].view(torch.int16))
-    # And against float64, group by group.
-    src = dy if dgrad else x
-    at = 0
-    for gi, cnt in enumerate(splits):
-        if cnt <= 0:
-            continue
-        wg = w[gi].double()
-        ref = src[at : at + cnt].double() @ (wg if dgrad else wg.T)
-        mag = src[at : at + cnt].double().abs() @ (wg.abs() if dgrad else wg.abs().T)
-        err = (outs[0][at : at + cnt].double() - ref).abs()
-        kk = src.shape[1]
-        assert (err <= 2.0**-8 * ref.abs() + kk * 2.0**-23 * mag).all(), (gi, err.max().item())
-        at += cnt
+    check_grouped_pair(outs, splits, dy if dgrad else x, w, dgrad)
 
 
 def test_a_ring_that_leaves_no_room_for_the_epilogue_is_a_launch_error():
