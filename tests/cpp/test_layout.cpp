@@ -200,6 +200,66 @@ struct Planned {
   const Layout& operator[](const std::string& name) const { return plan.at(kernel[name]); }
 };
 
+// What Lowering::exchange relies on, for every (slot, thread) of the layouts a conversion
+// moves between: the swizzled byte of an element is the thread part's swizzle XOR the
+// slot part's chunk bits, plus the rest of the slot part's swizzle (one register per
+// distinct chunk, the rest an immediate); vector runs stay contiguous; the scratch is a
+// permutation of whole 16-byte chunks of the tile's bytes, so a writer's and a reader's
+// layouts meet.
+void expectExchangeAlgebra(const Layout& l, const std::vector<int64_t>& shape, int64_t eb, int threads) {
+  ASSERT_TRUE(disjointParts(l)) << l.str();
+  ExchangeSwizzle swz = exchangeSwizzle(shape, eb);
+  int64_t n = numel(shape), chunk = swz.chunkBits(), run = alignedRun(l, 16 / eb);
+  std::set<int64_t> bytes;
+  for (int t = 0; t < threads; ++t) {
+    int64_t tp = element(l, 0, t) * eb;
+    for (int s = 0; s < l.slots(); ++s) {
+      int64_t c = swz(element(l, s, 0) * eb), at = swz(element(l, s, t) * eb);
+      ASSERT_EQ(at, (swz(tp) ^ (c & chunk)) + (c & ~chunk)) << l.str() << " slot " << s << " thread " << t;
+      ASSERT_TRUE(at >= 0 && at + eb <= n * eb) << at;
+      bytes.insert(at);
+      if (s % run) ASSERT_EQ(at, swz(element(l, s - s % run, t) * eb) + (s % run) * eb) << "run of " << run;
+    }
+  }
+  EXPECT_EQ(static_cast<int64_t>(bytes.size()), n) << l.str();  // every element somewhere, none twice
+}
+
+TEST(Layout, ExchangeSwizzleSplitsIntoThreadAndSlotParts) {
+  struct Case {
+    int64_t m, n;
+    WgmmaShape w;
+    int threads;
+  };
+  for (const Case& c : {Case{64, 128, {1, 1, 1, 1, 128}, 128}, Case{128, 256, {2, 1, 1, 1, 256}, 256},
+                        Case{64, 256, {1, 2, 1, 1, 128}, 256}, Case{128, 128, {1, 1, 2, 1, 128}, 128}})
+    for (int64_t eb : {2, 4}) {
+      expectExchangeAlgebra(wgmmaAccLayout(c.m, c.n, c.w, c.threads), {c.m, c.n}, eb, c.threads);
+      expectExchangeAlgebra(blockedLayout({c.m, c.n}, c.threads), {c.m, c.n}, eb, c.threads);
+    }
+  for (auto [m, n, threads] : std::vector<std::tuple<int64_t, int64_t, int>>{{64, 64, 128}, {32, 256, 256}})
+    for (int64_t eb : {1, 2, 4, 8}) {
+      expectExchangeAlgebra(mmaAccLayout(m, n, threads), {m, n}, eb, threads);
+      expectExchangeAlgebra(blockedLayout({m, n}, threads, 8, 0), {m, n}, eb, threads);
+    }
+  // Narrow rows (under 32 bytes) and 1-D tiles: no swizzle, the plain row-major bytes.
+  EXPECT_FALSE(exchangeSwizzle({128, 8}, 2).on());
+  EXPECT_FALSE(exchangeSwizzle({128, 4}, 2).on());
+  expectExchangeAlgebra(blockedLayout({128, 4}, 128), {128, 4}, 2, 128);
+  EXPECT_EQ(exchangeSwizzle({4096}, 4).rows, 8);  // one row: each chunk XORs 0
+}
+
+TEST(Layout, ExchangeSwizzleSpreadsAWarpsFragmentRowsOverTheBanks) {
+  // A warp's 32-bit stores of a bf16 wgmma fragment (m64n256: 8 rows a pitch of 512
+  // bytes apart, 4 lanes a row): 32 different banks once swizzled, 4 without.
+  Layout l = wgmmaAccLayout(64, 256, {1, 1, 1, 1, 256}, 128);
+  ExchangeSwizzle swz = exchangeSwizzle({64, 256}, 2), none;
+  for (const ExchangeSwizzle* s : {&swz, &none}) {
+    std::set<int64_t> banks;
+    for (int lane = 0; lane < 32; ++lane) banks.insert((*s)(element(l, 0, lane) * 2) / 4 % 32);
+    EXPECT_EQ(banks.size(), s->on() ? 32u : 4u);
+  }
+}
+
 TEST(LayoutPlan, AccumulatorsStayInTheWgmmaLayoutThroughTheLoopAndTheEpilogue) {
   Planned p(kLoop, "sm_90a", 128);
   WgmmaShape w;

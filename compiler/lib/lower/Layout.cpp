@@ -62,6 +62,30 @@ int64_t vectorRun(const Layout& l, int64_t stride) {
   return run;
 }
 
+int64_t alignedRun(const Layout& l, int64_t maxRun) {
+  int64_t run = std::min(vectorRun(l), maxRun);
+  for (; run > 1; run /= 2) {
+    bool ok = true;
+    for (size_t i = __builtin_ctzll(run); i < l.reg.size(); ++i) ok &= l.reg[i] % run == 0;
+    for (int64_t b : l.thr) ok &= b % run == 0;
+    if (ok) break;
+  }
+  return run;
+}
+
+bool disjointParts(const Layout& l) {
+  int64_t th = 0, rg = 0;
+  for (int64_t b : l.thr) th |= b;
+  for (int64_t b : l.reg) rg |= b;
+  return (th & rg) == 0;
+}
+
+ExchangeSwizzle exchangeSwizzle(const std::vector<int64_t>& shape, int64_t elemBytes) {
+  int64_t pitch = shape.empty() ? 0 : shape.back() * elemBytes;
+  if (pitch < 32 || (pitch & (pitch - 1))) return {};
+  return {pitch, std::min<int64_t>(8, pitch / 16)};
+}
+
 Layout wgmmaAccLayout(int64_t m, int64_t n, const WgmmaShape& w, int threads) {
   Layout l;
   // One instruction: d[i] holds row 8*(i/2 % 2), column (i % 2) + 8*(i/4) of the

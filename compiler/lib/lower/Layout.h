@@ -58,6 +58,25 @@ Layout defaultLayout(const Type& t, int threads);
 Layout wgmmaAccLayout(int64_t m, int64_t n, const WgmmaShape& w, int threads);
 Layout mmaAccLayout(int64_t m, int64_t n, int threads);
 
+// The leading slots of `l` that hold consecutive elements from a multiple of their
+// count (every other basis a multiple of it), at most maxRun: one vector access.
+int64_t alignedRun(const Layout& l, int64_t maxRun);
+// Whether `l`'s thread bases and slot bases share no bit: its flat index is then their
+// parts' sum and XOR alike.
+bool disjointParts(const Layout& l);
+// The scratch of a layout conversion through shared memory (Lowering::exchange): a
+// row-major tile of `pitch`-byte rows has each row's 16-byte chunks XORed with the row's
+// low bits (up to 8 chunks), so that the 8 rows of a warp's wgmma fragment, one pitch
+// apart, fall in 8 different bank groups. Off (rows 1) unless the pitch is a power of
+// two of at least 32 bytes. Linear over XOR, and it moves only whole 16-byte chunks.
+struct ExchangeSwizzle {
+  int64_t pitch = 0, rows = 1;
+  bool on() const { return rows > 1; }
+  int64_t chunkBits() const { return (rows - 1) << 4; }
+  int64_t operator()(int64_t byte) const { return on() ? byte ^ ((byte / pitch & (rows - 1)) << 4) : byte; }
+};
+ExchangeSwizzle exchangeSwizzle(const std::vector<int64_t>& shape, int64_t elemBytes);
+
 // The tiling of an [M, N] accumulator (M a multiple of 64) over the warpgroups of
 // `threads`: as many warpgroups along M as it has 64-row bands, the rest along N.
 WgmmaShape wgmmaTiling(int64_t m, int64_t n, int threads);

@@ -183,49 +183,26 @@ Regs Lowering::convert(const Regs& r, const Type& t, const Layout& to) {
   return out;
 }
 
-// The leading slots of `l` that hold consecutive elements from a multiple of their
-// count (every other basis a multiple of it): one vector access of at most maxRun.
-static int64_t alignedRun(const Layout& l, int64_t maxRun) {
-  int64_t run = std::min(vectorRun(l), maxRun);
-  for (; run > 1; run /= 2) {
-    bool ok = true;
-    for (size_t i = __builtin_ctzll(run); i < l.reg.size(); ++i) ok &= l.reg[i] % run == 0;
-    for (int64_t b : l.thr) ok &= b % run == 0;
-    if (ok) break;
-  }
-  return run;
-}
-
 // convert's round trip through shared memory. Each thread's runs of consecutive elements
 // move as one access of up to 16 bytes, and each row's 16-byte chunks are XOR-swizzled
 // by the row's low bits: a warp writing a wgmma fragment (8 rows, 16 bytes each, one
 // row pitch apart) hits 8 different bank groups instead of one.
 Regs Lowering::exchange(const Regs& r, const Type& t, const Layout& to) {
   const int64_t e = storeBytes(t), base = scratchBase();
-  const int64_t pitch = t.isTile() && !t.shape.empty() ? t.shape.back() * e : 0;
-  auto disjoint = [](const Layout& l) {
-    int64_t th = 0, rg = 0;
-    for (int64_t b : l.thr) th |= b;
-    for (int64_t b : l.reg) rg |= b;
-    return (th & rg) == 0;
-  };
-  const bool swizzle =
-      pitch >= 32 && (pitch & (pitch - 1)) == 0 && base % 16 == 0 && disjoint(r.L) && disjoint(to);
-  const int64_t rows = std::min<int64_t>(8, pitch / 16);
-  // A layout's flat index is its thread part plus its slot part, on disjoint bits, and the
-  // swizzle is linear over XOR: the thread part swizzled once, each slot's part a constant.
-  auto swz = [&](int64_t x) { return swizzle ? x ^ ((x >> __builtin_ctzll(pitch) & (rows - 1)) << 4) : x; };
+  ExchangeSwizzle swz;
+  if (t.isTile() && base % 16 == 0 && disjointParts(r.L) && disjointParts(to)) swz = exchangeSwizzle(t.shape, e);
+  // The swizzle is linear over XOR and a layout's thread and slot parts are disjoint
+  // bits: the thread part is swizzled once, and each slot's part, a constant, XORs its
+  // chunk bits (at most `rows` distinct registers) and adds the rest (an offset).
   auto addresses = [&](const Layout& l, int64_t run) {
     LVal* tp = b_.CreateMul(threadPart(l), idx(e));
-    if (swizzle) {
-      LVal* row = b_.CreateAnd(b_.CreateLShr(tp, idx(__builtin_ctzll(pitch))), idx(rows - 1));
+    if (swz.on()) {
+      LVal* row = b_.CreateAnd(b_.CreateLShr(tp, idx(__builtin_ctzll(swz.pitch))), idx(swz.rows - 1));
       tp = b_.CreateXor(tp, b_.CreateShl(row, idx(4)));
     }
     std::vector<LVal*> at;
     for (int s = 0; s < slots(l); s += run) {
-      // The slot's swizzled constant: its chunk bits XORed (at most `rows` distinct
-      // registers), the rest, disjoint from the thread part's bits, added (an offset).
-      int64_t c = swz(slotPart(l, s) * e), chunk = (rows - 1) << 4;
+      int64_t c = swz(slotPart(l, s) * e), chunk = swz.chunkBits();
       LVal* off = b_.CreateAdd(c & chunk ? b_.CreateXor(tp, idx(c & chunk)) : tp, idx(c & ~chunk));
       at.push_back(b_.CreateGEP(b_.getInt8Ty(), scratchSpace(), b_.CreateAdd(idx(base), off)));
     }
