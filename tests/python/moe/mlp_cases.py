@@ -35,10 +35,11 @@ OPTIONS = {
 # and up), each of which may flip a bin: up to 2.4 times SReLU's seen on fresh data.
 ACC_BASELINE_FACTOR = 2.0
 ACC_BASELINE_FACTOR_GLU = 4.0
-# NVFP4: a flipped E2M1 code moves an element by a whole step of a 2-bit mantissa, so a few
-# flips dominate the deviation and its ratio to SReLU's is noisy (2.35 seen for GeLU on fresh
-# data): the GLU's bound for every activation.
-ACC_BASELINE_FACTOR_NVFP4 = 4.0
+# Block-scaled codes: a flipped E2M1 (NVFP4) or E4M3 (MXFP8, FP8-block) code moves an element by
+# a whole step of a 2- or 3-bit mantissa, so a few flips dominate the deviation and its ratio to
+# SReLU's is heavy-tailed (GeLU NVFP4 2.35; tanh-SReLU MXFP8 0.43-1.15 over 12 seeds, once 3.66
+# on fresh data): the GLU's bound for every activation.
+ACC_BASELINE_FACTOR_CODES = 4.0
 # A loose ceiling on its max (relative to dW2's RMS): bf16 rounds C at 2^-9 relative
 # (typically 0.03 to 0.07, once 0.15 seen on fresh data); E4M3's 2^-4 steps make a few
 # elements flip a quantization bin.
@@ -179,8 +180,8 @@ def accumulator_check(inp, name, recipe, run_fn, to_numpy):
     print(f"{name} {recipe}: accumulator-mode dW2 deviation {dev} (SReLU on the same inputs: {base})")
     assert dev.rms > 0, "accumulator mode changed nothing: the forward did not read the fp32 accumulator"
     factor = ACC_BASELINE_FACTOR_GLU if moe.ACTIVATIONS[name].glu else ACC_BASELINE_FACTOR
-    if recipe == "nvfp4":
-        factor = max(factor, ACC_BASELINE_FACTOR_NVFP4)
+    if recipe != "bf16":
+        factor = max(factor, ACC_BASELINE_FACTOR_CODES)
     assert dev.rms <= factor * base.rms, (dev, base)
     assert dev.max <= ACC_MAX[recipe], dev
     return runs
