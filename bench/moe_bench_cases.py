@@ -95,7 +95,7 @@ def gemm_cases(B, name, shape, splits_for, skewed, configs, rng, fp8_configs=(No
                 continue
             # The wgrad's tiles are dw's: block_m of N by block_n of K, block_k rows a step.
             fn = functools.partial(moe.grouped_gemm_wgrad, dy, x, splits, config=p)
-            rule = host.wgrad_persistent(x, k, cfg) == persistent
+            rule = host.wgrad_persistent(x, n, k, cfg) == persistent
             case = c("wgrad bf16", tag + (" [rule]" if rule else ""), "ours", "bf16", fn, wgrad_check)
             waves = e * cdiv(n, cfg.block_m) * cdiv(k, cfg.block_n) / host.num_programs(x)
             out.append(case | dict(config=_cfg_name(cfg), persistent=persistent, waves=waves))

@@ -189,6 +189,30 @@ def strided_dot_loop(
 
 
 @tf.jit
+def at_dot_loop(
+    at_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, DESC: tl.constexpr
+):
+    # C = A B with A stored transposed, [K, M] (M contiguous, as dy in dW = dyᵀ x): A is
+    # trans of a [BK, BM] tile, which wgmma reads M-major; through descriptors (TMA on
+    # sm_90) or masked pointer loads (cp.async).
+    m0, n0 = tl.program_id(0) * BM, tl.program_id(1) * BN
+    rm, rn, rk = m0 + tl.arange(0, BM), n0 + tl.arange(0, BN), tl.arange(0, BK)
+    ad = tl.make_tensor_descriptor(at_ptr, [K, M], [M, 1], [BK, BM])
+    bd = tl.make_tensor_descriptor(b_ptr, [K, N], [N, 1], [BK, BN])
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        if DESC:
+            at = ad.load([k, m0])
+            b = bd.load([k, n0])
+        else:
+            kk = k + rk
+            at = tl.load(at_ptr + kk[:, None] * M + rm[None, :], mask=(kk[:, None] < K) & (rm[None, :] < M), other=0.0)
+            b = tl.load(b_ptr + kk[:, None] * N + rn[None, :], mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc = tl.dot(tl.trans(at), b, acc)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@tf.jit
 def scaled_dot_loop(
     a_ptr,
     as_ptr,

@@ -26,7 +26,7 @@ from __future__ import annotations
 import tilefuse as tf
 import tilefuse.language as tl
 
-PAD = 8  # columns a group of the transposed copy is aligned to: 16 bytes of bf16
+PAD = 8  # padded offsets' default alignment: 16 bytes of bf16
 
 
 @tf.jit
@@ -49,8 +49,8 @@ def group_offsets(
     PAD_TO: tl.constexpr = PAD,
 ):
     # offsets [G + 1]: rows of group g are offsets[g] .. offsets[g + 1] (clamped to [0, R]);
-    # padded [G + 1]: its columns of the transposed copy start at padded[g] (multiples of
-    # PAD_TO: PAD for the wgrad's bf16 copy, a scale block for a columnwise quantized one);
+    # padded [G + 1]: its columns of a transposed copy start at padded[g] (multiples of
+    # PAD_TO: a scale block for a columnwise quantized copy);
     # tile_start [G + 1]: its BM-row tiles are schedule slots tile_start[g] .. tile_start[g + 1].
     rows_before = tl.zeros((), tl.int64)
     pad_before = tl.zeros((), tl.int64)
@@ -411,73 +411,49 @@ def k_loop_fp8(
 
 
 @tf.jit
-def transpose_groups(
-    x_ptr, xt_ptr, offsets_ptr, padded_ptr, tile_start_ptr, tiles_ptr, G, N, RP, BM: tl.constexpr, BN: tl.constexpr
-):
-    # xt [N, RP]: the rows of group g of x [R, N] as columns padded[g] .. padded[g] + rows,
-    # so that the wgrad's K loop reads 16-byte aligned runs from each group's first row.
-    valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
-    col0 = tl.load(padded_ptr + g) + (m0 - tl.load(offsets_ptr + g))
-    rm = tl.arange(0, BM)
-    rn = tl.program_id(1) * BN + tl.arange(0, BN)
-    mask = ((m0 + rm)[:, None] < end) & (rn[None, :] < N)
-    v = tl.load(x_ptr + m0.to(tl.int64) * N + rm[:, None] * N + rn[None, :], mask=mask, other=0.0)
-    cols = tl.max_contiguous(tl.multiple_of(col0 + rm, PAD), BM)
-    # Stored up to the group's padded end (zeros past its rows): the mask is constant in
-    # runs of PAD columns, so the stores stay 16 bytes wide.
-    col_end = tl.multiple_of(tl.load(padded_ptr + g + 1, mask=valid, other=0), PAD)
-    keep = (cols[None, :] < col_end) & (rn[:, None] < N)
-    tl.store(xt_ptr + rn[:, None].to(tl.int64) * RP + cols[None, :], tl.trans(v), mask=keep)
-
-
-@tf.jit
 def grouped_wgrad_kernel(
-    dyt_ptr,
+    dy_ptr,
     x_ptr,
     dw_ptr,
     offsets_ptr,
-    padded_ptr,
     N,
     K,
-    RP,
     BN: tl.constexpr,
     BK: tl.constexpr,
     BR: tl.constexpr,
 ):
-    # dw[g] [N, K] = dy_gᵀ x_g for group g = program_id(1): dyt [N, RP] is dy transposed
-    # by transpose_groups (group g from column padded[g]), x [R, K]; the K loop of the
-    # GEMM runs over the group's rows, ragged: the mask cuts each at the group's end. An
-    # empty group stores zeros.
+    # dw[g] [N, K] = dy_gᵀ x_g for group g = program_id(1), dy [R, N] and x [R, K]; the
+    # K loop of the GEMM runs over the group's rows, ragged: the mask cuts each at the
+    # group's end. A = trans of a [BR, BN] tile of dy, read M-major by wgmma (no
+    # transposed copy). An empty group stores zeros.
     g = tl.program_id(1)
     tiles_k = tl.cdiv(K, BK)
     rn = (tl.program_id(0) // tiles_k) * BN + tl.arange(0, BN)
     rk = (tl.program_id(0) % tiles_k) * BK + tl.arange(0, BK)
     r0, rows = tl.load(offsets_ptr + g), tl.load(offsets_ptr + g + 1) - tl.load(offsets_ptr + g)
-    col0 = tl.multiple_of(tl.load(padded_ptr + g), PAD)
     rr = tl.arange(0, BR)
-    a_ptrs = dyt_ptr + rn[:, None].to(tl.int64) * RP + col0 + rr[None, :]
+    a_ptrs = dy_ptr + r0.to(tl.int64) * N + rr[:, None] * N + rn[None, :]
     b_ptrs = x_ptr + r0.to(tl.int64) * K + rr[:, None] * K + rk[None, :]
     acc = tl.zeros((BN, BK), dtype=tl.float32)
     for r in range(0, rows, BR):
-        a = tl.load(a_ptrs + r, mask=(rn[:, None] < N) & ((r + rr)[None, :] < rows), other=0.0)
-        b = tl.load(b_ptrs + r.to(tl.int64) * K, mask=((r + rr)[:, None] < rows) & (rk[None, :] < K), other=0.0)
-        acc = tl.dot(a, b, acc)
+        live = (r + rr)[:, None] < rows
+        a = tl.load(a_ptrs + r.to(tl.int64) * N, mask=live & (rn[None, :] < N), other=0.0)
+        b = tl.load(b_ptrs + r.to(tl.int64) * K, mask=live & (rk[None, :] < K), other=0.0)
+        acc = tl.dot(tl.trans(a), b, acc)
     out = dw_ptr + g.to(tl.int64) * N * K + rn[:, None] * K + rk[None, :]
     tl.store(out, acc.to(dw_ptr.dtype.element_ty), mask=(rn[:, None] < N) & (rk[None, :] < K))
 
 
 @tf.jit
 def grouped_wgrad_persistent_kernel(
-    dyt_ptr,
+    dy_ptr,
     x_ptr,
     dw_ptr,
     offsets_ptr,
-    padded_ptr,
     G,
     N,
     K,
     R,
-    RP,
     BN: tl.constexpr,
     BK: tl.constexpr,
     BR: tl.constexpr,
@@ -486,10 +462,10 @@ def grouped_wgrad_persistent_kernel(
     # grouped_wgrad_kernel's product, persistent: the num_programs(0) programs loop over the
     # G·tiles_n·tiles_k tiles of dw, group after group, and within a group GROUP_N row
     # tiles side by side over each column tile (the group's x columns stay in L2). The
-    # group's whole K steps go through descriptors (TMA copies on sm_90): dyt [N, RP] from
-    # column padded[g], x [R, K] from row offsets[g]; they never read past the group. Its
-    # last rows % BR rows, if any, take one masked step of pointer loads.
-    dyt_desc = tl.make_tensor_descriptor(dyt_ptr, [N, RP], [RP, 1], [BN, BR])
+    # group's whole K steps go through descriptors (TMA copies on sm_90) of dy [R, N] and
+    # x [R, K] from row offsets[g]; they never read past the group. Its last rows % BR
+    # rows, if any, take one masked step of pointer loads.
+    dy_desc = tl.make_tensor_descriptor(dy_ptr, [R, N], [N, 1], [BR, BN])
     x_desc = tl.make_tensor_descriptor(x_ptr, [R, K], [K, 1], [BR, BK])
     tiles_n = tl.cdiv(N, BN)
     tiles_k = tl.cdiv(K, BK)
@@ -505,28 +481,18 @@ def grouped_wgrad_persistent_kernel(
         k0 = ((local % per_band) // band) * BK
         r0 = tl.load(offsets_ptr + g)
         rows = tl.load(offsets_ptr + g + 1) - r0
-        col0 = tl.multiple_of(tl.load(padded_ptr + g), PAD)
         full = (rows // BR) * BR
         acc = tl.zeros((BN, BK), dtype=tl.float32)
         for r in range(0, full, BR):
-            acc = tl.dot(dyt_desc.load([n0, col0 + r]), x_desc.load([r0 + r, k0]), acc)
+            acc = tl.dot(tl.trans(dy_desc.load([r0 + r, n0])), x_desc.load([r0 + r, k0]), acc)
         rn = n0 + tl.arange(0, BN)
         rk = k0 + tl.arange(0, BK)
         if full < rows:
-            # dyt's columns up to the group's padded end are its rows, then zeros: a
-            # mask constant in runs of PAD columns keeps the loads 16 bytes wide.
-            tail = tl.multiple_of(tl.load(padded_ptr + g + 1), PAD) - col0 - full
-            a = tl.load(
-                dyt_ptr + rn[:, None].to(tl.int64) * RP + (col0 + full + rr)[None, :],
-                mask=(rn[:, None] < N) & (rr[None, :] < tail),
-                other=0.0,
-            )
-            b = tl.load(
-                x_ptr + (r0 + full + rr)[:, None].to(tl.int64) * K + rk[None, :],
-                mask=((full + rr) < rows)[:, None] & (rk[None, :] < K),
-                other=0.0,
-            )
-            acc = tl.dot(a, b, acc)
+            live = ((full + rr) < rows)[:, None]
+            at = (r0 + full + rr)[:, None].to(tl.int64)
+            a = tl.load(dy_ptr + at * N + rn[None, :], mask=live & (rn[None, :] < N), other=0.0)
+            b = tl.load(x_ptr + at * K + rk[None, :], mask=live & (rk[None, :] < K), other=0.0)
+            acc = tl.dot(tl.trans(a), b, acc)
         out = dw_ptr + g.to(tl.int64) * N * K + rn[:, None] * K + rk[None, :]
         tl.store(out, acc.to(dw_ptr.dtype.element_ty), mask=(rn[:, None] < N) & (rk[None, :] < K))
 

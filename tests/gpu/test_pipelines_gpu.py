@@ -1,6 +1,7 @@
 """K loops the MoE library needs, pipelined on the GPU, against a float64 reference:
 masked edges with other=0.0 (fp8 and bf16), ragged ends inside a run, two dots sharing
-their A (FC1), a B with K contiguous, MXFP8 dot_scaled loops."""
+their A (FC1), a B with K contiguous, an A with M contiguous (wgmma's transposed A),
+MXFP8 dot_scaled loops."""
 
 import re
 
@@ -8,7 +9,14 @@ import numpy as np
 import pytest
 import tilefuse as tf
 
-from tests.shared_kernels import gated_dot_loop, masked_dot_loop, scaled_dot_loop, strided_dot_loop, two_dot_loops
+from tests.shared_kernels import (
+    at_dot_loop,
+    gated_dot_loop,
+    masked_dot_loop,
+    scaled_dot_loop,
+    strided_dot_loop,
+    two_dot_loops,
+)
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
@@ -105,6 +113,33 @@ def test_k_contiguous_b(mnk, dtype, warps, stages):
     ref = (a.double() @ b.double()).cpu().numpy()
     bound = (a.double().abs() @ b.double().abs()).cpu().numpy()
     tol = (2**-9 if dtype.itemsize == 1 else k * 2**-23) * bound
+    err = np.abs(c.double().cpu().numpy() - ref)
+    assert (err <= tol).all(), f"max error {err.max()} at {np.unravel_index(err.argmax(), err.shape)}"
+
+
+@pytest.mark.parametrize("desc", [True, False])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(
+    "warps,stages,bm,bn", [(4, 2, 64, 128), (8, 3, 128, 256), (8, 4, 128, 64), (8, 3, 256, 128), (4, 3, 128, 64)]
+)
+@pytest.mark.parametrize("mnk", [(208, 176, 200), (384, 512, 640)])
+def test_m_contiguous_a(mnk, warps, stages, bm, bn, dtype, desc):
+    # A stored [K, M] (dy in dW = dyᵀ x): trans of its tile, copied as it lies (TMA or
+    # cp.async) and read M-major by wgmma; partial tiles on every axis in the first shape
+    # (M and N multiples of 16: rows of 16-byte multiples, as TMA and cp.async need).
+    m, n, k = mnk
+    at = torch.randn(k, m, device="cuda").to(dtype)
+    b = torch.randn(k, n, device="cuda").to(dtype)
+    c = torch.full((m, n), float("nan"), device="cuda")
+    meta = dict(BM=bm, BN=bn, BK=64, DESC=desc)
+    kernel = at_dot_loop.warmup(at, b, c, m, n, k, grid=(1,), num_warps=warps, num_stages=stages, **meta)
+    ptx = kernel.asm["ptx"]
+    assert "a_mmajor = true" in kernel.asm["gpu"] and re.search(r"p, 1, 1, 1, 1;", ptx)
+    assert ("cp.async.bulk.tensor" in ptx) == desc and ("cp.async.cg" in ptx) != desc
+    at_dot_loop[(tf.cdiv(m, bm), tf.cdiv(n, bn))](at, b, c, m, n, k, num_warps=warps, num_stages=stages, **meta)
+    a64, b64 = at.double().T, b.double()
+    ref = (a64 @ b64).cpu().numpy()
+    tol = k * 2**-23 * (a64.abs() @ b64.abs()).cpu().numpy()
     err = np.abs(c.double().cpu().numpy() - ref)
     assert (err <= tol).all(), f"max error {err.max()} at {np.unravel_index(err.argmax(), err.shape)}"
 

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 from tilefuse import gpu
 
+from tests.ptxas import assert_assembles
 from tests.shared_kernels import (
+    at_dot_loop,
     computed_dot_loop,
     fp4_dot_loop,
     gated_dot_loop,
@@ -102,6 +104,37 @@ def test_strided_dot_loop(dtype, k_contiguous):
     strided_dot_loop[GRID](a, b, c, M, N, K, *strides, **META)
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     np.testing.assert_allclose(c, a64 @ b64, rtol=0, atol=K * 2**-23 * (np.abs(a64) @ np.abs(b64)).max())
+
+
+@pytest.mark.parametrize("desc", [True, False])
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16])
+def test_at_dot_loop(dtype, desc):
+    at, b = operands(dtype, np.random.default_rng(4), (K, M), (K, N))
+    c = np.full((M, N), np.nan, np.float32)
+    at_dot_loop[GRID](at, b, c, M, N, K, DESC=desc, **META)
+    a64, b64 = at.astype(np.float64).T, b.astype(np.float64)
+    np.testing.assert_allclose(c, a64 @ b64, rtol=0, atol=K * 2**-23 * (np.abs(a64) @ np.abs(b64)).max())
+
+
+@pytest.mark.parametrize("desc", [True, False])
+@pytest.mark.parametrize("warps,bm,bn", [(4, 64, 128), (8, 128, 256), (8, 128, 64)])
+def test_at_dot_loop_reads_a_m_major(warps, bm, bn, desc, tmp_path):
+    # A = trans of a [K, M] tile is copied as it lies (TMA boxes or cp.async runs along M)
+    # into 128-byte column blocks of 64 rows of M, which wgmma reads transposed
+    # (imm-trans-a 1, B N-major: imm-trans-b 1); no transpose through registers.
+    bf = np.zeros((64, 64), ml_dtypes.bfloat16)
+    kernel = at_dot_loop.compile(
+        bf, bf, np.zeros((64, 64), np.float32), 4096, 4096, 4096, BM=bm, BN=bn, BK=64, DESC=desc
+    )
+    low = gpu.lower(kernel, "sm_90a", warps, 3, keep_ir=True)
+    assert not low["hints"], low["hints"]
+    assert "a_mmajor = true" in low["gpu"] and "trans" not in low["gpu"]
+    assert re.search(rf"smem<64x{bm}xbf16, #shared<swizzle=128, rows=64, cols={bm}, eb=2, stages=3>>", low["gpu"])
+    ptx = low["ptx"]
+    assert ("cp.async.bulk.tensor" in ptx) == desc and ("cp.async.cg" in ptx) != desc
+    mmas = re.findall(r"wgmma\.mma_async[^;]*;", ptx)
+    assert mmas and all(m.endswith("p, 1, 1, 1, 1;") for m in mmas)
+    assert_assembles(ptx, "sm_90a", tmp_path)
 
 
 def mx_operands(rng, fa, fb, m, n, k):

@@ -157,14 +157,18 @@ void verifyWgmma(const Op& op) {
   const Type& b = tileBuffer(op, 2, "B");
   indexOperand(op, 3, "B's stage");
   const Type& acc = op.operand(4)->type();
-  bool kMajor = false;
+  bool kMajor = false, mMajor = false;
   if (op.hasAttr("b_kmajor")) {
     requireAttr(op, "b_kmajor", 0);
     kMajor = op.boolAttr("b_kmajor");
   }
+  if (op.hasAttr("a_mmajor")) {
+    requireAttr(op, "a_mmajor", 0);
+    mMajor = op.boolAttr("a_mmajor");
+  }
   if (a.rank() != 2 || b.rank() != 2) fail(op, "operands must be 2-D buffers, got " + a.str() + " and " + b.str());
   if (!a.shared()->swizzle || !b.shared()->swizzle) fail(op, "operands must be swizzled buffers (swizzle 32, 64 or 128)");
-  int64_t m = a.shape[0], k = a.shape[1], n = b.shape[kMajor ? 0 : 1];
+  int64_t m = a.shape[mMajor ? 1 : 0], k = a.shape[mMajor ? 0 : 1], n = b.shape[kMajor ? 0 : 1];
   if (b.shape[kMajor ? 1 : 0] != k)
     fail(op, std::string("B must be ") + (kMajor ? "[N, K]" : "[K, N]") + " with K=" + std::to_string(k) + ", got " +
                  b.withoutLayout().str());
@@ -174,6 +178,7 @@ void verifyWgmma(const Op& op) {
     fail(op, "operands must be both bf16, f16, i8 or 8-bit floats, got " + std::string(dtypeName(a.elem)) + " and " +
                  std::string(dtypeName(b.elem)));
   if (bitWidth(a.elem) == 8 && !kMajor) fail(op, "8-bit B must be K-major (b_kmajor = true)");
+  if (bitWidth(a.elem) == 8 && mMajor) fail(op, "8-bit A must be K-major (no a_mmajor)");
   if (m % 64) fail(op, "needs M to be a multiple of 64, got M=" + std::to_string(m));
   if (k * bitWidth(a.elem) % 256) fail(op, "needs K in steps of 32 bytes, got K=" + std::to_string(k));
   Type want = Type::tile(a.elem == DType::I8 ? DType::I32 : DType::F32, {m, n});

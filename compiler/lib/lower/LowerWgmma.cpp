@@ -15,7 +15,8 @@
 // staging, the pipeline's copies, TMA boxes and the wgmma descriptors all read it.
 // B is K-major (staged as its [N, K] transpose) for 8-bit types, which wgmma takes no
 // other way, and when the program computes it as trans(x) of an [N, K] tile; 16-bit B
-// is N-major otherwise.
+// is N-major otherwise. A is K-major but for trans(x) of a 16-bit [K, M] tile, which is
+// staged as x, M-major (the instruction's transposed A).
 #include "Lowering.h"
 
 namespace tilefuse::lower::detail {
@@ -234,17 +235,19 @@ void Lowering::lowerSmemOp(const Op& op) {
     case OpKind::Wgmma: {
       const Type &a = op.operand(0)->type(), &b = op.operand(2)->type();
       bool kMajor = op.hasAttr("b_kmajor") && op.boolAttr("b_kmajor");
+      bool mMajor = op.hasAttr("a_mmajor") && op.boolAttr("a_mmajor");
       bool promote = wgmmaOpPromotes(op);
       WgmmaGroup g{.a = a.elem,
                    .b = b.elem,
-                   .m = a.shape[0],
-                   .k = a.shape[1],
+                   .m = a.shape[mMajor ? 1 : 0],
+                   .k = a.shape[mMajor ? 0 : 1],
                    .n = b.shape[kMajor ? 0 : 1],
                    .ta = sharedTile(a),
                    .tb = sharedTile(b),
                    .kMajor = kMajor,
                    .promote = promote,
-                   .fresh = isFp8(a.elem) && !promote};  // a fresh fp8 sum (freshFp8)
+                   .fresh = isFp8(a.elem) && !promote,  // a fresh fp8 sum (freshFp8)
+                   .mMajor = mMajor};
       Regs acc = in(op.operand(4), layoutOf(op.result(0)));
       std::optional<ScaleTables> st;
       if (op.numOperands() == 7) st = stageScales(op.operand(5), op.operand(6), op.intAttr("scale_chunk"));
@@ -379,7 +382,7 @@ Regs Lowering::issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LV
     // 16-bit types also take the operands' majorness.
     text += "}, $" + std::to_string(2 * nregs) + ", $" + std::to_string(2 * nregs + 1) + ", p";
     if (!ints) text += ", 1, 1";
-    if (eb == 2) text += g.kMajor ? ", 0, 0" : ", 0, 1";
+    if (eb == 2) text += std::string(g.mMajor ? ", 1" : ", 0") + (g.kMajor ? ", 0" : ", 1");
     text += ";\n}";
     for (int64_t i = 0; i < nregs; ++i) cons += std::to_string(i) + ",";
     cons += flagged ? "l,l,r,~{memory}" : "l,l,~{memory}";
@@ -439,11 +442,19 @@ Regs Lowering::issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LV
     int64_t kb = kk * eb;  // byte offset along K
     bool chunkStart = (promote && kk % chunk == 0) || (g.fresh && kk == 0);
     for (int64_t rm = 0; rm < w.repM; ++rm) {
-      // A, K-major: rows at SBO = 8 rows apart; K steps move within the swizzled row.
       LVal* row0 = b_.CreateAdd(rowBand, idx(rm * 64));
-      LVal* aOff =
-          b_.CreateAdd(aBase, b_.CreateAdd(idx((kb / rA) * ta.blockBytes() + kb % rA), b_.CreateMul(row0, idx(rA))));
-      LVal* da = desc(aOff, 16, 8 * rA, rA);
+      LVal* da;
+      if (g.mMajor) {  // like an N-major B: the instruction's 64 rows are one column block
+        LVal* aOff = b_.CreateAdd(
+            aBase, b_.CreateAdd(b_.CreateMul(b_.CreateLShr(b_.CreateMul(row0, idx(eb)), idx(__builtin_ctzll(rA))),
+                                             idx(ta.blockBytes())),
+                                idx(kk * rA)));
+        da = desc(aOff, ta.blockBytes(), 8 * rA, rA);
+      } else {  // K-major: rows at SBO = 8 rows apart; K steps move within the swizzled row
+        LVal* aOff = b_.CreateAdd(
+            aBase, b_.CreateAdd(idx((kb / rA) * ta.blockBytes() + kb % rA), b_.CreateMul(row0, idx(rA))));
+        da = desc(aOff, 16, 8 * rA, rA);
+      }
       for (int64_t rn = 0; rn < w.repN; ++rn) {
         LVal* col0 = b_.CreateAdd(colBand, idx(rn * w.instrN));
         LVal* db;

@@ -62,8 +62,8 @@ inline std::string mmaTypeName(DType d) {
 // Shared bytes [0, kBarrierBytes) hold the mbarriers of kernels with tensor maps.
 constexpr int64_t kBarrierBytes = 1024;
 
-// One wgmma group's operands as they lie in shared memory: A [M, K] K-major, B [N, K]
-// (kMajor) or [K, N]; `promote`: fp8, its products added in fp32 every 128 of K (or
+// One wgmma group's operands as they lie in shared memory: A [M, K] or [K, M]
+// (mMajor, 16-bit types), B [N, K] (kMajor) or [K, N]; `promote`: fp8, its products added in fp32 every 128 of K (or
 // per scale block), the group waited for as it goes; `fresh`: the accumulator is zero,
 // so the first instruction starts the sum (scale-d off) instead of reading registers.
 struct WgmmaGroup {
@@ -71,7 +71,7 @@ struct WgmmaGroup {
   int64_t m, k, n;
   SharedTile ta, tb;
   bool kMajor, promote;
-  bool fresh = false;
+  bool fresh = false, mMajor = false;
 };
 
 // The e8m0 scale tables of a dot_scaled of fp8 ([M, K/32] and [N, K/32]), decoded to

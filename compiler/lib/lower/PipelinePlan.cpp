@@ -257,6 +257,7 @@ bool planPipeline(const Op& loop, const AxisAnalysis& axis, int threads, int sta
     if (!wgmmaApplies(*dot, funcArch(loop), threads, &w))
       throw InternalError("pipeline schedule: a dot in a #wgmma layout that wgmma cannot run");
     WgmmaB bs = wgmmaB(*dot, threads);
+    WgmmaA as = wgmmaA(*dot);
     // cp.async copies bytes as they lie: a [K, N] B staged K-major must be copied in
     // runs along K (K contiguous in memory, the layout coalesced along it).
     if (bs.transposeOnStage && runDim(typeLayout(bs.value->type(), threads), bs.value->type().shape) != 0)
@@ -266,12 +267,13 @@ bool planPipeline(const Op& loop, const AxisAnalysis& axis, int threads, int sta
     int slot[2];
     for (unsigned i = 0; i < 2; ++i) {
       std::string name = i ? "B" : "A";
-      const Value* v = i ? bs.value : dot->operand(0);
-      // A may feed several of the loop's dots as their A; B feeds one.
-      bool onlyDots = i ? v->uses().size() == 1
-                        : !v->uses().empty() && std::all_of(v->uses().begin(), v->uses().end(), [&](const Use& u) {
-                            return dots.count(u.user) && u.index == 0;
-                          });
+      const Value* v = i ? bs.value : as.value;
+      // A may feed several of the loop's dots as their A; B, or a transposed A, feeds one.
+      bool onlyDots = i || as.mMajor
+                          ? v->uses().size() == 1
+                          : !v->uses().empty() && std::all_of(v->uses().begin(), v->uses().end(), [&](const Use& u) {
+                              return dots.count(u.user) && u.index == 0;
+                            });
       if (const Value* bytes = stagedBytes(v); bytes != v) {
         v = bytes;
         onlyDots = onlyDots && v->uses().size() == 1;
@@ -289,7 +291,7 @@ bool planPipeline(const Op& loop, const AxisAnalysis& axis, int threads, int sta
       // read back; the operand is stored for the dot where it is computed.
       std::set<const Value*> visited;
       std::vector<const Op*> leaves;
-      if (std::string bad = computedFrom(i ? bs.value : dot->operand(0), body, visited, leaves); !bad.empty())
+      if (std::string bad = computedFrom(v, body, visited, leaves); !bad.empty())
         return no(name + bad);
       // A load cp.async cannot copy (a small scale table in runs under 4 bytes) stays
       // where it is, loaded each iteration: the rest of the loop still pipelines.

@@ -168,15 +168,36 @@ inline WgmmaB wgmmaB(const Op& dot, int threads) {
   return {b, eb == 1 || alongK, eb == 1 || alongK, eb};
 }
 
-// wgmma dot operand `which` (0: A, [M, K]; 1: B, [N, K] if K-major else [K, N]) on
-// tiling w. B N-major takes the swizzle of one warpgroup's instruction N, so that
-// each warpgroup's columns are whole column blocks (split-N tilings).
+// How a wgmma dot stages operand A: `value` ([M, K], or the [K, M] operand of a trans)
+// goes to shared memory K-major, or M-major (16-bit types only: wgmma's transposed A)
+// when the program computes it as trans(x) of a [K, M] tile read by nothing else, so
+// that a tile loaded with M contiguous (a group's rows of dy, for dW = dyᵀ x) is copied
+// as it lies.
+struct WgmmaA {
+  const Value* value;
+  bool mMajor;
+};
+inline WgmmaA wgmmaA(const Op& dot) {
+  const Value* a = dot.operand(0);
+  const Op* def = a->definingOp();
+  if (def && def->kind() == OpKind::Trans && a->uses().size() == 1 && wgmmaElemBytes(a->type().elem) == 2)
+    return {def->operand(0), true};
+  return {a, false};
+}
+
+// wgmma dot operand `which` (0: A, [M, K] if K-major else [K, M]; 1: B, [N, K] if
+// K-major else [K, N]) on tiling w. An MN-major operand takes the swizzle of one
+// instruction's M (64 rows) or one warpgroup's instruction N, so that each
+// instruction's rows or columns are whole column blocks (split tilings).
 inline SharedTile wgmmaOperandTile(const Op& dot, unsigned which, const WgmmaShape& w, int threads) {
   WgmmaB bs = wgmmaB(dot, threads);
   int64_t eb = bs.elemBytes;
   const Type& a = dot.operand(0)->type();
   int64_t m = a.shape[0], k = a.shape[1];
-  if (which == 0) return {m, k, eb, swizzleBytes(k * eb)};
+  if (which == 0) {
+    if (wgmmaA(dot).mMajor) return {k, m, eb, swizzleBytes(64 * eb)};
+    return {m, k, eb, swizzleBytes(k * eb)};
+  }
   int64_t n = dot.operand(dot.kind() == OpKind::DotScaled ? 2 : 1)->type().shape[1];
   if (bs.kMajor) return {n, k, eb, swizzleBytes(k * eb)};
   return {k, n, eb, swizzleBytes(w.instrN * eb)};

@@ -463,7 +463,7 @@ void Expander::run() {
   // Operands computed in the loop alternate between the two stages of their buffers, so
   // that one iteration's stores overlap the previous iteration's wgmma groups.
   bool computed = std::any_of(dots.begin(), dots.end(), [&](const Op* d) {
-    return !stagedLoad(d->operand(0)) || !stagedLoad(L::wgmmaB(*d, threads_).value);
+    return !stagedLoad(L::wgmmaA(*d).value) || !stagedLoad(L::wgmmaB(*d, threads_).value);
   });
   Value* opStage = computed ? body_.addArg(i32()) : nullptr;
   if (opStage) opStage->setName("operand_stage");
@@ -484,18 +484,21 @@ void Expander::run() {
   for (Op* dot : dots) {
     bool scaled = dot->kind() == OpKind::DotScaled;
     L::WgmmaB bs = L::wgmmaB(*dot, threads_);
+    L::WgmmaA as = L::wgmmaA(*dot);
     Value* bIn = dot->operand(scaled ? 2 : 1);
     Op* trans = bs.value != bIn ? bIn->definingOp() : nullptr;
+    Op* transA = as.mMajor ? dot->operand(0)->definingOp() : nullptr;
+    Value* aVal = const_cast<Value*>(as.value);
     b_.setInsertionPointBefore(dot);
     b_.setLoc(dot->loc());
     L::WgmmaShape w;
     if (!L::wgmmaApplies(*dot, arch_, threads_, &w))
       throw InternalError("pipeline-expand: a dot in a #wgmma layout that wgmma cannot run");
-    const Op* la = stagedLoad(dot->operand(0));
+    const Op* la = stagedLoad(aVal);
     const Op* lb = stagedLoad(bs.value);
     size_t storedBefore = stored_.size();
-    Value* aBuf = la ? ringOf.at(la)
-                     : storedOperand(dot->operand(0), L::wgmmaOperandTile(*dot, 0, w, threads_), false, opStage, dot);
+    Value* aBuf =
+        la ? ringOf.at(la) : storedOperand(aVal, L::wgmmaOperandTile(*dot, 0, w, threads_), false, opStage, dot);
     Value* bBuf = lb ? ringOf.at(lb)
                      : storedOperand(const_cast<Value*>(bs.value), L::wgmmaOperandTile(*dot, 1, w, threads_),
                                      bs.transposeOnStage, opStage, dot);
@@ -511,15 +514,17 @@ void Expander::run() {
       ins.push_back(dot->operand(3));
     }
     Op* mma = b_.create(OpKind::Wgmma, ins, {dot->result()->type(), Type::token()});
+    if (as.mMajor) mma->setAttr("a_mmajor", true);
     if (bs.kMajor) mma->setAttr("b_kmajor", true);
     if (scaled) mma->setAttr("scale_chunk", L::scaleChunk(dot->operand(1), dot->operand(3)));
     mma->result(0)->setName(dot->result()->name());
     tok = mma->result(1);
     dot->result()->replaceAllUsesWith(mma->result(0));
     Value* bRead = trans ? trans->operand(0) : bIn;  // bs.value, as the loop's own value
-    std::set<Op*> reads = {dot->operand(0)->definingOp(), bRead->definingOp()};
+    std::set<Op*> reads = {aVal->definingOp(), bRead->definingOp()};
     dot->erase();
     if (trans && trans->result()->unused()) trans->erase();
+    if (transA && transA->result()->unused()) transA->erase();
     for (Op* r : reads)  // the bitcasts of staged bytes
       if (r && r->kind() == OpKind::Bitcast && r->result()->unused()) r->erase();
   }

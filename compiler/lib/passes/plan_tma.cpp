@@ -1,7 +1,7 @@
 // plan-tma: decides which tensor descriptors of a GPU-stage kernel (sm_90) move their
 // tiles with the copy engine, and how. A make_desc whose block can be TMA boxes and
 // whose base, sizes and strides can be encoded at launch (lib/lower/TensorMaps.h) gets
-// the box one copy moves and its swizzle; the swizzle is at most that of the wgmma B
+// the box one copy moves and its swizzle; the swizzle is at most that of the wgmma
 // operands its loaded tiles become, so a pipelined dot reads what the copies wrote.
 // Any other make_desc gets the reason, which TILEFUSE_PERF_HINTS prints; its accesses
 // stay bounds-checked loads and stores. The lowering encodes one tensor map per
@@ -22,7 +22,7 @@ namespace {
 
 namespace L = lower::detail;
 
-// The widest swizzle the tiles loaded through `md` may take: that of the wgmma B
+// The widest swizzle the tiles loaded through `md` may take: that of the wgmma
 // operands they become (128 when none).
 int64_t swizzleCap(const Op& md, const std::string& arch, int threads) {
   int64_t cap = 128;
@@ -30,9 +30,11 @@ int64_t swizzleCap(const Op& md, const std::string& arch, int threads) {
     if (u.user->kind() != OpKind::DescLoad || u.index != 0) continue;
     for (const Use& d : u.user->result()->uses()) {
       L::WgmmaShape w;
-      if (!L::wgmmaApplies(*d.user, arch, threads, &w) || L::wgmmaB(*d.user, threads).value != u.user->result())
-        continue;
-      cap = std::min(cap, L::wgmmaOperandTile(*d.user, 1, w, threads).swizzle);
+      if (!L::wgmmaApplies(*d.user, arch, threads, &w)) continue;
+      if (L::wgmmaB(*d.user, threads).value == u.user->result())
+        cap = std::min(cap, L::wgmmaOperandTile(*d.user, 1, w, threads).swizzle);
+      if (L::wgmmaA(*d.user).value == u.user->result())
+        cap = std::min(cap, L::wgmmaOperandTile(*d.user, 0, w, threads).swizzle);
     }
   }
   return cap;

@@ -3,9 +3,9 @@
 // explicit. Each operand goes to a buffer of one stage whose #shared layout is the one
 // the wgmma descriptors read (Staging.h's wgmmaOperandTile: B K-major for 8-bit types
 // and for trans(x) of an [N, K] tile, whose operand is stored instead; an 8-bit [K, N]
-// B is stored transposed). The block synchronizes before the stores (another
-// warpgroup may still read the buffers' bytes) and after the fence that shows them to
-// the tensor cores; the dot becomes a wgmma group on the buffers and a wait for it
+// B is stored transposed; a 16-bit A = trans(x) of a [K, M] tile stores x, M-major).
+// The block synchronizes before the stores (another warpgroup may still read the
+// buffers' bytes) and after the fence that shows them to the tensor cores; the dot becomes a wgmma group on the buffers and a wait for it
 // (fp8 dots, which promote every 128 of K in fp32, complete their groups themselves).
 // allocate-shared places the buffers. A dot_scaled (of fp8 operands: one of fp4 is a
 // bf16 dot by now, decompose-dot-scaled) becomes a wgmma that also takes its two scale
@@ -47,8 +47,10 @@ void stage(Builder& b, Op& dot, const std::string& arch, int threads) {
   if (!L::wgmmaApplies(dot, arch, threads, &w))
     throw InternalError("stage-dot-operands: a dot in a #wgmma layout that wgmma cannot run");
   L::WgmmaB bs = L::wgmmaB(dot, threads);
+  L::WgmmaA as = L::wgmmaA(dot);
   bool scaled = dot.kind() == OpKind::DotScaled;
-  Value* a = dot.operand(0);
+  Value* a = const_cast<Value*>(as.value);  // an operand of `dot` or of the trans feeding it
+  Op* transA = as.mMajor ? dot.operand(0)->definingOp() : nullptr;
   Value* bIn = dot.operand(scaled ? 2 : 1);
   Value* bv = const_cast<Value*>(bs.value);  // an operand of `dot` or of the trans feeding it
   Op* trans = bv != bIn ? bIn->definingOp() : nullptr;
@@ -77,6 +79,7 @@ void stage(Builder& b, Op& dot, const std::string& arch, int threads) {
     ins.push_back(dot.operand(3));
   }
   Op* mma = b.create(OpKind::Wgmma, ins, {dot.result()->type(), Type::token()});
+  if (as.mMajor) mma->setAttr("a_mmajor", true);
   if (bs.kMajor) mma->setAttr("b_kmajor", true);
   if (scaled) mma->setAttr("scale_chunk", L::scaleChunk(dot.operand(1), dot.operand(3)));
   Value* out = mma->result(0);
@@ -90,6 +93,7 @@ void stage(Builder& b, Op& dot, const std::string& arch, int threads) {
   dot.result()->replaceAllUsesWith(out);
   dot.erase();
   if (trans && trans->result()->unused()) trans->erase();
+  if (transA && transA->result()->unused()) transA->erase();
 }
 
 }  // namespace

@@ -168,6 +168,14 @@ def _schedule(like, splits, rows, block_m, pad=K.PAD) -> _Schedule:
     return s
 
 
+def _offsets(like, splits, rows):
+    """The groups' row offsets [G + 1] from splits, on the device (one tiny launch)."""
+    g = int(splits.shape[0])
+    offsets, padded, tile_start = (_arrays.empty(like, (g + 1,), "int32") for _ in range(3))
+    K.group_offsets[(1,)](splits, offsets, padded, tile_start, g, rows, BM=128, BG=min(32, next_power_of_2(g)))
+    return offsets
+
+
 # Programs of the persistent kernel on the interpreter: a few, so that tests see programs
 # looping over several tiles and programs with none.
 INTERP_PROGRAMS = 3
@@ -232,13 +240,14 @@ def use_persistent(like, rows, groups, o, cfg) -> bool:
     return slots * cdiv(o, cfg.block_n) >= PERSISTENT_WAVES * num_programs(like)
 
 
-def wgrad_persistent(like, k, cfg) -> bool:
+def wgrad_persistent(like, n, k, cfg) -> bool:
     """Whether the bf16 wgrad runs grouped_wgrad_persistent_kernel: config.persistent, or
-    where None, on the GPU when x's rows are whole 16-element runs (its K steps are TMA
-    copies of x [R, K]; the launch specializes K % 16; other K take the pointer kernel)."""
+    where None, on the GPU when dy's and x's rows are whole 16-element runs (its K steps
+    are TMA copies of dy [R, N] and x [R, K]; the launch specializes N % 16 and K % 16;
+    other shapes take the pointer kernel)."""
     if cfg.persistent is not None:
         return cfg.persistent
-    return not isinstance(like, np.ndarray) and k % 16 == 0
+    return not isinstance(like, np.ndarray) and n % 16 == 0 and k % 16 == 0
 
 
 # The persistent forward and dgrad run a group's last tile at block_m / 2 rows when its
@@ -459,9 +468,8 @@ def grouped_gemm_dgrad(dy, w, splits, *, out=None, out_dtype="bfloat16", config=
 
 def grouped_gemm_wgrad(dy, x, splits, *, out_dtype="bfloat16", config=None):
     """dw [G, N, K]: dw_g = dy_gᵀ x_g for dy [R, N], x [R, K] bf16 (an empty group's dw_g
-    is zero). dy is first copied transposed, each group from a 16-byte aligned column, so
-    that the K loop over the group's rows reads aligned runs; that copy is N·(R + 7G)
-    bf16 elements of scratch. Block-scaled fp8 (MXFP8, FP8-block 1 x 128): dy and x their
+    is zero). dy is read as it lies: the GEMM's A is the transpose of its row tiles, which
+    wgmma reads M-major. Block-scaled fp8 (MXFP8, FP8-block 1 x 128): dy and x their
     columnwise copies (moe.quantize(·, axis=0), stored transposed: K-major), in which each
     group is whole scale blocks (32 rows; 128), as moe.fused and the MLP lay them out;
     each 32 rows' products promoted to fp32 times their scales. NVFP4: dy and x
@@ -481,25 +489,17 @@ def grouped_gemm_wgrad(dy, x, splits, *, out_dtype="bfloat16", config=None):
     groups = int(splits.shape[0])
     cfg = _config(fn, config, dy, "wgrad bf16", k, n)
     dw = _out(fn, None, dy, (groups, n, k), out_dtype)
-    # The transposed copy in tiles of at most 64 x 128 (a tile goes through shared memory).
-    tm, tn = min(64, cfg.block_m), min(128, cfg.block_n)
-    sched = _schedule(dy, splits, rows, tm)
-    rp = cdiv(rows + (K.PAD - 1) * groups, 16) * 16
-    dyt = _arrays.empty(dy, (n, rp), "bfloat16")
-    s = (sched.offsets, sched.padded, sched.tile_start, sched.tiles)
-    K.transpose_groups[(sched.slots, cdiv(n, tn))](dy, dyt, *s, groups, n, rp, BM=tm, BN=tn, num_warps=4)
-    if rows > 0 and wgrad_persistent(dy, k, cfg):
+    offsets = _offsets(dy, splits, rows)
+    if rows > 0 and wgrad_persistent(dy, n, k, cfg):
         K.grouped_wgrad_persistent_kernel[(num_programs(dy),)](
-            dyt,
+            dy,
             x,
             dw,
-            sched.offsets,
-            sched.padded,
+            offsets,
             groups,
             n,
             k,
             rows,
-            rp,
             BN=cfg.block_m,
             BK=cfg.block_n,
             BR=cfg.block_k,
@@ -510,14 +510,12 @@ def grouped_gemm_wgrad(dy, x, splits, *, out_dtype="bfloat16", config=None):
         return dw
     grid = (cdiv(n, cfg.block_m) * cdiv(k, cfg.block_n), groups)
     K.grouped_wgrad_kernel[grid](
-        dyt,
+        dy,
         x,
         dw,
-        sched.offsets,
-        sched.padded,
+        offsets,
         n,
         k,
-        rp,
         BN=cfg.block_m,
         BK=cfg.block_n,
         BR=cfg.block_k,

@@ -146,7 +146,7 @@ CASES = {
     ),
     "moe_grouped_wgrad_bf16": (
         moe_gemm.grouped_wgrad_kernel,
-        (_mat(bf16), _mat(bf16), m32, i32, i32, 4096, 4096, 4096),
+        (_mat(bf16), _mat(bf16), m32, i32, 4096, 4096),
         dict(BN=128, BK=128, BR=64),
         8,
         3,
