@@ -77,10 +77,13 @@ def parse_config(text):
     bm, rest = text.split("x", 1)
     bn, rest = rest.split("x", 1)
     bk, rest = rest.split("w", 1)
-    # Warp-specialized (the persistent forward and dgrad): "ws", or "pp" ping-pong consumers.
+    # Warp-specialized (the persistent forward and dgrad): "ws", or "pp" ping-pong consumers;
+    # "p" before them: persistent=True (the FP8-block GEMMs' persistent kernel).
     ws = 1 if rest.endswith("ws") else 2 if rest.endswith("pp") else 0
-    warps, stages = rest.removesuffix("ws").removesuffix("pp").split("s", 1)
-    return moe.GemmConfig(int(bm), int(bn), int(bk), int(warps), int(stages), warp_specialize=ws)
+    rest = rest.removesuffix("ws").removesuffix("pp")
+    persistent = True if rest.endswith("p") else None
+    warps, stages = rest.removesuffix("p").split("s", 1)
+    return moe.GemmConfig(int(bm), int(bn), int(bk), int(warps), int(stages), persistent, ws)
 
 
 def splits_for(rows, experts, skewed, rng):

@@ -320,9 +320,62 @@ def grouped_gemm_fp8_kernel(
     ro = tl.program_id(1) * BO + tl.arange(0, BO)
     acc, _ = k_loop_fp8(
         a_ptr, sa_ptr, w_ptr, sw_ptr, valid, g, m0, end, C, O, ro, ro, W_ROW, W_BLOCK, W_COLS, SA_STRIDE, SW_STRIDE,
-        FA, FW, SA_ROWS, SW_ROWS, False, BM, BO, BC, DESC, R, W_ROWS,
+        FA, FW, SA_ROWS, SW_ROWS, False, BM, BO, BC, DESC, R, W_ROWS, tl.program_id(1) * BO,
     )  # fmt: skip
     _store_rows(acc, g, m0, end, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
+
+
+@tf.jit
+def grouped_gemm_fp8_persistent_kernel(
+    a_ptr,
+    sa_ptr,
+    w_ptr,
+    sw_ptr,
+    bias_ptr,
+    scale_ptr,
+    out_ptr,
+    offsets_ptr,
+    tile_start_ptr,
+    tiles_ptr,
+    G,
+    C,
+    O,
+    W_ROW,
+    W_BLOCK,
+    W_COLS,
+    SA_STRIDE,
+    SW_STRIDE,
+    R,
+    W_ROWS,
+    FA: tl.constexpr,
+    FW: tl.constexpr,
+    SA_ROWS: tl.constexpr,
+    SW_ROWS: tl.constexpr,
+    BIAS: tl.constexpr,
+    BM: tl.constexpr,
+    BO: tl.constexpr,
+    BC: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    WS: tl.constexpr,
+):
+    # grouped_gemm_fp8_kernel's product (DESC: the codes through descriptors), persistent
+    # in grouped_gemm_persistent_kernel's tile order: each tile's K loop is k_loop_fp8's,
+    # step for step (the same bits). WS as there: 1, a producer warpgroup copies the next
+    # tiles' K steps while the consumers promote and store this one; 2, two consumer
+    # groups take the tiles in turns, so that one group's fp32 promotion runs while the
+    # other's wgmma groups keep the tensor cores busy.
+    tiles_o = tl.cdiv(O, BO)
+    total = tl.load(tile_start_ptr + G) * tiles_o
+    turns = 2 if WS == 2 else 1
+    for t in tl.range(tl.program_id(0), total, tl.num_programs(0), warp_specialize=WS > 0, num_consumer_groups=turns):
+        g, m0, end, pid_o = _persistent_tile(t, offsets_ptr, tile_start_ptr, tiles_ptr, tiles_o, GROUP_M, BM)
+        o0 = pid_o * BO
+        ro = o0 + tl.arange(0, BO)
+        acc, _ = k_loop_fp8(
+            a_ptr, sa_ptr, w_ptr, sw_ptr, True, g, m0, end, C, O, ro, ro, W_ROW, W_BLOCK, W_COLS, SA_STRIDE,
+            SW_STRIDE, FA, FW, SA_ROWS, SW_ROWS, False, BM, BO, BC, True, R, W_ROWS, o0,
+        )  # fmt: skip
+        _store_tile(acc, g, m0, end, o0, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
 
 
 @tf.jit
@@ -355,14 +408,15 @@ def k_loop_fp8(
     DESC: tl.constexpr = False,
     R=0,
     W_ROWS=0,
+    o0=0,
 ):
     """k_loop on block-scaled fp8 operands (grouped_gemm_fp8_kernel's): the output columns
     `cols` (and with TWO `cols_b`) of B_g, those past O read 0. The scales of step c + BC
     are loaded at the top of step c (the loop carries them), so that their latency hides
     behind step c's dots rather than stalling step c + BC's. DESC (one B): the codes
     through descriptors (TMA copies on sm_90), a [R, C] in [BM, BC] boxes, Wq [W_ROWS,
-    W_COLS] in [BO, BC] boxes, B_g the transposes of its rows g·W_ROW + o0 .. from column
-    32·g·W_BLOCK + c; rows past a group or an expert read what lies there (the caller
+    W_COLS] in [BO, BC] boxes, B_g the transposes of its rows g·W_ROW + o0 .. (o0 = cols'
+    first) from column 32·g·W_BLOCK + c; rows past a group or an expert read what lies there (the caller
     stores none of it; zeros past the arrays), the same bits."""
     tl.static_assert(not (DESC and TWO), "k_loop_fp8: descriptors read one B")
     rm = tl.arange(0, BM)
@@ -377,7 +431,7 @@ def k_loop_fp8(
         fw = tl.float8e4nv if FW == "e4m3" else tl.float8e5
         a_desc = tl.make_tensor_descriptor(a_ptr, [R, C], [C, 1], [BM, BC])
         w_desc = tl.make_tensor_descriptor(w_ptr, [W_ROWS, W_COLS], [W_COLS, 1], [BO, BC])
-        row0 = g * W_ROW + tl.program_id(1) * BO
+        row0 = g * W_ROW + o0
     else:
         w_cols = w_ptr + w_rows[None, :] * W_COLS + 32 * w_block
         w_rows_b = g.to(tl.int64) * W_ROW + cols_b

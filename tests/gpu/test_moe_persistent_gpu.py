@@ -6,7 +6,8 @@ on ragged splits: skewed with empty experts, the last empty, one expert owning e
 G = 1, sums past the rows, negative sizes, K and N not multiples of the tiles (and of 16:
 the descriptors' unaligned fallback); the forward with each bias kind, the dgrad; the
 rule's choice at a large shape; new routings replayed in a CUDA graph (the tile count is
-read on the device)."""
+read on the device). The persistent FP8-block kernel (plain, warp-specialized, ping-pong)
+likewise against the per-tile fp8 kernel."""
 
 import numpy as np
 import pytest
@@ -112,6 +113,49 @@ def test_tail_tiles(gen, monkeypatch, name, tiles):
         )
         same_bits(dx, dx0, "dx")
         check_rows(dx, *ref.dgrad(host(dy), host(w), s), n, s, "bfloat16", "dx")
+
+
+FP8_CONFIGS = {  # the persistent FP8-block kernel: plain, warp-specialized, ping-pong
+    "persistent": moe.GemmConfig(128, 128, 128, 8, 3, persistent=True),
+    "ws": moe.GemmConfig(128, 128, 128, 8, 3, warp_specialize=1),
+    "pingpong": moe.GemmConfig(64, 128, 128, 4, 3, warp_specialize=2),
+    "pingpong_k64": moe.GemmConfig(64, 128, 64, 4, 4, warp_specialize=2),
+}
+
+
+@pytest.mark.parametrize("cfg", FP8_CONFIGS)
+@pytest.mark.parametrize("dgrad", [False, True])
+@pytest.mark.parametrize("name", [c for c in CASES if c != "unaligned"])  # FP8-block: whole 128-blocks
+def test_fp8_block(gen, name, dgrad, cfg):
+    """grouped_gemm_fp8_persistent_kernel: bit for bit the per-tile fp8 kernel with the same
+    tiles (the same K steps and promotions per tile), float64 on the dequantized operands;
+    the forward with a scaled bias, the dgrad (w columnwise)."""
+    rows, k, n, s, splits, x, w = setup(gen, name)
+    on = FP8_CONFIGS[cfg]
+    off = on._replace(persistent=False, warp_specialize=0)
+    a = bf16(gen, rows, n) if dgrad else x
+    qa = moe.quantize(a, "fp8_block")
+    qw = moe.quantize(w.reshape(-1, k), "fp8_block", block=(128, 128), axis=0 if dgrad else -1)
+    ad, wd = host(moe.dequantize(qa)), host(moe.dequantize(qw)).reshape(w.shape)
+    if dgrad:
+        got, want = (moe.grouped_gemm_dgrad(qa, qw, splits, out=prefilled(rows, k, "float32"), out_dtype="float32",
+                                            config=c) for c in (on, off))  # fmt: skip
+        expected, mag = ref.dgrad(ad, wd, s)
+        terms = n
+    else:
+        bias = torch.randn((len(s), n), generator=gen, device="cuda")
+        probs = torch.rand((rows,), generator=gen, device="cuda")
+        got, want = (moe.grouped_gemm(qa, qw, splits, bias, probs, out=prefilled(rows, n, "float32"),
+                                      out_dtype="float32", config=c) for c in (on, off))  # fmt: skip
+        expected, mag = ref.forward(ad, wd, s, host(bias), host(probs))
+        terms = k + 1
+    same_bits(got, want, "dx" if dgrad else "y")
+    end = int(ref.offsets(s, rows)[-1])
+    g = host(got)
+    # fp8 wgmma adds each block's products with fewer bits than fp32 (the same allowance as
+    # test_moe_grouped_gemm_gpu.py's fp8 checks).
+    ref.check(g[:end], expected, mag, terms, "float32", "out", recipe="mxfp8", block_error=2.0**-9)
+    assert (g[end:] == SENTINEL).all(), "pad rows were written"
 
 
 @pytest.mark.parametrize("scaled", [False, True])

@@ -36,9 +36,11 @@ class GemmConfig(NamedTuple):
     tile); block_n: output columns; block_k: the K loop's step (for the wgrad: rows).
     persistent (the bf16 GEMMs): True runs one program per SM looping over the tiles
     (grouped_gemm_persistent_kernel, grouped_wgrad_persistent_kernel), False one program
-    per tile, None lets use_persistent decide (the wgrad: persistent on the GPU).
-    warp_specialize (the persistent bf16 forward and dgrad on sm_90a): True or 1, a
-    producer warpgroup issues the TMA copies, num_warps consumer warps the rest
+    per tile, None lets use_persistent decide (the wgrad: persistent on the GPU). The
+    FP8-block forward and dgrad (K steps up to 128) run persistent only when it is True
+    or warp_specialize is set (grouped_gemm_fp8_persistent_kernel).
+    warp_specialize (the persistent bf16 and FP8-block forward and dgrad on sm_90a): True
+    or 1, a producer warpgroup issues the TMA copies, num_warps consumer warps the rest
     (tl.range's warp_specialize); 2, two groups of num_warps consumer warps take the
     tiles in turns (ping-pong, num_consumer_groups=2); elsewhere ignored."""
 
@@ -412,7 +414,13 @@ def _fp8_gemm(fn, a, w, splits, bias, bias_scale, out, out_dtype, config, dgrad)
     )
     sched = _schedule(like, splits, rows, cfg.block_m)
     codes = _arrays.as_int8 if mx else (lambda s: s)
-    K.grouped_gemm_fp8_kernel[(sched.slots, cdiv(o, cfg.block_n))](
+    desc = fp8_descriptors(not mx, block_c)
+    if (cfg.persistent or cfg.warp_specialize) and not desc:
+        raise ValueError(
+            f"{fn}: config.persistent / warp_specialize take FP8-block operands at K steps up to 128 "
+            f"(the codes through descriptors), got {a.recipe} with block_k {block_c}"
+        )
+    args = (
         _arrays.as_int8(a.data),
         codes(a.scale),
         _arrays.as_int8(w.data),
@@ -431,18 +439,15 @@ def _fp8_gemm(fn, a, w, splits, bias, bias_scale, out, out_dtype, config, dgrad)
         int(w.scale.shape[1]),
         rows,
         int(w.data.shape[0]),
-        FA=a.fmt,
-        FW=w.fmt,
-        SA_ROWS=sa_rows,
-        SW_ROWS=sw_rows,
-        BIAS=bias_kind(bias, bias_scale),
-        BM=cfg.block_m,
-        BO=cfg.block_n,
-        BC=block_c,
-        DESC=fp8_descriptors(not mx, block_c),
-        num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages,
     )
+    meta = dict(FA=a.fmt, FW=w.fmt, SA_ROWS=sa_rows, SW_ROWS=sw_rows, BIAS=bias_kind(bias, bias_scale))
+    meta |= dict(BM=cfg.block_m, BO=cfg.block_n, BC=block_c, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if (cfg.persistent or cfg.warp_specialize) and rows > 0:
+        K.grouped_gemm_fp8_persistent_kernel[(num_programs(like),)](
+            *args, GROUP_M=PERSISTENT_GROUP_M, WS=int(cfg.warp_specialize), **meta
+        )
+    else:
+        K.grouped_gemm_fp8_kernel[(sched.slots, cdiv(o, cfg.block_n))](*args, DESC=desc, **meta)
     return y
 
 

@@ -120,6 +120,56 @@ def test_tail_tiles_bitwise_and_float64(rng, monkeypatch, scaled_bias):
     ref.check(dx[:end], *ref.dgrad(dy, w, splits), n, "bfloat16", "dx")
 
 
+def fp8_block_inputs(rng, name, dgrad):
+    """FP8-block operands of CASES[name] (K, N multiples of 128: whole scale blocks) and their
+    dequantized values: the forward's x and w rowwise, the dgrad's dy and w columnwise."""
+    rows, _, _, s = CASES[name]
+    k, n = 256, 128
+    splits = np.array(s, np.int32)
+    a = rng.standard_normal((rows, n if dgrad else k)).astype(BF16)
+    a[: rows // 3] *= 2.0**-12  # blocks of very different scales
+    w = rng.standard_normal((len(s), n, k)).astype(BF16)
+    qa = moe.quantize(a, "fp8_block")
+    qw = moe.quantize(w.reshape(-1, k), "fp8_block", block=(128, 128), axis=0 if dgrad else -1)
+    return rows, k, n, splits, qa, qw, moe.dequantize(qa), moe.dequantize(qw).reshape(w.shape)
+
+
+FP8_TILES = dict(block_m=32, block_n=32, block_k=64, num_warps=4, num_stages=2)
+
+
+@pytest.mark.parametrize("ws", [0, 1, 2])
+@pytest.mark.parametrize("dgrad", [False, True])
+@pytest.mark.parametrize("name", ["ragged", "one_owns_all", "past_the_rows", "negative", "many_groups"])
+def test_fp8_block_bitwise_and_float64(rng, name, dgrad, ws):
+    """grouped_gemm_fp8_persistent_kernel (persistent=True, or warp_specialize 1 / 2, which
+    imply it): bit for bit the per-tile fp8 kernel, the forward with a scaled bias and the
+    dgrad; against float64 on the dequantized operands."""
+    rows, k, n, splits, qa, qw, ad, wd = fp8_block_inputs(rng, name, dgrad)
+    cfgs = [moe.GemmConfig(**FP8_TILES, persistent=ws == 0 or None, warp_specialize=ws), moe.GemmConfig(**FP8_TILES)]
+    end = ref.offsets(splits, rows)[-1]
+    if dgrad:
+        got, want = (moe.grouped_gemm_dgrad(qa, qw, splits, out=prefilled((rows, k), "float32"),
+                                            out_dtype="float32", config=c) for c in cfgs)  # fmt: skip
+        ref.check(got[:end], *ref.dgrad(ad, wd, splits), n, "float32", "dx", recipe="mxfp8")
+    else:
+        bias = rng.standard_normal((len(splits), n)).astype(np.float32)
+        probs = rng.random(rows).astype(np.float32)
+        got, want = (moe.grouped_gemm(qa, qw, splits, bias, probs, out=prefilled((rows, n), "float32"),
+                                      out_dtype="float32", config=c) for c in cfgs)  # fmt: skip
+        ref.check(got[:end], *ref.forward(ad, wd, splits, bias, probs), k + 1, "float32", "y", recipe="mxfp8")
+    same_bits(got, want, "dx" if dgrad else "y")
+    assert (got[end:] == SENTINEL).all(), "rows past the sum were written"
+
+
+def test_fp8_persistent_refusals(rng):
+    x, w = rng.standard_normal((64, 128)).astype(BF16), rng.standard_normal((2, 64, 128)).astype(BF16)
+    splits = np.array([30, 34], np.int32)
+    qx, qw = moe.quantize(x, "mxfp8"), moe.quantize(w.reshape(-1, 128), "mxfp8")
+    for cfg in (moe.GemmConfig(**FP8_TILES, persistent=True), moe.GemmConfig(**FP8_TILES, warp_specialize=2)):
+        with pytest.raises(ValueError, match="take FP8-block operands at K steps up to 128"):
+            moe.grouped_gemm(qx, qw, splits, config=cfg)
+
+
 @pytest.mark.parametrize("programs", [1, 2, 7, 64])
 def test_program_counts(rng, monkeypatch, programs):
     """Any number of programs gives the same bits: one doing every tile, more programs
@@ -202,6 +252,39 @@ def test_lowers_to_tma_and_wgmma(monkeypatch, tmp_path, rng, cfg, dgrad, tail):
     assert f"wgmma.mma_async.sync.aligned.m64n{cfg.block_n}k16.f32.bf16.bf16" in low["ptx"]
     assert (f"wgmma.mma_async.sync.aligned.m64n{cfg.block_n // 2}k16.f32.bf16.bf16" in low["ptx"]) == tail
     assert meta["TAIL"] == tail
+    report = assert_assembles(low["ptx"], "sm_90a", tmp_path, verbose=True)
+    assert "0 bytes spill stores, 0 bytes spill loads" in report, report
+
+
+FP8_GPU_CONFIGS = [
+    moe.GemmConfig(128, 128, 128, 8, 3, persistent=True),
+    moe.GemmConfig(128, 128, 128, 8, 3, warp_specialize=1),
+    moe.GemmConfig(64, 128, 128, 4, 3, warp_specialize=2),
+]
+
+
+@pytest.mark.skipif(not shutil.which("ptxas") and not os.path.exists(PTXAS), reason="needs ptxas")
+@pytest.mark.parametrize("cfg", FP8_GPU_CONFIGS, ids=["persistent", "ws", "pingpong"])
+@pytest.mark.parametrize("dgrad", [False, True])
+def test_fp8_block_lowers_to_tma_and_wgmma(monkeypatch, tmp_path, rng, cfg, dgrad):
+    """The persistent FP8-block kernel as the host launches it for sm_90a: TMA copies of
+    the codes, fp8 wgmma, setmaxnreg where warp-specialized, no missed fast path, and
+    ptxas spills nothing (a ping-pong group of one warpgroup keeps 64 x 128 tiles)."""
+    seen = []
+    monkeypatch.setattr(K, "grouped_gemm_fp8_persistent_kernel", Recorder(K.grouped_gemm_fp8_persistent_kernel, seen))
+    a = rng.standard_normal((256, 512)).astype(BF16)
+    w, splits = rng.standard_normal((4, 512, 512)).astype(BF16), np.array([100, 0, 120, 0], np.int32)
+    qa = moe.quantize(a, "fp8_block")
+    qw = moe.quantize(w.reshape(-1, 512), "fp8_block", block=(128, 128), axis=0 if dgrad else -1)
+    (moe.grouped_gemm_dgrad if dgrad else moe.grouped_gemm)(qa, qw, splits, config=cfg)
+    ((kernel, args, meta),) = seen
+    warps, stages = meta.pop("num_warps"), meta.pop("num_stages")
+    assert meta["WS"] == cfg.warp_specialize
+    low = gpu.lower(kernel.compile(*args, **meta), "sm_90a", warps, stages, keep_ir=False)
+    assert low["hints"] == []
+    assert "cp.async.bulk.tensor" in low["ptx"] and ".local" not in low["ptx"]
+    assert f"wgmma.mma_async.sync.aligned.m64n{cfg.block_n}k32.f32.e4m3.e4m3" in low["ptx"]
+    assert ("setmaxnreg" in low["ptx"]) == bool(cfg.warp_specialize)
     report = assert_assembles(low["ptx"], "sm_90a", tmp_path, verbose=True)
     assert "0 bytes spill stores, 0 bytes spill loads" in report, report
 
