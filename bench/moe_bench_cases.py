@@ -91,8 +91,8 @@ def gemm_cases(B, name, shape, splits_for, skewed, configs, rng, fp8_configs=(No
                 case = c(op, tag + (" [rule]" if rule else ""), "ours", "bf16", fn, check)
                 waves = (cdiv(rows, cfg.block_m) + min(e, rows)) * cdiv(o, cfg.block_n) / host.num_programs(x)
                 out.append(case | dict(config=_cfg_name(cfg), persistent=persistent, waves=waves))
-            if cfg.warp_specialize:
-                continue
+            if cfg.warp_specialize == 2 or (cfg.warp_specialize and not persistent):
+                continue  # the wgrad specializes its persistent kernel, one consumer group
             # The wgrad's tiles are dw's: block_m of N by block_n of K, block_k rows a step.
             fn = functools.partial(moe.grouped_gemm_wgrad, dy, x, splits, config=p)
             rule = host.wgrad_persistent(x, n, k, cfg) == persistent

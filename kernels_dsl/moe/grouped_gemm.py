@@ -512,6 +512,7 @@ def grouped_wgrad_persistent_kernel(
     BK: tl.constexpr,
     BR: tl.constexpr,
     GROUP_N: tl.constexpr,
+    WS: tl.constexpr = 0,
 ):
     # grouped_wgrad_kernel's product, persistent: the num_programs(0) programs loop over the
     # G·tiles_n·tiles_k tiles of dw, group after group, and within a group GROUP_N row
@@ -526,7 +527,7 @@ def grouped_wgrad_persistent_kernel(
     per_g = tiles_n * tiles_k
     per_band = GROUP_N * tiles_k
     rr = tl.arange(0, BR)
-    for t in range(tl.program_id(0), G * per_g, tl.num_programs(0)):
+    for t in tl.range(tl.program_id(0), G * per_g, tl.num_programs(0), warp_specialize=WS > 0):
         g = t // per_g
         local = t % per_g
         band_n = (local // per_band) * GROUP_N

@@ -104,6 +104,8 @@ WGRAD_CONFIGS = [
     moe.GemmConfig(128, 256, 64, 8, 3),
     moe.GemmConfig(128, 256, 64, 8, 4),
     moe.GemmConfig(128, 128, 128, 8, 3),
+    moe.GemmConfig(128, 256, 64, 8, 4, warp_specialize=1),  # persistent only (the producer's TMA)
+    moe.GemmConfig(128, 128, 64, 8, 4, warp_specialize=1),
 ]
 
 
@@ -111,9 +113,11 @@ WGRAD_CONFIGS = [
 @pytest.mark.parametrize("config", WGRAD_CONFIGS, ids=lambda c: "x".join(map(str, c[:5])))
 @pytest.mark.parametrize("name", WGRAD_CASES)
 def test_wgrad_configs(gen, name, config, persistent):
-    """Both wgrad kernels at each tile config: groups of every size against BR (a single
-    row, partial last steps, empty groups); rows past the groups hold huge values that any
-    read of them would show in dw."""
+    """Both wgrad kernels at each tile config (warp-specialized: the persistent one): groups
+    of every size against BR (a single row, partial last steps, empty groups); rows past
+    the groups hold huge values that any read of them would show in dw."""
+    if config.warp_specialize and not persistent:
+        pytest.skip("warp specialization runs the persistent kernel")
     rows, k, n, s = WGRAD_CASES[name]
     splits = torch.tensor(s, dtype=torch.int32, device="cuda")
     x, dy = bf16(gen, rows, k), bf16(gen, rows, n)

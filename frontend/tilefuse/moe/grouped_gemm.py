@@ -39,10 +39,11 @@ class GemmConfig(NamedTuple):
     per tile, None lets use_persistent decide (the wgrad: persistent on the GPU). The
     FP8-block forward and dgrad (K steps up to 128) run persistent only when it is True
     or warp_specialize is set (grouped_gemm_fp8_persistent_kernel).
-    warp_specialize (the persistent bf16 and FP8-block forward and dgrad on sm_90a): True
-    or 1, a producer warpgroup issues the TMA copies, num_warps consumer warps the rest
-    (tl.range's warp_specialize); 2, two groups of num_warps consumer warps take the
-    tiles in turns (ping-pong, num_consumer_groups=2); elsewhere ignored."""
+    warp_specialize (the persistent bf16 and FP8-block forward and dgrad, the persistent
+    bf16 wgrad, on sm_90a; implies persistent): True or 1, a producer warpgroup issues
+    the TMA copies, num_warps consumer warps the rest (tl.range's warp_specialize); 2,
+    two groups of num_warps consumer warps take the tiles in turns (ping-pong,
+    num_consumer_groups=2; not the wgrad); elsewhere ignored."""
 
     block_m: int = 128
     block_n: int = 128
@@ -494,8 +495,13 @@ def grouped_gemm_wgrad(dy, x, splits, *, out_dtype="bfloat16", config=None):
     groups = int(splits.shape[0])
     cfg = _config(fn, config, dy, "wgrad bf16", k, n)
     dw = _out(fn, None, dy, (groups, n, k), out_dtype)
+    if cfg.warp_specialize == 2:
+        raise ValueError(
+            f"{fn}: config.warp_specialize=2 (ping-pong) does not apply to the bf16 wgrad: its masked last step "
+            "stages operands outside the pipeline's rings, one buffer for both groups; use 1"
+        )
     offsets = _offsets(dy, splits, rows)
-    if rows > 0 and wgrad_persistent(dy, n, k, cfg):
+    if rows > 0 and (wgrad_persistent(dy, n, k, cfg) or cfg.warp_specialize):
         K.grouped_wgrad_persistent_kernel[(num_programs(dy),)](
             dy,
             x,
@@ -509,6 +515,7 @@ def grouped_gemm_wgrad(dy, x, splits, *, out_dtype="bfloat16", config=None):
             BK=cfg.block_n,
             BR=cfg.block_k,
             GROUP_N=PERSISTENT_GROUP_M,
+            WS=int(cfg.warp_specialize),
             num_warps=cfg.num_warps,
             num_stages=cfg.num_stages,
         )

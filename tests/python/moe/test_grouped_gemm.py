@@ -99,15 +99,17 @@ def test_dgrad(rng, name, out_dtype):
     check_rows(dx, *ref.dgrad(dy, w, splits), n, splits, out_dtype, "dx")
 
 
-@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("persistent", [False, True, "ws"])
 @pytest.mark.parametrize("out_dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("name", CASES)
 def test_wgrad(rng, name, out_dtype, persistent):
     rows, k, n, splits, x, _ = inputs(rng, name)
     dy = bf16(rng, rows, n)
     # Pad rows hold huge values: any read of them would show.
-    x[ref.offsets(splits, rows)[-1] :] = 1e30
-    config = SMALL._replace(persistent=persistent)
+    end = ref.offsets(splits, rows)[-1]
+    x[end:], dy[end:] = 1e30, 1e30
+    ws = persistent == "ws"  # warp-specialized: the persistent kernel
+    config = SMALL._replace(persistent=None if ws else persistent, warp_specialize=int(ws))
     dw = moe.grouped_gemm_wgrad(dy, x, splits, out_dtype=out_dtype, config=config)
     expected, mag = ref.wgrad(dy, x, splits)
     assert dw.shape == expected.shape
@@ -183,6 +185,11 @@ def test_bad_input(rng):
         (lambda: moe.grouped_gemm_dgrad(x, w, splits), ValueError, "dy has 96 columns"),
         (lambda: moe.grouped_gemm_wgrad(x[:10], x, splits), ValueError, "x has 150 rows but dy has 10"),
         (lambda: moe.grouped_gemm_wgrad(x, x, splits.reshape(1, -1)), ValueError, "splits must be 1-D"),
+        (
+            lambda: moe.grouped_gemm_wgrad(x, x, splits, config=SMALL._replace(warp_specialize=2)),
+            ValueError,
+            "warp_specialize=2 \\(ping-pong\\) does not apply to the bf16 wgrad",
+        ),
     ]
     for call, err, text in bad:
         with pytest.raises(err, match=text):

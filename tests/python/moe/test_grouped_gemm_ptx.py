@@ -76,6 +76,7 @@ CALLS = {
     "dgrad_list": lambda c: moe.grouped_gemm_dgrad(dy, list(w), splits, config=c),
     "wgrad": lambda c: moe.grouped_gemm_wgrad(dy, x, splits, config=c),
     "wgrad_persistent": lambda c: moe.grouped_gemm_wgrad(dy, x, splits, config=c._replace(persistent=True)),
+    "wgrad_persistent_ws": lambda c: moe.grouped_gemm_wgrad(dy, x, splits, config=c._replace(warp_specialize=1)),
     "forward_mxfp8": lambda c: moe.grouped_gemm(qx, qw, splits, config=c),
     "forward_mxfp8_scaled_bias": lambda c: moe.grouped_gemm(qx, qw, splits, bias, probs, config=c),
     "forward_fp8_block": lambda c: moe.grouped_gemm(bx, bw, splits, config=c),
@@ -117,6 +118,7 @@ def test_kernels_are_on_the_fast_path(monkeypatch, tmp_path, call, cfg):
             tma = "persistent" in call or ("fp8_block" in call and "wgrad" not in call and cfg.block_k <= 128)
             copy = "cp.async.bulk.tensor" if tma else "cp.async.cg.shared.global"
             assert copy in low["ptx"]
+            assert ("setmaxnreg" in low["ptx"]) == call.endswith("_ws")  # a producer warpgroup
             # The bf16 wgrad reads dy as it lies: A = dy's tileᵀ, M-major (imm-trans-a 1).
             if call.startswith("wgrad") and "mxfp8" not in call and "fp8_block" not in call:
                 mmas = re.findall(r"wgmma\.mma_async[^;]*;", low["ptx"])
