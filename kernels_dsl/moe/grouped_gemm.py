@@ -305,6 +305,9 @@ def grouped_gemm_fp8_kernel(
     BO: tl.constexpr,
     BC: tl.constexpr,
     DESC: tl.constexpr = False,
+    PERSISTENT: tl.constexpr = False,
+    GROUP_M: tl.constexpr = 8,
+    WS: tl.constexpr = 0,
 ):
     # Block-scaled fp8: out = (a·scale_a) B_g (+ bias as above), a [R, C] fp8 codes with
     # their scales (_scale_codes: MXFP8 or FP8-block), B_g [C, O] read K-major (as Hopper's
@@ -315,67 +318,36 @@ def grouped_gemm_fp8_kernel(
     # arrays' row strides (passed, as W_BLOCK, so that the launch specializes their
     # divisibility). Each 32-wide K block's products are promoted to fp32 times its two
     # scales. C % BC == 0. DESC: the codes through descriptors (k_loop_fp8's DESC; R rows
-    # of a, W_ROWS of Wq).
-    valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
-    ro = tl.program_id(1) * BO + tl.arange(0, BO)
-    acc, _ = k_loop_fp8(
-        a_ptr, sa_ptr, w_ptr, sw_ptr, valid, g, m0, end, C, O, ro, ro, W_ROW, W_BLOCK, W_COLS, SA_STRIDE, SW_STRIDE,
-        FA, FW, SA_ROWS, SW_ROWS, False, BM, BO, BC, DESC, R, W_ROWS, tl.program_id(1) * BO,
-    )  # fmt: skip
-    _store_rows(acc, g, m0, end, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
-
-
-@tf.jit
-def grouped_gemm_fp8_persistent_kernel(
-    a_ptr,
-    sa_ptr,
-    w_ptr,
-    sw_ptr,
-    bias_ptr,
-    scale_ptr,
-    out_ptr,
-    offsets_ptr,
-    tile_start_ptr,
-    tiles_ptr,
-    G,
-    C,
-    O,
-    W_ROW,
-    W_BLOCK,
-    W_COLS,
-    SA_STRIDE,
-    SW_STRIDE,
-    R,
-    W_ROWS,
-    FA: tl.constexpr,
-    FW: tl.constexpr,
-    SA_ROWS: tl.constexpr,
-    SW_ROWS: tl.constexpr,
-    BIAS: tl.constexpr,
-    BM: tl.constexpr,
-    BO: tl.constexpr,
-    BC: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    WS: tl.constexpr,
-):
-    # grouped_gemm_fp8_kernel's product (DESC: the codes through descriptors), persistent
-    # in grouped_gemm_persistent_kernel's tile order: each tile's K loop is k_loop_fp8's,
-    # step for step (the same bits). WS as there: 1, a producer warpgroup copies the next
-    # tiles' K steps while the consumers promote and store this one; 2, two consumer
-    # groups take the tiles in turns, so that one group's fp32 promotion runs while the
-    # other's wgmma groups keep the tensor cores busy.
-    tiles_o = tl.cdiv(O, BO)
-    total = tl.load(tile_start_ptr + G) * tiles_o
-    turns = 2 if WS == 2 else 1
-    for t in tl.range(tl.program_id(0), total, tl.num_programs(0), warp_specialize=WS > 0, num_consumer_groups=turns):
-        g, m0, end, pid_o = _persistent_tile(t, offsets_ptr, tile_start_ptr, tiles_ptr, tiles_o, GROUP_M, BM)
-        o0 = pid_o * BO
+    # of a, W_ROWS of Wq). PERSISTENT (with DESC): num_programs(0) programs loop over the
+    # tiles in grouped_gemm_persistent_kernel's order, each tile's K loop the same steps
+    # (the same bits); WS as there: 1, a producer warpgroup copies the next tiles' K steps
+    # while the consumers promote and store this one; 2, two consumer groups take the
+    # tiles in turns, one group's fp32 promotion running while the other's wgmma keep the
+    # tensor cores busy.
+    if PERSISTENT:
+        tiles_o = tl.cdiv(O, BO)
+        total = tl.load(tile_start_ptr + G) * tiles_o
+        turns = 2 if WS == 2 else 1
+        for t in tl.range(
+            tl.program_id(0), total, tl.num_programs(0), warp_specialize=WS > 0, num_consumer_groups=turns
+        ):
+            g, m0, end, pid_o = _persistent_tile(t, offsets_ptr, tile_start_ptr, tiles_ptr, tiles_o, GROUP_M, BM)
+            o0 = pid_o * BO
+            ro = o0 + tl.arange(0, BO)
+            acc, _ = k_loop_fp8(
+                a_ptr, sa_ptr, w_ptr, sw_ptr, True, g, m0, end, C, O, ro, ro, W_ROW, W_BLOCK, W_COLS, SA_STRIDE,
+                SW_STRIDE, FA, FW, SA_ROWS, SW_ROWS, False, BM, BO, BC, True, R, W_ROWS, o0,
+            )  # fmt: skip
+            _store_tile(acc, g, m0, end, o0, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
+    else:
+        valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
+        o0 = tl.program_id(1) * BO
         ro = o0 + tl.arange(0, BO)
         acc, _ = k_loop_fp8(
-            a_ptr, sa_ptr, w_ptr, sw_ptr, True, g, m0, end, C, O, ro, ro, W_ROW, W_BLOCK, W_COLS, SA_STRIDE,
-            SW_STRIDE, FA, FW, SA_ROWS, SW_ROWS, False, BM, BO, BC, True, R, W_ROWS, o0,
+            a_ptr, sa_ptr, w_ptr, sw_ptr, valid, g, m0, end, C, O, ro, ro, W_ROW, W_BLOCK, W_COLS, SA_STRIDE,
+            SW_STRIDE, FA, FW, SA_ROWS, SW_ROWS, False, BM, BO, BC, DESC, R, W_ROWS, o0,
         )  # fmt: skip
-        _store_tile(acc, g, m0, end, o0, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
+        _store_rows(acc, g, m0, end, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
 
 
 @tf.jit

@@ -127,7 +127,7 @@ FP8_CONFIGS = {  # the persistent FP8-block kernel: plain, warp-specialized, pin
 @pytest.mark.parametrize("dgrad", [False, True])
 @pytest.mark.parametrize("name", [c for c in CASES if c != "unaligned"])  # FP8-block: whole 128-blocks
 def test_fp8_block(gen, name, dgrad, cfg):
-    """grouped_gemm_fp8_persistent_kernel: bit for bit the per-tile fp8 kernel with the same
+    """grouped_gemm_fp8_kernel's PERSISTENT form: bit for bit the per-tile fp8 kernel with the same
     tiles (the same K steps and promotions per tile), float64 on the dequantized operands;
     the forward with a scaled bias, the dgrad (w columnwise)."""
     rows, k, n, s, splits, x, w = setup(gen, name)

@@ -38,7 +38,7 @@ class GemmConfig(NamedTuple):
     (grouped_gemm_persistent_kernel, grouped_wgrad_persistent_kernel), False one program
     per tile, None lets use_persistent decide (the wgrad: persistent on the GPU). The
     FP8-block forward and dgrad (K steps up to 128) run persistent only when it is True
-    or warp_specialize is set (grouped_gemm_fp8_persistent_kernel).
+    or warp_specialize is set (grouped_gemm_fp8_kernel's PERSISTENT).
     warp_specialize (the persistent bf16 and FP8-block forward and dgrad, the persistent
     bf16 wgrad, on sm_90a; implies persistent): True or 1, a producer warpgroup issues
     the TMA copies, num_warps consumer warps the rest (tl.range's warp_specialize); 2,
@@ -444,9 +444,8 @@ def _fp8_gemm(fn, a, w, splits, bias, bias_scale, out, out_dtype, config, dgrad)
     meta = dict(FA=a.fmt, FW=w.fmt, SA_ROWS=sa_rows, SW_ROWS=sw_rows, BIAS=bias_kind(bias, bias_scale))
     meta |= dict(BM=cfg.block_m, BO=cfg.block_n, BC=block_c, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if (cfg.persistent or cfg.warp_specialize) and rows > 0:
-        K.grouped_gemm_fp8_persistent_kernel[(num_programs(like),)](
-            *args, GROUP_M=PERSISTENT_GROUP_M, WS=int(cfg.warp_specialize), **meta
-        )
+        meta |= dict(PERSISTENT=True, GROUP_M=PERSISTENT_GROUP_M, WS=int(cfg.warp_specialize))
+        K.grouped_gemm_fp8_kernel[(num_programs(like),)](*args, DESC=True, **meta)
     else:
         K.grouped_gemm_fp8_kernel[(sched.slots, cdiv(o, cfg.block_n))](*args, DESC=desc, **meta)
     return y

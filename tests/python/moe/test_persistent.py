@@ -141,7 +141,7 @@ FP8_TILES = dict(block_m=32, block_n=32, block_k=64, num_warps=4, num_stages=2)
 @pytest.mark.parametrize("dgrad", [False, True])
 @pytest.mark.parametrize("name", ["ragged", "one_owns_all", "past_the_rows", "negative", "many_groups"])
 def test_fp8_block_bitwise_and_float64(rng, name, dgrad, ws):
-    """grouped_gemm_fp8_persistent_kernel (persistent=True, or warp_specialize 1 / 2, which
+    """grouped_gemm_fp8_kernel's PERSISTENT form (persistent=True, or warp_specialize 1 / 2, which
     imply it): bit for bit the per-tile fp8 kernel, the forward with a scaled bias and the
     dgrad; against float64 on the dequantized operands."""
     rows, k, n, splits, qa, qw, ad, wd = fp8_block_inputs(rng, name, dgrad)
@@ -271,7 +271,7 @@ def test_fp8_block_lowers_to_tma_and_wgmma(monkeypatch, tmp_path, rng, cfg, dgra
     the codes, fp8 wgmma, setmaxnreg where warp-specialized, no missed fast path, and
     ptxas spills nothing (a ping-pong group of one warpgroup keeps 64 x 128 tiles)."""
     seen = []
-    monkeypatch.setattr(K, "grouped_gemm_fp8_persistent_kernel", Recorder(K.grouped_gemm_fp8_persistent_kernel, seen))
+    monkeypatch.setattr(K, "grouped_gemm_fp8_kernel", Recorder(K.grouped_gemm_fp8_kernel, seen))
     a = rng.standard_normal((256, 512)).astype(BF16)
     w, splits = rng.standard_normal((4, 512, 512)).astype(BF16), np.array([100, 0, 120, 0], np.int32)
     qa = moe.quantize(a, "fp8_block")
@@ -279,7 +279,7 @@ def test_fp8_block_lowers_to_tma_and_wgmma(monkeypatch, tmp_path, rng, cfg, dgra
     (moe.grouped_gemm_dgrad if dgrad else moe.grouped_gemm)(qa, qw, splits, config=cfg)
     ((kernel, args, meta),) = seen
     warps, stages = meta.pop("num_warps"), meta.pop("num_stages")
-    assert meta["WS"] == cfg.warp_specialize
+    assert meta["PERSISTENT"] and meta["WS"] == cfg.warp_specialize
     low = gpu.lower(kernel.compile(*args, **meta), "sm_90a", warps, stages, keep_ir=False)
     assert low["hints"] == []
     assert "cp.async.bulk.tensor" in low["ptx"] and ".local" not in low["ptx"]
