@@ -117,7 +117,7 @@ def test_tail_tiles(gen, monkeypatch, name, tiles):
 
 FP8_CONFIGS = {  # the persistent FP8-block kernel: plain, warp-specialized, ping-pong
     "persistent": moe.GemmConfig(128, 128, 128, 8, 3, persistent=True),
-    "ws": moe.GemmConfig(128, 128, 128, 8, 3, warp_specialize=1),
+    "ws": moe.GemmConfig(128, 128, 128, 8, 4, warp_specialize=1),
     "pingpong": moe.GemmConfig(64, 128, 128, 4, 3, warp_specialize=2),
     "pingpong_k64": moe.GemmConfig(64, 128, 64, 4, 4, warp_specialize=2),
 }
@@ -172,13 +172,22 @@ def test_bias(gen, scaled):
     check_rows(y, e, m, k + 1, s, "float32", "y")
 
 
-def test_rule_picks_persistent_at_a_peer_shape():
+def test_rule_picks_persistent_at_a_peer_shape(monkeypatch):
     import importlib
 
     h = importlib.import_module("tilefuse.moe.grouped_gemm")
     x = torch.empty((32768, 16), device="cuda", dtype=torch.bfloat16)
     assert h.use_persistent(x, 32768, 32, 4096, moe.GemmConfig())
     assert not h.use_persistent(x, 1024, 4, 256, moe.GemmConfig())
+    # FP8-block (FP8_PERSISTENT on): the forward through descriptors by the same rule, the
+    # dgrad only when asked
+    fp8 = moe.GemmConfig(128, 128, 128, 8, 3)
+    assert not h.fp8_persistent(x, 32768, 32, 4096, fp8, True, False) or h.FP8_PERSISTENT
+    monkeypatch.setattr(h, "FP8_PERSISTENT", True)
+    assert h.fp8_persistent(x, 32768, 32, 4096, fp8, True, False)
+    assert not h.fp8_persistent(x, 32768, 32, 4096, fp8, True, True)
+    assert not h.fp8_persistent(x, 32768, 32, 4096, fp8, False, False)
+    assert h.fp8_persistent(x, 32768, 32, 4096, fp8._replace(warp_specialize=1), True, True)
 
 
 def test_new_routing_replays_in_a_cuda_graph(gen):

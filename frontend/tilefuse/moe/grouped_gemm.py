@@ -37,8 +37,8 @@ class GemmConfig(NamedTuple):
     persistent (the bf16 GEMMs): True runs one program per SM looping over the tiles
     (grouped_gemm_persistent_kernel, grouped_wgrad_persistent_kernel), False one program
     per tile, None lets use_persistent decide (the wgrad: persistent on the GPU). The
-    FP8-block forward and dgrad (K steps up to 128) run persistent only when it is True
-    or warp_specialize is set (grouped_gemm_fp8_kernel's PERSISTENT).
+    FP8-block forward and dgrad (K steps up to 128): True or warp_specialize runs
+    grouped_gemm_fp8_kernel's PERSISTENT form (None: fp8_persistent's rule).
     warp_specialize (the persistent bf16 and FP8-block forward and dgrad, the persistent
     bf16 wgrad, on sm_90a; implies persistent): True or 1, a producer warpgroup issues
     the TMA copies, num_warps consumer warps the rest (tl.range's warp_specialize); 2,
@@ -265,6 +265,24 @@ def tail_tiles(cfg) -> bool:
     return TAIL_TILES and cfg.block_m >= 128 and not cfg.warp_specialize
 
 
+# The FP8-block forward persistent by default (where config.persistent is None) at
+# use_persistent's waves: 1.06-1.30x the per-tile kernel on the H100 (bench/RESULTS.md,
+# 2026-12-05), bit for bit the same results at the configs tested there; off until the
+# tuned configs (128x128x128, 3 and 4 stages) and the MLP run it on a GPU.
+FP8_PERSISTENT = False
+
+
+def fp8_persistent(like, rows, groups, o, cfg, desc, dgrad) -> bool:
+    """Whether the fp8 GEMM runs persistent (grouped_gemm_fp8_kernel's PERSISTENT): asked for
+    (config.persistent or warp_specialize), or where persistent is None and FP8_PERSISTENT,
+    the FP8-block forward through descriptors by use_persistent (the dgrad only when asked)."""
+    if rows == 0 or cfg.persistent is False:
+        return False
+    if cfg.persistent or cfg.warp_specialize:
+        return True
+    return FP8_PERSISTENT and desc and not dgrad and use_persistent(like, rows, groups, o, cfg)
+
+
 def _persistent_gemm(a, wt: _Weights, splits, out, bias, scale, c, o, dgrad, cfg):
     rows = int(a.shape[0])
     sched = _schedule(a, splits, rows, cfg.block_m)
@@ -443,7 +461,7 @@ def _fp8_gemm(fn, a, w, splits, bias, bias_scale, out, out_dtype, config, dgrad)
     )
     meta = dict(FA=a.fmt, FW=w.fmt, SA_ROWS=sa_rows, SW_ROWS=sw_rows, BIAS=bias_kind(bias, bias_scale))
     meta |= dict(BM=cfg.block_m, BO=cfg.block_n, BC=block_c, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    if (cfg.persistent or cfg.warp_specialize) and rows > 0:
+    if fp8_persistent(like, rows, groups, o, cfg, desc, dgrad):
         meta |= dict(PERSISTENT=True, GROUP_M=PERSISTENT_GROUP_M, WS=int(cfg.warp_specialize))
         K.grouped_gemm_fp8_kernel[(num_programs(like),)](*args, DESC=True, **meta)
     else:

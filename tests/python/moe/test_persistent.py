@@ -185,6 +185,9 @@ def test_rule():
     like = np.zeros(1, BF16)
     assert not host.use_persistent(like, 10**6, 8, 4096, cfg), "the interpreter defaults to one program per tile"
     assert host.use_persistent(like, 10, 8, 64, cfg._replace(persistent=True))
+    assert not host.fp8_persistent(like, 10**6, 8, 4096, cfg, True, False), "the interpreter: per tile"
+    assert host.fp8_persistent(like, 10, 8, 64, cfg._replace(warp_specialize=2), True, True)
+    assert not host.fp8_persistent(like, 0, 8, 64, cfg._replace(persistent=True), True, False), "no rows"
 
 
 def test_refusals(rng):
