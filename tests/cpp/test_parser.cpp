@@ -60,6 +60,7 @@ const ParseErrorCase kParseErrors[] = {
     {"missing ':' after a parameter", "func @f(%a f32) {\n  return\n}\n", 1, 12,
      "expected ':' after the parameter name"},
     {"unterminated string", "func @f() {\n  print {prefix = \"abc}\n  return\n}\n", 2, 19, "unterminated string"},
+    {"string ending in a backslash", "func @f() {\n  print {prefix = \"abc\\", 2, 19, "unterminated string"},
     {"malformed attribute value", "func @f() {\n  %0 = program_id {axis = 1x} : i32\n  return\n}\n", 2, 27,
      "malformed attribute value '1x'"},
     {"float in an integer list",

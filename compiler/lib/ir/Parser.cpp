@@ -36,6 +36,7 @@ class Parser {
   bool atEnd() const { return i_ >= s_.size(); }
   char peek(size_t k = 0) const { return i_ + k < s_.size() ? s_[i_ + k] : '\0'; }
   void advance() {
+    if (atEnd()) return;
     if (s_[i_] == '\n') {
       ++line_;
       lineStart_ = i_ + 1;
@@ -148,6 +149,7 @@ class Parser {
         char ch = peek();
         advance();
         if (ch == '\\') {
+          if (atEnd()) break;  // a trailing backslash: reported as unterminated below
           char e = peek();
           advance();
           out += e == 'n' ? '\n' : e;
