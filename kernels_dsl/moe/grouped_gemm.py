@@ -259,19 +259,27 @@ def _scale_codes(s_ptr, rows, block0, c, stride, mask, BLOCK_ROWS: tl.constexpr,
         codes = tl.load(s_ptr + rows[:, None] * stride + blocks[None, :], mask=mask[:, None], other=127)
     elif BC <= 128:
         # BC <= 128 and block0 on a 128-block: one scale per row for the whole step.
+        # The exponent field (an int8 cast keeps the low 8 bits) in one chain of single-use
+        # values: plan-layouts then gives the whole chain the promotion's layout.
         p = s_ptr + (rows // BLOCK_ROWS) * stride + (block0 * 32 + c) // 128
-        e = (tl.load(p, mask=mask, other=1.0).to(tl.int32, bitcast=True) >> 23) & 0xFF
-        codes = tl.broadcast_to(tl.where(e > 127, e - 256, e).to(tl.int8)[:, None], (e.shape[0], BC // 32))
+        e = (tl.load(p, mask=mask, other=1.0).to(tl.int32, bitcast=True) >> 23).to(tl.int8)
+        codes = tl.broadcast_to(e[:, None], (e.shape[0], BC // 32))
     else:
         # BC a multiple of 128: one scale per row for each 128-block of the step, repeated
         # over its four 32-blocks (a broadcast the compiler sees: one promotion a 128-block,
         # the next one's wgmma group in flight meanwhile).
         blocks = (block0 * 32 + c) // 128 + tl.arange(0, BC // 128)
         p = s_ptr + ((rows // BLOCK_ROWS) * stride)[:, None] + blocks[None, :]
-        e = (tl.load(p, mask=mask[:, None], other=1.0).to(tl.int32, bitcast=True) >> 23) & 0xFF
-        e = tl.where(e > 127, e - 256, e).to(tl.int8)
+        e = (tl.load(p, mask=mask[:, None], other=1.0).to(tl.int32, bitcast=True) >> 23).to(tl.int8)
         codes = tl.reshape(tl.broadcast_to(e[:, :, None], (e.shape[0], BC // 128, 4)), (e.shape[0], BC // 32))
     return codes
+
+
+@tf.jit
+def _scale_code_one(s_ptr, row, block0, c, stride, mask, BLOCK_ROWS: tl.constexpr):
+    """_scale_codes' FP8-block code of one row (int64) for the K step at c (BC <= 128)."""
+    p = s_ptr + (row // BLOCK_ROWS) * stride + (block0 * 32 + c) // 128
+    return (tl.load(p, mask=mask, other=1.0).to(tl.int32, bitcast=True) >> 23).to(tl.int8)
 
 
 @tf.jit
@@ -308,6 +316,7 @@ def grouped_gemm_fp8_kernel(
     PERSISTENT: tl.constexpr = False,
     GROUP_M: tl.constexpr = 8,
     WS: tl.constexpr = 0,
+    SW_ONE: tl.constexpr = False,
 ):
     # Block-scaled fp8: out = (a·scale_a) B_g (+ bias as above), a [R, C] fp8 codes with
     # their scales (_scale_codes: MXFP8 or FP8-block), B_g [C, O] read K-major (as Hopper's
@@ -323,7 +332,8 @@ def grouped_gemm_fp8_kernel(
     # (the same bits); WS as there: 1, a producer warpgroup copies the next tiles' K steps
     # while the consumers promote and store this one; 2, two consumer groups take the
     # tiles in turns, one group's fp32 promotion running while the other's wgmma keep the
-    # tensor cores busy.
+    # tensor cores busy. SW_ONE: each tile's columns lie in one 128-block of Wq's rows
+    # (FP8-block, BO <= 128, W_ROW a multiple of 128; k_loop_fp8's).
     if PERSISTENT:
         tiles_o = tl.cdiv(O, BO)
         total = tl.load(tile_start_ptr + G) * tiles_o
@@ -336,7 +346,7 @@ def grouped_gemm_fp8_kernel(
             ro = o0 + tl.arange(0, BO)
             acc, _ = k_loop_fp8(
                 a_ptr, sa_ptr, w_ptr, sw_ptr, True, g, m0, end, C, O, ro, ro, W_ROW, W_BLOCK, W_COLS, SA_STRIDE,
-                SW_STRIDE, FA, FW, SA_ROWS, SW_ROWS, False, BM, BO, BC, True, R, W_ROWS, o0,
+                SW_STRIDE, FA, FW, SA_ROWS, SW_ROWS, False, BM, BO, BC, True, R, W_ROWS, o0, SW_ONE,
             )  # fmt: skip
             _store_tile(acc, g, m0, end, o0, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
     else:
@@ -345,7 +355,7 @@ def grouped_gemm_fp8_kernel(
         ro = o0 + tl.arange(0, BO)
         acc, _ = k_loop_fp8(
             a_ptr, sa_ptr, w_ptr, sw_ptr, valid, g, m0, end, C, O, ro, ro, W_ROW, W_BLOCK, W_COLS, SA_STRIDE,
-            SW_STRIDE, FA, FW, SA_ROWS, SW_ROWS, False, BM, BO, BC, DESC, R, W_ROWS, o0,
+            SW_STRIDE, FA, FW, SA_ROWS, SW_ROWS, False, BM, BO, BC, DESC, R, W_ROWS, o0, SW_ONE,
         )  # fmt: skip
         _store_rows(acc, g, m0, end, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
 
@@ -381,6 +391,7 @@ def k_loop_fp8(
     R=0,
     W_ROWS=0,
     o0=0,
+    SW_ONE: tl.constexpr = False,
 ):
     """k_loop on block-scaled fp8 operands (grouped_gemm_fp8_kernel's): the output columns
     `cols` (and with TWO `cols_b`) of B_g, those past O read 0. The scales of step c + BC
@@ -389,7 +400,9 @@ def k_loop_fp8(
     through descriptors (TMA copies on sm_90), a [R, C] in [BM, BC] boxes, Wq [W_ROWS,
     W_COLS] in [BO, BC] boxes, B_g the transposes of its rows g·W_ROW + o0 .. (o0 = cols'
     first) from column 32·g·W_BLOCK + c; rows past a group or an expert read what lies there (the caller
-    stores none of it; zeros past the arrays), the same bits."""
+    stores none of it; zeros past the arrays), the same bits. SW_ONE (FP8-block, one B, BC
+    <= 128): `cols` lie in one 128-block of Wq's rows, whose one scale (a scalar, from the
+    row of cols' first) B's codes take: the promotion reads it from a register."""
     tl.static_assert(not (DESC and TWO), "k_loop_fp8: descriptors read one B")
     rm = tl.arange(0, BM)
     live = m0 + rm < end
@@ -413,20 +426,31 @@ def k_loop_fp8(
     steps = tl.where(valid, C, 0)
     first = steps > 0
     sa = _scale_codes(sa_ptr, a_scale_rows, 0, 0, SA_STRIDE, live & first, SA_ROWS, BC)
-    sb = _scale_codes(sw_ptr, w_rows, w_block, 0, SW_STRIDE, (cols < O) & first, SW_ROWS, BC)
+    if SW_ONE:
+        tl.static_assert(not TWO and SW_ROWS == 128 and BC <= 128, "k_loop_fp8: SW_ONE is FP8-block's one B")
+        w_row = g.to(tl.int64) * W_ROW + o0
+        sb = _scale_code_one(sw_ptr, w_row, w_block, 0, SW_STRIDE, first, SW_ROWS)
+    else:
+        sb = _scale_codes(sw_ptr, w_rows, w_block, 0, SW_STRIDE, (cols < O) & first, SW_ROWS, BC)
     if not DESC:
         sb_b = _scale_codes(sw_ptr, w_rows_b, w_block, 0, SW_STRIDE, (cols_b < O) & first & TWO, SW_ROWS, BC)
     for c in range(0, steps, BC):
         more = c + BC < steps
         sa_next = _scale_codes(sa_ptr, a_scale_rows, 0, c + BC, SA_STRIDE, live & more, SA_ROWS, BC)
-        sb_next = _scale_codes(sw_ptr, w_rows, w_block, c + BC, SW_STRIDE, (cols < O) & more, SW_ROWS, BC)
+        if SW_ONE:
+            sb_next = _scale_code_one(sw_ptr, w_row, w_block, c + BC, SW_STRIDE, more, SW_ROWS)
+        else:
+            sb_next = _scale_codes(sw_ptr, w_rows, w_block, c + BC, SW_STRIDE, (cols < O) & more, SW_ROWS, BC)
         if DESC:
             a = a_desc.load([m0, c])
             b = tl.trans(w_desc.load([row0, 32 * w_block + c]).to(fw, bitcast=True))  # K-major B
         else:
             a = tl.load(a_rows + (c + rc)[None, :], mask=live[:, None], other=0)
             b = tl.load(w_cols + (c + rc)[:, None], mask=(cols < O)[None, :], other=0)
-        acc = tl.dot_scaled(a, sa, FA, b, sb, FW, acc)
+        if SW_ONE:
+            acc = tl.dot_scaled(a, sa, FA, b, tl.broadcast_to(sb, (BO, BC // 32)), FW, acc)
+        else:
+            acc = tl.dot_scaled(a, sa, FA, b, sb, FW, acc)
         if TWO:
             sb_b_next = _scale_codes(sw_ptr, w_rows_b, w_block, c + BC, SW_STRIDE, (cols_b < O) & more, SW_ROWS, BC)
             b = tl.load(w_cols_b + (c + rc)[:, None], mask=(cols_b < O)[None, :], other=0)

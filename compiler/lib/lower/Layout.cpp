@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <unordered_set>
 
 namespace tilefuse::lower::detail {
 
@@ -145,9 +146,9 @@ bool mmaApplies(const Type& at, const Type& bt, const Type& ct, const std::strin
 
 Layout defaultLayout(const Type& t, int threads) {
   if (!t.isTile()) return scalarLayout(threads);
-  bool bytes = t.isPtr() && (t.elem == DType::I8 || t.elem == DType::U8 || t.elem == DType::F8E4M3 ||
-                             t.elem == DType::F8E5M2 || t.elem == DType::E8M0 || t.elem == DType::F8E4B15 ||
-                             t.elem == DType::I1);
+  bool bytes =
+      t.isPtr() && (t.elem == DType::I8 || t.elem == DType::U8 || t.elem == DType::F8E4M3 || t.elem == DType::F8E5M2 ||
+                    t.elem == DType::E8M0 || t.elem == DType::F8E4B15 || t.elem == DType::I1);
   return blockedLayout(t.shape, threads, bytes ? 16 : 8);
 }
 
@@ -181,8 +182,7 @@ bool wgmmaApplies(const Op& dot, const std::string& arch, int threads, WgmmaShap
     return no("dot_scaled of fp4 operands: decompose-dot-scaled writes it out as a bf16 dot before the GPU stage");
   // f16 products may also accumulate in f16 (wgmma's f16 form: out_dtype=float16).
   bool f16Acc = !scaled && a.elem == DType::F16 && b.elem == DType::F16 && acc == DType::F16;
-  bool halves =
-      (a.elem == b.elem && (a.elem == DType::BF16 || a.elem == DType::F16) && acc == DType::F32) || f16Acc;
+  bool halves = (a.elem == b.elem && (a.elem == DType::BF16 || a.elem == DType::F16) && acc == DType::F32) || f16Acc;
   bool bytes = (fp8(a.elem) && fp8(b.elem) && acc == DType::F32) ||
                (a.elem == DType::I8 && b.elem == DType::I8 && acc == DType::I32);
   if (!halves && !bytes)
@@ -203,6 +203,44 @@ bool wgmmaApplies(const Op& dot, const std::string& arch, int threads, WgmmaShap
   return true;
 }
 
+Layout broadcastSourceLayout(const Layout& l, const std::vector<int64_t>& to, const std::vector<int64_t>& from) {
+  auto project = [&](int64_t b) -> int64_t {
+    if (!b) return 0;
+    std::vector<int64_t> c(to.size());
+    int64_t rest = b;
+    for (size_t d = to.size(); d-- > 0;) {
+      c[d] = rest % to[d];
+      rest /= to[d];
+    }
+    int64_t e = 0;
+    for (size_t d = 0; d < to.size(); ++d) e = e * from[d] + (from[d] == 1 ? 0 : c[d]);
+    return e;
+  };
+  Layout s;
+  for (int64_t b : l.reg) s.reg.push_back(project(b));
+  for (int64_t b : l.thr) s.thr.push_back(project(b));
+  return s;
+}
+
+Layout compactLayout(const Layout& l) {
+  Layout c{{}, l.thr};
+  for (int64_t b : l.reg)
+    if (b) c.reg.push_back(b);
+  return c;
+}
+
+Layout scaleTableLayout(const Layout& acc, int64_t n, int64_t kb, bool rows) {
+  // A basis of the accumulator is a row bit (a multiple of n) or a column bit; the
+  // table keeps the kind it follows (as that line times kb) and replicates the other.
+  auto project = [&](int64_t b) { return (rows ? b / n : b % n) * kb; };
+  Layout l;
+  for (int64_t k = 1; k < kb; k *= 2) l.reg.push_back(k);
+  for (int64_t b : acc.reg)
+    if (project(b)) l.reg.push_back(project(b));
+  for (int64_t b : acc.thr) l.thr.push_back(project(b));
+  return l;
+}
+
 namespace {
 
 class Planner {
@@ -212,6 +250,25 @@ class Planner {
 
   void block(const Block& b) {
     for (const auto& o : b.ops()) op(*o);
+  }
+  // An fp8 dot_scaled on wgmma whose scales are one per row (column) for the whole K
+  // step (FP8-block's broadcasts, a splat): the scale tables, and what they are
+  // computed from, take the layout that gives each thread the scales of its own
+  // accumulator slots (scaleTableLayout), so that the promotion reads registers
+  // rather than tables staged in shared memory between barriers.
+  void scaleTables(const Block& b) {
+    for (const auto& o : b.ops()) {
+      for (unsigned r = 0; r < o->numRegions(); ++r) scaleTables(o->region(r));
+      WgmmaShape w;
+      if (o->kind() != OpKind::DotScaled || !axis_ || !wgmmaApplies(*o, arch_, threads_, &w)) continue;
+      const Type& t = o->result()->type();
+      Layout acc = wgmmaAccLayout(t.shape[0], t.shape[1], w, threads_);
+      const Value *sa = o->operand(1), *sb = o->operand(3);
+      int64_t kb = sa->type().shape[1];
+      const std::vector<int64_t>&ca = axis_->get(sa).constancy, &cb = axis_->get(sb).constancy;
+      if (ca[1] >= kb) want(sa, scaleTableLayout(acc, t.shape[1], kb, true), true);
+      if (cb[0] >= t.shape[1] && cb[1] >= kb) want(sb, scaleTableLayout(acc, t.shape[1], kb, false), true);
+    }
   }
   // Loads whose pointers are contiguous along another dim than the last (a [K, N] tile
   // with K contiguous) take runs along that dim, and so do the pointer computations
@@ -246,22 +303,34 @@ class Planner {
 
  private:
   // `v` and the pointer arithmetic of its shape it is computed from take layout `l`
-  // (through a loop's carried value, its initial value and its update too).
-  void want(const Value* v, const Layout& l) {
+  // (through a loop's carried value, its initial value and its update too). `deep`
+  // (scale tables): also through unit dims, broadcasts (their operand in the slice of
+  // `l`) and loads (their value, pointers and masks), so that a chain from the loads
+  // to the dot computes in registers.
+  void want(const Value* v, const Layout& l, bool deep = false) {
     if (!wanted_.emplace(v, l).second) return;
+    if (deep) deep_.insert(v);
     const Op* def = v->definingOp();
     if (!def) {
       const Op* loop = v->ownerBlock()->parentOp();
       if (loop && loop->kind() == OpKind::For && v->index() > 0) {
-        want(loop->operand(v->index() + 2), l);
-        want(v->ownerBlock()->terminator()->operand(v->index() - 1), l);
+        want(loop->operand(v->index() + 2), l, deep);
+        want(v->ownerBlock()->terminator()->operand(v->index() - 1), l, deep);
       }
       return;
     }
     // Only into operands nothing else reads: shared index math keeps its own layout.
-    if (def->has(Elementwise))
+    auto into = [&](const Value* x, const Layout& xl) {
+      if (x->type().isTile() && x->uses().size() == 1) want(x, xl, deep);
+    };
+    if (def->has(Elementwise) || (deep && def->kind() == OpKind::Load)) {
       for (Value* x : def->operands())
-        if (x->type().isTile() && x->type().shape == v->type().shape && x->uses().size() == 1) want(x, l);
+        if (x->type().shape == v->type().shape) into(x, l);
+    } else if (deep && (def->kind() == OpKind::ExpandDims || def->kind() == OpKind::Reshape)) {
+      into(def->operand(0), l);  // the same row-major order
+    } else if (deep && def->kind() == OpKind::Broadcast) {
+      into(def->operand(0), compactLayout(broadcastSourceLayout(l, v->type().shape, def->operand(0)->type().shape)));
+    }
   }
   Layout blocked(const Value* v) {
     auto it = wanted_.find(v);
@@ -305,9 +374,13 @@ class Planner {
         return;
       }
       case OpKind::Hint:
-      case OpKind::Load:
         plan[o.result()] = of(o.operand(0));
         return;
+      case OpKind::Load: {  // its pointers' layout, unless a scale table wants its value
+        auto it = wanted_.find(o.result());
+        plan[o.result()] = deep_.count(o.result()) ? it->second : of(o.operand(0));
+        return;
+      }
       case OpKind::For: {
         const Block& body = o.region(0);
         std::vector<Layout> init;
@@ -351,10 +424,7 @@ class Planner {
           return d && (d->kind() == OpKind::Constant || d->kind() == OpKind::Splat);
         };
         for (unsigned i = 0; i < o.numResults(); ++i)
-          plan[o.result(i)] = a[i] == b[i] ? a[i]
-                              : remade(0, i) ? b[i]
-                              : remade(1, i) ? a[i]
-                                             : blocked(o.result(i));
+          plan[o.result(i)] = a[i] == b[i] ? a[i] : remade(0, i) ? b[i] : remade(1, i) ? a[i] : blocked(o.result(i));
         return;
       }
       default:
@@ -377,6 +447,7 @@ class Planner {
   int threads_;
   const AxisAnalysis* axis_;
   std::unordered_map<const Value*, Layout> wanted_;
+  std::unordered_set<const Value*> deep_;
 };
 
 }  // namespace
@@ -384,6 +455,7 @@ class Planner {
 LayoutPlan planLayouts(const Op& func, const std::string& arch, int threads, const AxisAnalysis* axis) {
   Planner p(arch, threads, axis);
   for (Value* a : func.region(0).args()) p.plan[a] = defaultLayout(a->type(), threads);
+  p.scaleTables(func.region(0));
   p.coalesce(func.region(0));
   p.block(func.region(0));
   return std::move(p.plan);

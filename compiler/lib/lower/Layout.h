@@ -57,6 +57,17 @@ int64_t vectorRun(const Layout& l, int64_t stride = 1);
 Layout defaultLayout(const Type& t, int threads);
 Layout wgmmaAccLayout(int64_t m, int64_t n, const WgmmaShape& w, int threads);
 Layout mmaAccLayout(int64_t m, int64_t n, int threads);
+// The layout of a broadcast's operand (shape `from`) that puts each source element in
+// the registers of the result elements (layout l, shape `to`) it is broadcast to; the
+// dims broadcast along become replicating (0) bases.
+Layout broadcastSourceLayout(const Layout& l, const std::vector<int64_t>& to, const std::vector<int64_t>& from);
+// `l` without its replicating slot bases (the same elements in each thread, once).
+Layout compactLayout(const Layout& l);
+// The layout of a dot_scaled scale table [L, kb] (L: the accumulator's rows when `rows`,
+// else its columns; `acc`: the [*, n] accumulator's layout) in which each thread holds
+// the scales of its own accumulator slots, all kb K blocks in registers: the promotion
+// then reads them without shared memory or barriers.
+Layout scaleTableLayout(const Layout& acc, int64_t n, int64_t kb, bool rows);
 
 // The leading slots of `l` that hold consecutive elements from a multiple of their
 // count (every other basis a multiple of it), at most maxRun: one vector access.

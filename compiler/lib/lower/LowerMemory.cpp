@@ -134,9 +134,15 @@ void Lowering::lowerMemory(const Op& op) {
   if (d == DType::F4E2M1) unsupported(op, "f4e2m1 memory accesses");
   llvm::Type* et = elemType(d);
   llvm::Type* mt = d == DType::I1 ? b_.getInt8Ty() : et;
-  const Regs& p = get(op.operand(0));
-  const Layout& L = p.L;
   bool load = op.kind() == OpKind::Load;
+  // A load whose pointers plan-layouts converted reads in the pointers' own layout (the
+  // value converts after), unless they are index math to recompute in the value's.
+  Regs p = get(op.operand(0));
+  if (load && pt.isTile() && p.L != layoutOf(op.result())) {
+    int budget = 24;
+    if (rematerializable(op.operand(0), budget)) p = in(op.operand(0), layoutOf(op.result()));
+  }
+  const Layout& L = p.L;
   bool cas = op.kind() == OpKind::AtomicCas;
   unsigned maskIdx = load ? 1 : cas ? 3 : 2;
   Regs maskRegs = op.numOperands() > maskIdx ? in(op.operand(maskIdx), L) : Regs{};

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 
 #include "tilefuse/ir/Text.h"
 #include "tilefuse/ir/Verifier.h"
@@ -150,23 +151,25 @@ LVal* Lowering::owner(const Layout& l) {
 
 namespace {
 
-// For each slot of `to`, the slot of `from` holding the same element, when both spread
-// the same bases over the same threads (the slots' bases permuted); else empty.
+// For each slot of `to`, a slot of `from` holding the same element, when both spread
+// the same bases over the same threads (the slots' bases permuted, or some of either
+// replicating); else empty.
 std::vector<int> relabeling(const Layout& from, const Layout& to) {
-  if (from.thr != to.thr || from.reg.size() != to.reg.size()) return {};
-  std::vector<int> bit;  // slot bit i of `to` is slot bit bit[i] of `from`
-  std::vector<bool> taken(from.reg.size());
-  for (int64_t b : to.reg) {
-    size_t j = 0;
-    while (j < from.reg.size() && (taken[j] || from.reg[j] != b)) ++j;
-    if (j == from.reg.size()) return {};
-    taken[j] = true;
-    bit.push_back(static_cast<int>(j));
-  }
+  if (from.thr != to.thr) return {};
+  auto slotPart = [](const Layout& l, int s) {
+    int64_t c = 0;
+    for (size_t i = 0; i < l.reg.size(); ++i)
+      if (s >> i & 1) c += l.reg[i];
+    return c;
+  };
+  std::map<int64_t, int> slotOf;
+  for (int s = from.slots(); s-- > 0;) slotOf[slotPart(from, s)] = s;
   std::vector<int> src(to.slots());
-  for (int s = 0; s < to.slots(); ++s)
-    for (size_t i = 0; i < bit.size(); ++i)
-      if (s >> i & 1) src[s] |= 1 << bit[i];
+  for (int s = 0; s < to.slots(); ++s) {
+    auto it = slotOf.find(slotPart(to, s));
+    if (it == slotOf.end()) return {};
+    src[s] = it->second;
+  }
   return src;
 }
 
@@ -289,25 +292,8 @@ Regs Lowering::remat(const Value* v, const Layout& l) {
   return out;
 }
 
-// The layout of a broadcast's operand (shape `from`) that puts each source element in
-// the registers of the result elements (layout l, shape `to`) it is broadcast to.
 Layout Lowering::sliceLayout(const Layout& l, const std::vector<int64_t>& to, const std::vector<int64_t>& from) {
-  auto project = [&](int64_t b) -> int64_t {
-    if (!b) return 0;
-    std::vector<int64_t> c(to.size());
-    int64_t rest = b;
-    for (size_t d = to.size(); d-- > 0;) {
-      c[d] = rest % to[d];
-      rest /= to[d];
-    }
-    int64_t e = 0;
-    for (size_t d = 0; d < to.size(); ++d) e = e * from[d] + (from[d] == 1 ? 0 : c[d]);
-    return e;
-  };
-  Layout s;
-  for (int64_t b : l.reg) s.reg.push_back(project(b));
-  for (int64_t b : l.thr) s.thr.push_back(project(b));
-  return s;
+  return broadcastSourceLayout(l, to, from);
 }
 
 // device_print: every owned element prints "pid (x, y, z) idx (flat) <prefix><value>" through vprintf.

@@ -19,6 +19,8 @@
 // staged as x, M-major (the instruction's transposed A).
 #include "Lowering.h"
 
+#include <algorithm>
+
 namespace tilefuse::lower::detail {
 namespace {
 
@@ -27,7 +29,6 @@ int swizzleMode(int64_t r) { return r == 128 ? 1 : r == 64 ? 2 : 3; }
 // Accumulator slots per thread up to which a promoting wgmma keeps two partial sums in
 // flight: 3 x 64 fp32 registers leave room under the 255 of a thread for addresses.
 constexpr int64_t kOverlapSlots = 64;
-
 
 }  // namespace
 
@@ -250,7 +251,7 @@ void Lowering::lowerSmemOp(const Op& op) {
                    .mMajor = mMajor};
       Regs acc = in(op.operand(4), layoutOf(op.result(0)));
       std::optional<ScaleTables> st;
-      if (op.numOperands() == 7) st = stageScales(op.operand(5), op.operand(6), op.intAttr("scale_chunk"));
+      if (op.numOperands() == 7) st = stageScales(op.operand(5), op.operand(6), op.intAttr("scale_chunk"), acc.L, g.n);
       LVal* accumulate = op.numOperands() == 6 ? get(op.operand(5)).e[0] : nullptr;
       vals_[op.result(0)] = issueWgmma(g, wgmmaTiling(g.m, g.n, threads_), std::move(acc), stageAddr(op, 0),
                                        stageAddr(op, 2), st ? &*st : nullptr, accumulate);
@@ -292,7 +293,16 @@ void Lowering::lowerSmemOp(const Op& op) {
 // decoded to fp32 powers of two to shared memory, where the promotion reads each
 // accumulator row's and column's scale; returns their shared byte offset. Decoding
 // here costs a code or two per thread, in the promotion one per row and column read.
-ScaleTables Lowering::stageScales(const Value* sa, const Value* sb, int64_t chunk) {
+ScaleTables Lowering::stageScales(const Value* sa, const Value* sb, int64_t chunk, const Layout& acc, int64_t n) {
+  // Tables already in (or, splats, free to copy into) the layout of the thread's own
+  // rows and columns (plan-layouts gives it to per-row scales) stay in registers.
+  auto held = [&](const Value* v, const Layout& l) {
+    const Op* def = v->definingOp();
+    return get(v).L == l || (def && (def->kind() == OpKind::Constant || def->kind() == OpKind::Splat));
+  };
+  int64_t kb = sa->type().shape[1];
+  Layout la = scaleTableLayout(acc, n, kb, true), lb = scaleTableLayout(acc, n, kb, false);
+  if (held(sa, la) && held(sb, lb)) return {0, sa->type(), sb->type(), chunk, true, in(sa, la), in(sb, lb)};
   auto decoded = [&](const Value* v) {
     Regs r = get(v);
     for (LVal*& e : r.e) e = decodeE8M0(e);
@@ -314,6 +324,13 @@ LVal* Lowering::scaleOf(int64_t table, const Type& t, LVal* row, int64_t block) 
   return b_.CreateLoad(b_.getFloatTy(), b_.CreateGEP(b_.getInt8Ty(), scratchSpace(), off));
 }
 
+LVal* Lowering::scaleInRegs(const Regs& table, int64_t kb, int64_t line, int64_t block) {
+  int64_t want = line * kb + block;
+  for (int s = 0; s < slots(table.L); ++s)
+    if (slotPart(table.L, s) == want) return decodeE8M0(table.e[s]);
+  throw InternalError("lowering: a scale table in registers lacks line " + std::to_string(line));
+}
+
 // The rows and columns of an [*, n] tile that layout `l`'s slots hold in this thread.
 // Its bases are distinct powers of two (Layout.h), so an element's flat index is the
 // thread part OR the slot part: row and column split the same way, and a slot's row is
@@ -327,9 +344,15 @@ Lowering::FragmentLines Lowering::fragmentLines(const Layout& l, int64_t n) {
   for (int s = 0; s < slots(l); ++s) {
     int64_t c = slotPart(l, s);
     auto [r, newRow] = rowIdx.try_emplace(c / n, static_cast<int>(f.rows.size()));
-    if (newRow) f.rows.push_back(b_.CreateAdd(rowT, idx(c / n)));
+    if (newRow) {
+      f.rows.push_back(b_.CreateAdd(rowT, idx(c / n)));
+      f.rowConst.push_back(c / n);
+    }
     auto [k, newCol] = colIdx.try_emplace(c % n, static_cast<int>(f.cols.size()));
-    if (newCol) f.cols.push_back(b_.CreateAdd(colT, idx(c % n)));
+    if (newCol) {
+      f.cols.push_back(b_.CreateAdd(colT, idx(c % n)));
+      f.colConst.push_back(c % n);
+    }
     f.rowOf.push_back(r->second);
     f.colOf.push_back(k->second);
   }
@@ -369,10 +392,12 @@ Regs Lowering::issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LV
   // predicate from a last i32 operand (restart-accumulators' flag).
   auto instr = [&](bool accumulate, bool flagged = false) {
     std::string pred = flagged ? "$" + std::to_string(2 * nregs + 2) : accumulate ? "1" : "0";
-    std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, " + pred +
-                       ", 0;\nwgmma.mma_async.sync.aligned.m64n" + std::to_string(w.instrN) + "k" +
-                       std::to_string(kStep) + (ints ? ".s32." : f16Acc ? ".f16." : ".f32.") + mmaTypeName(g.a) +
-                       "." + mmaTypeName(g.b) + " {";
+    std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, " + pred + ", 0;\nwgmma.mma_async.sync.aligned.m64n" +
+                       std::to_string(w.instrN) + "k" + std::to_string(kStep) +
+                       (ints     ? ".s32."
+                        : f16Acc ? ".f16."
+                                 : ".f32.") +
+                       mmaTypeName(g.a) + "." + mmaTypeName(g.b) + " {";
     std::string cons;
     bool intRegs = ints || f16Acc;
     for (int64_t i = 0; i < nregs; ++i) {
@@ -414,19 +439,31 @@ Regs Lowering::issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LV
   // share few of them.
   auto addChunk = [&](const Regs& part, int64_t start) {
     std::vector<LVal*> ra, cb;
-    if (scaled) {
+    if (scaled && scaled->inRegs) {
+      int64_t kb = scaled->a.shape[1];
+      for (int64_t r : lines.rowConst) ra.push_back(scaleInRegs(scaled->ra, kb, r, start / 32));
+      for (int64_t c : lines.colConst) cb.push_back(scaleInRegs(scaled->rb, kb, c, start / 32));
+    } else if (scaled) {
       for (LVal* r : lines.rows) ra.push_back(scaleOf(scaled->at, scaled->a, r, start / 32));
       for (LVal* c : lines.cols) cb.push_back(scaleOf(scaled->at + 4 * scaled->a.numel(), scaled->b, c, start / 32));
     }
     // sum + (p cb) ra in one FMUL and one FFMA: both products are exact (powers of
-    // two), so the FFMA rounds once, as sum + p (ra cb) does.
+    // two), so the FFMA rounds once, as sum + p (ra cb) does. With one B scale for the
+    // whole table (a splat: FP8-block's 128-block), ra cb is one FMUL per row and each
+    // slot one FFMA.
+    bool oneB = scaled && scaled->inRegs &&
+                std::all_of(scaled->rb.e.begin(), scaled->rb.e.end(), [&](LVal* e) { return e == scaled->rb.e[0]; });
+    if (oneB)
+      for (LVal*& r : ra) r = b_.CreateFMul(r, cb[0]);
     for (size_t i = 0; i < sum.e.size(); ++i) {
       LVal* p = part.e[i];
-      if (scaled)
-        sum.e[i] = b_.CreateIntrinsic(llvm::Intrinsic::fma, {b_.getFloatTy()},
-                                      {b_.CreateFMul(p, cb[lines.colOf[i]]), ra[lines.rowOf[i]], sum.e[i]});
-      else
-        sum.e[i] = b_.CreateFAdd(sum.e[i], p);
+      LVal* fma = nullptr;
+      if (oneB)
+        fma = b_.CreateIntrinsic(llvm::Intrinsic::fma, {b_.getFloatTy()}, {p, ra[lines.rowOf[i]], sum.e[i]});
+      else if (scaled)
+        fma = b_.CreateIntrinsic(llvm::Intrinsic::fma, {b_.getFloatTy()},
+                                 {b_.CreateFMul(p, cb[lines.colOf[i]]), ra[lines.rowOf[i]], sum.e[i]});
+      sum.e[i] = fma ? fma : b_.CreateFAdd(sum.e[i], p);
     }
   };
   // With room for two partial sums besides the accumulator (64 fp32 slots each at
@@ -451,8 +488,8 @@ Regs Lowering::issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LV
                                 idx(kk * rA)));
         da = desc(aOff, ta.blockBytes(), 8 * rA, rA);
       } else {  // K-major: rows at SBO = 8 rows apart; K steps move within the swizzled row
-        LVal* aOff = b_.CreateAdd(
-            aBase, b_.CreateAdd(idx((kb / rA) * ta.blockBytes() + kb % rA), b_.CreateMul(row0, idx(rA))));
+        LVal* aOff =
+            b_.CreateAdd(aBase, b_.CreateAdd(idx((kb / rA) * ta.blockBytes() + kb % rA), b_.CreateMul(row0, idx(rA))));
         da = desc(aOff, 16, 8 * rA, rA);
       }
       for (int64_t rn = 0; rn < w.repN; ++rn) {

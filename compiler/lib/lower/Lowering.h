@@ -75,11 +75,15 @@ struct WgmmaGroup {
 };
 
 // The e8m0 scale tables of a dot_scaled of fp8 ([M, K/32] and [N, K/32]), decoded to
-// fp32 in shared memory from byte `at`, A's then B's; `chunk`: the K run promoted at once.
+// fp32 in shared memory from byte `at`, A's then B's; or, `inRegs`, the codes `ra` and
+// `rb` in scaleTableLayout (each thread's own rows and columns). `chunk`: the K run
+// promoted at once.
 struct ScaleTables {
   int64_t at;
   Type a, b;
   int64_t chunk;
+  bool inRegs = false;
+  Regs ra, rb;
 };
 
 class Lowering {
@@ -396,11 +400,14 @@ class Lowering {
   // The GPU-stage ops of staged dots (stage-dot-operands), each from its operands' types.
   void lowerSmemOp(const Op& op);
   LVal* stageAddr(const Op& op, unsigned buf);
-  ScaleTables stageScales(const Value* sa, const Value* sb, int64_t chunk);
+  ScaleTables stageScales(const Value* sa, const Value* sb, int64_t chunk, const Layout& acc, int64_t n);
+  // The decoded scale of `table`'s line `line` (a fragment line's constant part) and K block.
+  LVal* scaleInRegs(const Regs& table, int64_t kb, int64_t line, int64_t block);
   LVal* scaleOf(int64_t table, const Type& t, LVal* row, int64_t block);
   // A layout's distinct rows and columns in this thread, and each slot's among them.
   struct FragmentLines {
     std::vector<LVal*> rows, cols;
+    std::vector<int64_t> rowConst, colConst;  // each line's part from the slot
     std::vector<int> rowOf, colOf;
   };
   FragmentLines fragmentLines(const Layout& l, int64_t n);
@@ -488,9 +495,9 @@ class Lowering {
   llvm::Function* fn_ = nullptr;
   LVal* tid_ = nullptr;
   Role role_ = Role::All;
-  int producerWarps_ = 0;               // a warp-specialized kernel's producer warps
-  bool maxnreg_ = false;                // the kernel caps its registers (launch option)
-  std::set<const Op*> producerOps_;     // what they run (WarpSpecialize.h)
+  int producerWarps_ = 0;            // a warp-specialized kernel's producer warps
+  bool maxnreg_ = false;             // the kernel caps its registers (launch option)
+  std::set<const Op*> producerOps_;  // what they run (WarpSpecialize.h)
   // Ping-pong consumers ({consumer_groups = 2}): the group (tid / threads_), its scratch
   // space (smem + group x the scratch's size, a constant set once all is lowered), what
   // a group runs of the other's iteration, the ops before which it takes its turn and
@@ -546,7 +553,7 @@ class Lowering {
     barrier();
     if (asyncProxy) ptx("fence.proxy.async.shared::cta;");  // TMA writes through the async proxy
   }
-  bool staging_ = false;  // staged operands written, their wgmma not yet waited for
+  bool staging_ = false;              // staged operands written, their wgmma not yet waited for
   bool scratchOverOperands_ = false;  // scratch at floor_ used since the operand space was last claimed
   std::vector<TensorMapSpec> tensorMaps_;
   std::unordered_map<const Op*, int> tmaMaps_;  // make_desc -> tensor map

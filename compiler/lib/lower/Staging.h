@@ -82,7 +82,7 @@ inline bool wgmmaOpPromotes(const Op& w) {
 }
 // The run length over which v's rows repeat one value along dim 1 (1: not known to): a
 // broadcast of one column (the whole row), a [rows, n, r] broadcast of [rows, n, 1]
-// reshaped to [rows, n r] (runs of r), through bitcasts and layout conversions, or a
+// reshaped to [rows, n r] (runs of r), a splat (all), through bitcasts and layout conversions, or a
 // loop-carried value whose initial and yielded values both repeat (scales the loop
 // loads a step ahead).
 inline int64_t runAlongK(const Value* v, int depth = 0) {
@@ -98,6 +98,7 @@ inline int64_t runAlongK(const Value* v, int depth = 0) {
   }
   if (d->kind() == OpKind::Bitcast || d->kind() == OpKind::ConvertLayout) return runAlongK(d->operand(0), depth + 1);
   if (d->kind() == OpKind::Broadcast && d->operand(0)->type().shape[1] == 1) return x->type().shape[1];
+  if (d->kind() == OpKind::Splat || d->kind() == OpKind::Constant) return x->type().shape[1];  // one scale
   if (d->kind() == OpKind::Reshape) {
     const Value* src = convertSource(d->operand(0));
     const Op* b = src->definingOp();

@@ -138,7 +138,12 @@ class Converter {
       case OpKind::Hint:
         w[0] = o.result()->type();
         break;
-      case OpKind::Load:
+      case OpKind::Load:  // pointers, mask and other in the layout of the value loaded
+        if (o.numResults() == 1 && o.result()->type().isTile()) {
+          for (unsigned i = 0; i < o.numOperands(); ++i) w[i] = inLayoutOf(o.operand(i), o.result());
+          break;
+        }
+        [[fallthrough]];
       case OpKind::Store:
         for (unsigned i = 1; i < o.numOperands(); ++i) w[i] = inLayoutOf(o.operand(i), o.operand(0));
         break;
@@ -192,9 +197,10 @@ class Converter {
     Block* block = v->ownerBlock();
     Op* next =
         branch ? branch->front()
-        : def  ? std::next(std::find_if(block->ops().begin(), block->ops().end(), [&](auto& p) { return p.get() == def; }))
-                    ->get()
-               : block->front();
+        : def
+            ? std::next(std::find_if(block->ops().begin(), block->ops().end(), [&](auto& p) { return p.get() == def; }))
+                  ->get()
+            : block->front();
     b_.setInsertionPointBefore(next);
     b_.setLoc(def ? def->loc() : block->parentOp()->loc());
     bool remake = def && (def->kind() == OpKind::Constant || def->kind() == OpKind::Splat);

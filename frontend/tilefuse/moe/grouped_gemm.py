@@ -460,6 +460,8 @@ def _fp8_gemm(fn, a, w, splits, bias, bias_scale, out, out_dtype, config, dgrad)
         int(w.data.shape[0]),
     )
     meta = dict(FA=a.fmt, FW=w.fmt, SA_ROWS=sa_rows, SW_ROWS=sw_rows, BIAS=bias_kind(bias, bias_scale))
+    # A tile's columns in one 128-block of Wq's rows: B's scale is one value a K step.
+    meta["SW_ONE"] = sw_rows == 128 and block_c <= 128 and cfg.block_n <= 128 and (dgrad or n % 128 == 0)
     meta |= dict(BM=cfg.block_m, BO=cfg.block_n, BC=block_c, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if fp8_persistent(like, rows, groups, o, cfg, desc, dgrad):
         meta |= dict(PERSISTENT=True, GROUP_M=PERSISTENT_GROUP_M, WS=int(cfg.warp_specialize))

@@ -149,13 +149,16 @@ def test_mxfp8_promotion_overlaps_the_next_chunk(monkeypatch, tmp_path):
 @pytest.mark.parametrize("block_k", [64, 128])
 def test_fp8_block_promotes_once_per_step(monkeypatch, tmp_path, call, block_k):
     """FP8-block's scales are one per row for a whole 128-block, broadcast along K to
-    dot_scaled's 32-blocks: the compiler sees the broadcast and promotes the K step's
-    partial sum once (the default 64 and 128 of K: one wgmma group, waited with
-    wait_group 0, one scale read per row and column, one FFMA per slot)."""
+    dot_scaled's 32-blocks (B's one scalar, a tile's columns lying in one 128-block of
+    Wq): the compiler sees the broadcast and promotes the K step's partial sum once (the
+    default 64 and 128 of K: one wgmma group, waited with wait_group 0, one FFMA per
+    slot times the row's scale and B's), reading each row's scale from the registers that loaded it (plan-layouts gives
+    the scale loads the accumulator's rows): no scale table in shared memory."""
     ptx = _fp8_ptx(monkeypatch, call, moe.GemmConfig(128, 128, block_k, 8, 3))
     assert "wgmma.wait_group.sync.aligned 1;" not in ptx
-    assert ptx.count("ld.shared.f32") == 34, ptx.count("ld.shared.f32")
-    assert ptx.count("fma.rn.f32") == 64, ptx.count("fma.rn.f32")
+    assert "ld.shared.f32" not in ptx and "st.shared.v2.f32" not in ptx
+    # The two row scales of a thread times B's one: two FMULs, then one FFMA a slot.
+    assert ptx.count("fma.rn.f32") == 64 and ptx.count("mul.rn.f32") == 2, ptx.count("mul.rn.f32")
     assert ptx.count("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3") == block_k // 32
     report = assert_assembles(ptx, "sm_90a", tmp_path, verbose=True)
     assert "C7511" not in report and "0 bytes spill stores" in report, report
@@ -229,3 +232,18 @@ def test_host_configs_do_not_spill(monkeypatch, tmp_path, call, cfg):
     for name, ptx in gemm_ptx(monkeypatch, call, cfg):
         report = assert_assembles(ptx, "sm_90a", tmp_path, verbose=True)
         assert "0 bytes spill stores" in report and "C7514" not in report, (name, report)
+
+
+@pytest.mark.skipif(not shutil.which("ptxas") and not shutil.os.path.exists(PTXAS), reason="needs ptxas")
+@pytest.mark.parametrize("call", ["forward_fp8_block", "dgrad_fp8_block"])
+def test_fp8_block_ws_consumers_do_not_meet(monkeypatch, tmp_path, call):
+    """The warp-specialized FP8-block GEMM: between a consumer's wait for a K step's copies
+    and its release of the stage, no barrier (the scales in registers, no table staged in
+    shared memory), so its two consumer warpgroups drift apart and one's promotion runs
+    while the other's wgmma keep the tensor cores busy; no spill."""
+    ptx = _fp8_ptx(monkeypatch, call, moe.GemmConfig(128, 128, 128, 8, 4, warp_specialize=1))
+    first = ptx.index("wgmma.mma_async")
+    step = ptx[ptx.rindex("mbarrier.try_wait", 0, first) : ptx.index("mbarrier.arrive", first)]
+    assert "bar.sync" not in step and "bar.arrive" not in step and "ld.shared.f32" not in step
+    report = assert_assembles(ptx, "sm_90a", tmp_path, verbose=True)
+    assert "C7514" not in report and "0 bytes spill stores" in report, report
