@@ -535,9 +535,11 @@ def fc2_dgrad_kernel(
     c0 = tl.program_id(1) * BO
     cols = c0 + tl.arange(0, BO)
     if FP8:
+        # Wq's rows are N (W_ROW 0): a tile's columns lie in one 128-block (k_loop_fp8's SW_ONE).
         acc, _ = k_loop_fp8(
             dy_ptr, sdy_ptr, w_ptr, sw_ptr, valid, g, m0, end, D, N, cols, cols, 0, D // 32, G * D, SDY_STRIDE,
-            SW_STRIDE, FD, FW, SD_ROWS, SW_ROWS, False, BM, BO, BC,
+            SW_STRIDE, FD, FW, SD_ROWS, SW_ROWS, False, BM, BO, BC, False, 0, 0, c0,
+            SW_ROWS == 128 and BC <= 128 and BO <= 128,
         )  # fmt: skip
     else:
         w = _weight(w_ptr, w_offs_ptr, g, D * N, W_LIST, W_ALIGNED)
