@@ -28,6 +28,13 @@ namespace tilefuse::lower::detail {
 struct Layout {
   std::vector<int64_t> reg, thr;
   int slots() const { return 1 << reg.size(); }
+  // The slot part of slot s's flat index: the sum of reg[i] over the set bits i of s.
+  int64_t slotPart(int s) const {
+    int64_t c = 0;
+    for (size_t i = 0; i < reg.size(); ++i)
+      if (s >> i & 1) c += reg[i];
+    return c;
+  }
   bool operator==(const Layout&) const = default;
   std::string str() const;
 };

@@ -156,17 +156,11 @@ namespace {
 // replicating); else empty.
 std::vector<int> relabeling(const Layout& from, const Layout& to) {
   if (from.thr != to.thr) return {};
-  auto slotPart = [](const Layout& l, int s) {
-    int64_t c = 0;
-    for (size_t i = 0; i < l.reg.size(); ++i)
-      if (s >> i & 1) c += l.reg[i];
-    return c;
-  };
   std::map<int64_t, int> slotOf;
-  for (int s = from.slots(); s-- > 0;) slotOf[slotPart(from, s)] = s;
+  for (int s = from.slots(); s-- > 0;) slotOf[from.slotPart(s)] = s;
   std::vector<int> src(to.slots());
   for (int s = 0; s < to.slots(); ++s) {
-    auto it = slotOf.find(slotPart(to, s));
+    auto it = slotOf.find(to.slotPart(s));
     if (it == slotOf.end()) return {};
     src[s] = it->second;
   }

@@ -437,6 +437,9 @@ Regs Lowering::issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LV
   // Adds the partial sum of the chunk from K index `start` to `sum` (times its scales),
   // in chunk order. Each row's and column's scale is decoded once: a thread's slots
   // share few of them.
+  // One B scale for the whole table (a splat: FP8-block's 128-block).
+  bool oneB = scaled && scaled->inRegs &&
+              std::all_of(scaled->rb.e.begin(), scaled->rb.e.end(), [&](LVal* e) { return e == scaled->rb.e[0]; });
   auto addChunk = [&](const Regs& part, int64_t start) {
     std::vector<LVal*> ra, cb;
     if (scaled && scaled->inRegs) {
@@ -449,10 +452,7 @@ Regs Lowering::issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LV
     }
     // sum + (p cb) ra in one FMUL and one FFMA: both products are exact (powers of
     // two), so the FFMA rounds once, as sum + p (ra cb) does. With one B scale for the
-    // whole table (a splat: FP8-block's 128-block), ra cb is one FMUL per row and each
-    // slot one FFMA.
-    bool oneB = scaled && scaled->inRegs &&
-                std::all_of(scaled->rb.e.begin(), scaled->rb.e.end(), [&](LVal* e) { return e == scaled->rb.e[0]; });
+    // whole table (oneB), ra cb is one FMUL per row and each slot one FFMA.
     if (oneB)
       for (LVal*& r : ra) r = b_.CreateFMul(r, cb[0]);
     for (size_t i = 0; i < sum.e.size(); ++i) {

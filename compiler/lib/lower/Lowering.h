@@ -153,12 +153,7 @@ class Lowering {
   }
   Layout typeLayout(const Type& t) const { return detail::typeLayout(t, threads_); }
   // The slot part of slot s's flat index: the sum of reg[i] over the set bits i of s.
-  static int64_t slotPart(const Layout& l, int s) {
-    int64_t c = 0;
-    for (size_t i = 0; i < l.reg.size(); ++i)
-      if (s >> i & 1) c += l.reg[i];
-    return c;
-  }
+  static int64_t slotPart(const Layout& l, int s) { return l.slotPart(s); }
   // Flat element index of slot s in this thread.
   LVal* flatIndex(const Layout& l, int s) { return b_.CreateAdd(threadPart(l), idx(slotPart(l, s)), "", true, true); }
   // Whether slot s is the copy that performs side effects (static), and whether this
