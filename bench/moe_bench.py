@@ -255,11 +255,16 @@ def main(argv=None):
         help="our bf16 tiles, e.g. 128x256x64w8s3; suffix ws: warp-specialized, pp: ping-pong (repeatable)",
     )
     ap.add_argument(
-        "--fp8-config", action="append", help="our fp8 forward's tiles (repeatable; default: the host's pick)"
+        "--fp8-config",
+        action="append",
+        help="our fp8 forward's and dgrad's tiles (repeatable; default: the host's pick)",
     )
     ap.add_argument("--sections", default="gemm,memory,mlp")
     ap.add_argument("--shapes", help="only these GEMM / MLP shapes, e.g. deepseekv3_fc1,qwen3_30b (default: all)")
-    ap.add_argument("--ops", help="only the GEMM ops of these first words, e.g. wgrad or fwd,dgrad (default: all)")
+    ap.add_argument(
+        "--ops",
+        help="only these GEMM ops, by first word or whole: wgrad, fwd,dgrad, 'fwd fp8,dgrad fp8' (default: all)",
+    )
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per shape (default 3)")
     ap.add_argument("--group-m", type=int, help="PERSISTENT_GROUP_M of the persistent order (default 8)")
@@ -322,7 +327,8 @@ def main(argv=None):
             backend.free()
             continue
         if args.ops:
-            cases = [c for c in cases if c["section"] != "gemm" or c["op"].split()[0] in args.ops.split(",")]
+            ops = args.ops.split(",")
+            cases = [c for c in cases if c["section"] != "gemm" or c["op"].split()[0] in ops or c["op"] in ops]
         checked = [(case, check_case(case, backend)) for case in cases]
         if not args.check_only:
             time_cases([(c, r) for c, r in checked if r["status"] == "ok"], backend, reps, warmup, args.rounds)

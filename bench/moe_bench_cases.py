@@ -100,29 +100,32 @@ def gemm_cases(B, name, shape, splits_for, skewed, configs, rng, fp8_configs=(No
             waves = e * cdiv(n, cfg.block_m) * cdiv(k, cfg.block_n) / host.num_programs(x)
             out.append(case | dict(config=_cfg_name(cfg), persistent=persistent, waves=waves))
     for cfg in fp8_configs:
-        out += _fp8_ours(B, x, w, splits, c, fwd_check, cfg)
+        out += _fp8_ours(B, x, w, dy, splits, c, fwd_check, dgrad_check, cfg)
     out += _gemm_peers(B, name, routing, x, w, dy, s, offs, c, fwd_check, dgrad_check, wgrad_check)
     return out
 
 
-def _fp8_ours(B, x, w, splits, c, fwd_check, cfg):
-    """Our fp8 forward on MXFP8 and FP8-block operands (quantized here, not timed) at tile
-    config `cfg` (None: what the host picks); bench/moe_tune.py tunes them per recipe, the
-    variant's first word."""
+def _fp8_ours(B, x, w, dy, splits, c, fwd_check, dgrad_check, cfg):
+    """Our fp8 forward and dgrad on MXFP8 and FP8-block operands (quantized here, not timed)
+    at tile config `cfg` (None: what the host picks); bench/moe_tune.py tunes them per
+    recipe, the variant's first word."""
     w2 = w.reshape(-1, w.shape[2])
     recipes = [("mxfp8", "mxfp8 (1x32 e8m0)", {})]
     if w2.shape[0] % 128 == 0 and x.shape[1] % 128 == 0:
         recipes.append(("fp8_block", "fp8_block (1x128, 128x128)", dict(block=(128, 128))))
     out = []
     for recipe, variant, wkw in recipes:
-        qx, qw = moe.quantize(x, recipe), moe.quantize(w2, recipe, **wkw)
         if cfg is not None and recipe == "mxfp8" and (cfg.persistent or cfg.warp_specialize):
             continue  # the persistent fp8 kernel reads FP8-block codes through descriptors only
         name = None if cfg is None else _cfg_name(cfg) + ("p" if cfg.persistent and not cfg.warp_specialize else "")
         tag = {} if cfg is None else dict(config=name, persistent=cfg.persistent)
+        label = variant + ("" if cfg is None else f" {name}")
+        qx, qw = moe.quantize(x, recipe), moe.quantize(w2, recipe, **wkw)
         fn = functools.partial(moe.grouped_gemm, qx, qw, splits, config=cfg)
-        case = c("fwd fp8", variant + ("" if cfg is None else f" {name}"), "ours", "fp8", fn, fwd_check)
-        out.append(case | tag)
+        out.append(c("fwd fp8", label, "ours", "fp8", fn, fwd_check) | tag)
+        qdy, qwc = moe.quantize(dy, recipe), moe.quantize(w2, recipe, axis=0, **wkw)
+        fn = functools.partial(moe.grouped_gemm_dgrad, qdy, qwc, splits, config=cfg)
+        out.append(c("dgrad fp8", label, "ours", "fp8", fn, dgrad_check) | tag)
     return out
 
 
@@ -136,6 +139,7 @@ def _gemm_peers(B, name, routing, x, w, dy, s, offs, c, fwd_check, dgrad_check, 
                 ("fwd bf16", "torch._grouped_mm"),
                 ("fwd bf16", "triton persistent"),
                 ("fwd fp8", "torch._scaled_grouped_mm"),
+                ("dgrad fp8", "torch._scaled_grouped_mm"),
             )
         ]
     import triton_grouped
@@ -197,29 +201,40 @@ def _gemm_peers(B, name, routing, x, w, dy, s, offs, c, fwd_check, dgrad_check, 
                 fwd_check,
             )
         )
-    out.append(_scaled_grouped(name, routing, x, w, ends, c, fwd_check))
+    out += _scaled_grouped(name, routing, x, w, dy, ends, c, fwd_check, dgrad_check)
     return out
 
 
-def _scaled_grouped(name, routing, x, w, ends, c, fwd_check):
-    """torch's fp8 rowwise grouped GEMM: e4m3 x with a scale per row, w with one per (expert,
-    output column), as torch 2.11's torch._scaled_grouped_mm(mat_a, mat_b, scale_a, scale_b,
-    offs=, out_dtype=) takes them."""
+def _scaled_grouped(name, routing, x, w, dy, ends, c, fwd_check, dgrad_check):
+    """torch's fp8 rowwise grouped GEMM, forward and dgrad: e4m3 A with a scale per row, B
+    with one per (expert, output column), as torch 2.11's torch._scaled_grouped_mm(mat_a,
+    mat_b, scale_a, scale_b, offs=, out_dtype=) takes them (B column-major)."""
     fn = getattr(torch, "_scaled_grouped_mm", None)
     if fn is None:
-        return _missing(
-            "gemm", name, routing, "fwd fp8", "torch._scaled_grouped_mm", f"not in torch {torch.__version__}"
-        )
+        why = f"not in torch {torch.__version__}"
+        return [_missing("gemm", name, routing, op, "torch._scaled_grouped_mm", why) for op in ("fwd fp8", "dgrad fp8")]
     fmax = torch.finfo(torch.float8_e4m3fn).max
-    sa = x.float().abs().amax(dim=1).clamp_min(1e-12) / fmax
-    sb = w.float().abs().amax(dim=2).clamp_min(1e-12) / fmax  # [E, N]
-    x8 = (x.float() / sa[:, None]).to(torch.float8_e4m3fn)
-    w8 = (w.float() / sb[:, :, None]).to(torch.float8_e4m3fn).transpose(-2, -1)
 
-    def call():
-        return fn(x8, w8, sa, sb, offs=ends, out_dtype=torch.bfloat16)
+    def rowwise(a, dim):
+        s = a.float().abs().amax(dim=dim).clamp_min(1e-12) / fmax
+        return (a.float() / s.unsqueeze(dim)).to(torch.float8_e4m3fn), s
 
-    return c("fwd fp8", "torch._scaled_grouped_mm rowwise", "peer", "fp8", call, fwd_check)
+    x8, sx = rowwise(x, 1)
+    dy8, sdy = rowwise(dy, 1)
+    w8, sw = rowwise(w, 2)  # [E, N, K], a scale per (expert, n): the forward's B [K, N] per expert
+    wk8, swk = rowwise(w.transpose(-2, -1).contiguous(), 2)  # [E, K, N]: the dgrad's B [N, K]
+    w8, wk8 = w8.transpose(-2, -1), wk8.transpose(-2, -1)
+
+    def fwd():
+        return fn(x8, w8, sx, sw, offs=ends, out_dtype=torch.bfloat16)
+
+    def dgrad():
+        return fn(dy8, wk8, sdy, swk, offs=ends, out_dtype=torch.bfloat16)
+
+    return [
+        c("fwd fp8", "torch._scaled_grouped_mm rowwise", "peer", "fp8", fwd, fwd_check),
+        c("dgrad fp8", "torch._scaled_grouped_mm rowwise", "peer", "fp8", dgrad, dgrad_check),
+    ]
 
 
 def _numpy_peers(B, x, w, dy, offs, c, fwd_check, dgrad_check, wgrad_check):

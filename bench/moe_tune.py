@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from moe_bench import parse_config  # noqa: E402
 from moe_bench_cases import GEMM_SHAPES  # noqa: E402
 
-TUNED_OPS = ("fwd bf16", "dgrad bf16", "wgrad bf16", "fwd mxfp8", "fwd fp8_block")
+TUNED_OPS = ("fwd bf16", "dgrad bf16", "wgrad bf16", "fwd mxfp8", "fwd fp8_block", "dgrad fp8_block")
 BALANCED = "0.7-1.3"
 
 
@@ -40,12 +40,12 @@ def gemm_dims(shape: str, op: str):
 
 
 def tuned_op(row: dict) -> str | None:
-    """The op moe.tuned names a row's measurement by: its op, except the fp8 forward's rows
-    ("fwd fp8" beside torch's fp8 for the ratios), tuned per recipe, the variant's first word:
-    "fwd mxfp8", "fwd fp8_block"."""
+    """The op moe.tuned names a row's measurement by: its op, except the fp8 rows ("fwd fp8",
+    "dgrad fp8" beside torch's fp8 for the ratios), tuned per recipe, the variant's first
+    word: "fwd mxfp8", "dgrad fp8_block"."""
     op = row.get("op")
-    if op == "fwd fp8" and row.get("variant"):
-        return f"fwd {row['variant'].split()[0]}"
+    if op in ("fwd fp8", "dgrad fp8") and row.get("variant"):
+        return f"{op.split()[0]} {row['variant'].split()[0]}"
     return op
 
 

@@ -158,6 +158,29 @@ def test_fp8_block(gen, name, dgrad, cfg):
     assert (g[end:] == SENTINEL).all(), "pad rows were written"
 
 
+@pytest.mark.parametrize("dgrad", [False, True])
+def test_fp8_block_default_config(gen, monkeypatch, dgrad):
+    """Without a config (and no tuned entry) FP8-block runs FP8_BLOCK_CONFIG, persistent and
+    warp-specialized: bit for bit the per-tile kernel at its tiles."""
+    import importlib
+
+    h = importlib.import_module("tilefuse.moe.grouped_gemm")
+    monkeypatch.setattr(h.tuned, "lookup", lambda *a: None)
+    ran = []
+    persistent = h.fp8_persistent
+    monkeypatch.setattr(h, "fp8_persistent", lambda *a: ran.append(persistent(*a)) or ran[-1])
+    rows, k, n, s, splits, x, w = setup(gen, "skewed")
+    a = bf16(gen, rows, n) if dgrad else x
+    qa = moe.quantize(a, "fp8_block")
+    qw = moe.quantize(w.reshape(-1, k), "fp8_block", block=(128, 128), axis=0 if dgrad else -1)
+    call = moe.grouped_gemm_dgrad if dgrad else moe.grouped_gemm
+    off = h.FP8_BLOCK_CONFIG._replace(persistent=False, warp_specialize=0)
+    got, want = (call(qa, qw, splits, out=prefilled(rows, k if dgrad else n, "float32"), out_dtype="float32",
+                      config=c) for c in (None, off))  # fmt: skip
+    assert ran == [True, False]
+    same_bits(got, want, "dx" if dgrad else "y")
+
+
 @pytest.mark.parametrize("scaled", [False, True])
 def test_bias(gen, scaled):
     rows, k, n, s, splits, x, w = setup(gen, "skewed")
@@ -179,15 +202,13 @@ def test_rule_picks_persistent_at_a_peer_shape(monkeypatch):
     x = torch.empty((32768, 16), device="cuda", dtype=torch.bfloat16)
     assert h.use_persistent(x, 32768, 32, 4096, moe.GemmConfig())
     assert not h.use_persistent(x, 1024, 4, 256, moe.GemmConfig())
-    # FP8-block (FP8_PERSISTENT on): the forward through descriptors by the same rule, the
-    # dgrad only when asked
+    # FP8-block: persistent when asked (its default config asks, warp-specialized)
     fp8 = moe.GemmConfig(128, 128, 128, 8, 3)
-    assert not h.fp8_persistent(x, 32768, 32, 4096, fp8, True, False) or h.FP8_PERSISTENT
-    monkeypatch.setattr(h, "FP8_PERSISTENT", True)
-    assert h.fp8_persistent(x, 32768, 32, 4096, fp8, True, False)
-    assert not h.fp8_persistent(x, 32768, 32, 4096, fp8, True, True)
-    assert not h.fp8_persistent(x, 32768, 32, 4096, fp8, False, False)
-    assert h.fp8_persistent(x, 32768, 32, 4096, fp8._replace(warp_specialize=1), True, True)
+    assert not h.fp8_persistent(32768, fp8, True)
+    assert h.fp8_persistent(32768, fp8._replace(persistent=True), True)
+    assert not h.fp8_persistent(32768, fp8._replace(warp_specialize=1), False), "no descriptors"
+    assert h.fp8_default_config(x, "fp8_block") == h.FP8_BLOCK_CONFIG
+    assert h.fp8_persistent(32768, h.FP8_BLOCK_CONFIG, True)
 
 
 def test_new_routing_replays_in_a_cuda_graph(gen):

@@ -22,8 +22,14 @@ sys.path.insert(0, str(ROOT / "bench"))
 import moe_tune  # noqa: E402
 
 SOURCES = [
-    ROOT / "bench" / "data" / f"moe_bench_h200_{d}.json"
-    for d in ("2026-12-02", "2026-12-03_wgrad", "2026-12-04_fp8", "2026-12-04_fp8_tma")
+    ROOT / "bench" / "data" / f"moe_bench_{d}.json"
+    for d in (
+        "h200_2026-12-02",
+        "h200_2026-12-03_wgrad",
+        "h200_2026-12-04_fp8",
+        "h200_2026-12-04_fp8_tma",
+        "h100_2026-12-05_fp8_dgrad",
+    )
 ]
 gg = importlib.import_module("tilefuse.moe.grouped_gemm")
 

@@ -38,7 +38,7 @@ class GemmConfig(NamedTuple):
     (grouped_gemm_persistent_kernel, grouped_wgrad_persistent_kernel), False one program
     per tile, None lets use_persistent decide (the wgrad: persistent on the GPU). The
     FP8-block forward and dgrad (K steps up to 128): True or warp_specialize runs
-    grouped_gemm_fp8_kernel's PERSISTENT form (None: fp8_persistent's rule).
+    grouped_gemm_fp8_kernel's PERSISTENT form (FP8-block's default config does).
     warp_specialize (the persistent bf16 and FP8-block forward and dgrad, the persistent
     bf16 wgrad, on sm_90a; implies persistent): True or 1, a producer warpgroup issues
     the TMA copies, num_warps consumer warps the rest (tl.range's warp_specialize); 2,
@@ -60,13 +60,26 @@ def default_config(x) -> GemmConfig:
     return GemmConfig(32, 32, 32, 4, 2) if isinstance(x, np.ndarray) else GemmConfig()
 
 
-def _config(fn, config, x, tuned_op=None, n=0, k=0) -> GemmConfig:
+# FP8-block on the GPU where no tuned entry covers the call: 128-wide K steps (one scale a
+# row and step, promoted from registers), warp-specialized persistent (bench/RESULTS.md,
+# 2026-12-05: 1.5-1.6x the per-tile kernel on the H100).
+FP8_BLOCK_CONFIG = GemmConfig(128, 128, 128, 8, 4, None, 1)
+
+
+def fp8_default_config(x, recipe) -> GemmConfig:
+    """default_config, but FP8-block's own on the GPU (FP8_BLOCK_CONFIG)."""
+    return FP8_BLOCK_CONFIG if recipe == "fp8_block" and not isinstance(x, np.ndarray) else default_config(x)
+
+
+def _config(fn, config, x, tuned_op=None, n=0, k=0, default=None) -> GemmConfig:
     """config, checked; where None, the tuned table's entry for tuned_op (a call of the kind
-    moe.tuned measured, on the GPU, producing n columns from a k reduction), else the default."""
+    moe.tuned measured, on the GPU, producing n columns from a k reduction), else `default`
+    (None: default_config)."""
     cfg = config
     if cfg is None and tuned_op is not None and not isinstance(x, np.ndarray):
         cfg = tuned.lookup(_arch(x.device), tuned_op, n, k)
-    cfg = default_config(x) if cfg is None else cfg
+    if cfg is None:
+        cfg = default_config(x) if default is None else default
     if not isinstance(cfg, GemmConfig):
         raise TypeError(f"{fn}: config must be a moe.GemmConfig, got {type(cfg).__name__}")
     for f in GemmConfig._fields[:4]:
@@ -265,22 +278,10 @@ def tail_tiles(cfg) -> bool:
     return TAIL_TILES and cfg.block_m >= 128 and not cfg.warp_specialize
 
 
-# The FP8-block forward persistent by default (where config.persistent is None) at
-# use_persistent's waves: 1.06-1.30x the per-tile kernel on the H100 (bench/RESULTS.md,
-# 2026-12-05), bit for bit the same results at the configs tested there; off until the
-# tuned configs (128x128x128, 3 and 4 stages) and the MLP run it on a GPU.
-FP8_PERSISTENT = False
-
-
-def fp8_persistent(like, rows, groups, o, cfg, desc, dgrad) -> bool:
-    """Whether the fp8 GEMM runs persistent (grouped_gemm_fp8_kernel's PERSISTENT): asked for
-    (config.persistent or warp_specialize), or where persistent is None and FP8_PERSISTENT,
-    the FP8-block forward through descriptors by use_persistent (the dgrad only when asked)."""
-    if rows == 0 or cfg.persistent is False:
-        return False
-    if cfg.persistent or cfg.warp_specialize:
-        return True
-    return FP8_PERSISTENT and desc and not dgrad and use_persistent(like, rows, groups, o, cfg)
+def fp8_persistent(rows, cfg, desc) -> bool:
+    """Whether the fp8 GEMM runs grouped_gemm_fp8_kernel's PERSISTENT form: asked for
+    (config.persistent or warp_specialize; FP8-block's default config asks for both)."""
+    return rows > 0 and desc and cfg.persistent is not False and bool(cfg.persistent or cfg.warp_specialize)
 
 
 def _persistent_gemm(a, wt: _Weights, splits, out, bias, scale, c, o, dgrad, cfg):
@@ -423,9 +424,9 @@ def _fp8_gemm(fn, a, w, splits, bias, bias_scale, out, out_dtype, config, dgrad)
     o = k if dgrad else n
     _check_bias(fn, bias, bias_scale, like, groups, o, rows)
     y = _out(fn, out, like, (rows, o), out_dtype)
-    # moe.tuned measured the forward without bias, per recipe ("fwd mxfp8", "fwd fp8_block")
-    tuned_op = None if dgrad or bias is not None else f"fwd {a.recipe}"
-    cfg = _config(fn, config, like, tuned_op, o, c)
+    # moe.tuned measured them without bias, per recipe ("fwd mxfp8", "dgrad fp8_block", ...)
+    tuned_op = None if bias is not None else f"{'dgrad' if dgrad else 'fwd'} {a.recipe}"
+    cfg = _config(fn, config, like, tuned_op, o, c, fp8_default_config(like, a.recipe))
     # FP8-block: a step within one 128-block (one scale per row and step), or of whole
     # 128-blocks (each promoted while the next one's wgmma run).
     block_c = next(
@@ -463,7 +464,7 @@ def _fp8_gemm(fn, a, w, splits, bias, bias_scale, out, out_dtype, config, dgrad)
     # A tile's columns in one 128-block of Wq's rows: B's scale is one value a K step.
     meta["SW_ONE"] = sw_rows == 128 and block_c <= 128 and cfg.block_n <= 128 and (dgrad or n % 128 == 0)
     meta |= dict(BM=cfg.block_m, BO=cfg.block_n, BC=block_c, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    if fp8_persistent(like, rows, groups, o, cfg, desc, dgrad):
+    if fp8_persistent(rows, cfg, desc):
         meta |= dict(PERSISTENT=True, GROUP_M=PERSISTENT_GROUP_M, WS=int(cfg.warp_specialize))
         K.grouped_gemm_fp8_kernel[(num_programs(like),)](*args, DESC=True, **meta)
     else:

@@ -33,8 +33,8 @@ def table(arch: str) -> dict | None:
 
 def lookup(arch: str, op: str, n: int, k: int):
     """The tuned moe.GemmConfig for `op` ("fwd bf16", "dgrad bf16", "wgrad bf16", "fwd mxfp8",
-    "fwd fp8_block": bench/moe_tune.py's TUNED_OPS) producing N columns from a K reduction
-    (the wgrad: dw's columns and rows), or None where the table does not cover it."""
+    "fwd fp8_block", "dgrad fp8_block": bench/moe_tune.py's TUNED_OPS) producing N columns
+    from a K reduction (the wgrad: dw's columns and rows), or None where the table does not cover it."""
     from .grouped_gemm import GemmConfig
 
     t = table(arch)

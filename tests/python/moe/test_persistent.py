@@ -185,9 +185,12 @@ def test_rule():
     like = np.zeros(1, BF16)
     assert not host.use_persistent(like, 10**6, 8, 4096, cfg), "the interpreter defaults to one program per tile"
     assert host.use_persistent(like, 10, 8, 64, cfg._replace(persistent=True))
-    assert not host.fp8_persistent(like, 10**6, 8, 4096, cfg, True, False), "the interpreter: per tile"
-    assert host.fp8_persistent(like, 10, 8, 64, cfg._replace(warp_specialize=2), True, True)
-    assert not host.fp8_persistent(like, 0, 8, 64, cfg._replace(persistent=True), True, False), "no rows"
+    assert not host.fp8_persistent(10**6, cfg, True), "not asked for"
+    assert host.fp8_persistent(10, cfg._replace(warp_specialize=2), True)
+    assert not host.fp8_persistent(10, cfg._replace(warp_specialize=1, persistent=False), True), "refused"
+    assert not host.fp8_persistent(0, cfg._replace(persistent=True), True), "no rows"
+    assert host.fp8_default_config(like, "fp8_block") == host.default_config(like), "the interpreter's tiles"
+    assert host.fp8_default_config(like, "mxfp8") == host.default_config(like)
 
 
 def test_refusals(rng):
