@@ -317,6 +317,7 @@ def grouped_gemm_fp8_kernel(
     GROUP_M: tl.constexpr = 8,
     WS: tl.constexpr = 0,
     SW_ONE: tl.constexpr = False,
+    TWO: tl.constexpr = False,
 ):
     # Block-scaled fp8: out = (a·scale_a) B_g (+ bias as above), a [R, C] fp8 codes with
     # their scales (_scale_codes: MXFP8 or FP8-block), B_g [C, O] read K-major (as Hopper's
@@ -333,22 +334,27 @@ def grouped_gemm_fp8_kernel(
     # while the consumers promote and store this one; 2, two consumer groups take the
     # tiles in turns, one group's fp32 promotion running while the other's wgmma keep the
     # tensor cores busy. SW_ONE: each tile's columns lie in one 128-block of Wq's rows
-    # (FP8-block, BO <= 128, W_ROW a multiple of 128; k_loop_fp8's).
+    # (FP8-block, BO <= 128, W_ROW a multiple of 128; k_loop_fp8's). TWO (PERSISTENT): a
+    # tile is 2·BO columns, two adjacent halves of BO each with its accumulator (k_loop_fp8's
+    # TWO): each dot's partial sums are BO wide, so a 128 x 256 tile fits a consumer's
+    # registers (two accumulators and one half's partials); with SW_ONE, O % (2·BO) == 0.
     if PERSISTENT:
-        tiles_o = tl.cdiv(O, BO)
+        tiles_o = tl.cdiv(O, BO * (2 if TWO else 1))
         total = tl.load(tile_start_ptr + G) * tiles_o
         turns = 2 if WS == 2 else 1
         for t in tl.range(
             tl.program_id(0), total, tl.num_programs(0), warp_specialize=WS > 0, num_consumer_groups=turns
         ):
             g, m0, end, pid_o = _persistent_tile(t, offsets_ptr, tile_start_ptr, tiles_ptr, tiles_o, GROUP_M, BM)
-            o0 = pid_o * BO
+            o0 = pid_o * BO * (2 if TWO else 1)
             ro = o0 + tl.arange(0, BO)
-            acc, _ = k_loop_fp8(
-                a_ptr, sa_ptr, w_ptr, sw_ptr, True, g, m0, end, C, O, ro, ro, W_ROW, W_BLOCK, W_COLS, SA_STRIDE,
-                SW_STRIDE, FA, FW, SA_ROWS, SW_ROWS, False, BM, BO, BC, True, R, W_ROWS, o0, SW_ONE,
+            acc, acc_b = k_loop_fp8(
+                a_ptr, sa_ptr, w_ptr, sw_ptr, True, g, m0, end, C, O, ro, ro + BO, W_ROW, W_BLOCK, W_COLS, SA_STRIDE,
+                SW_STRIDE, FA, FW, SA_ROWS, SW_ROWS, TWO, BM, BO, BC, True, R, W_ROWS, o0, SW_ONE,
             )  # fmt: skip
             _store_tile(acc, g, m0, end, o0, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
+            if TWO:
+                _store_tile(acc_b, g, m0, end, o0 + BO, bias_ptr, scale_ptr, out_ptr, O, BIAS, BM, BO)
     else:
         valid, g, m0, end = _tile(offsets_ptr, tile_start_ptr, tiles_ptr, G)
         o0 = tl.program_id(1) * BO
@@ -399,11 +405,11 @@ def k_loop_fp8(
     behind step c's dots rather than stalling step c + BC's. DESC (one B): the codes
     through descriptors (TMA copies on sm_90), a [R, C] in [BM, BC] boxes, Wq [W_ROWS,
     W_COLS] in [BO, BC] boxes, B_g the transposes of its rows g·W_ROW + o0 .. (o0 = cols'
-    first) from column 32·g·W_BLOCK + c; rows past a group or an expert read what lies there (the caller
-    stores none of it; zeros past the arrays), the same bits. SW_ONE (FP8-block, one B, BC
-    <= 128): `cols` lie in one 128-block of Wq's rows, whose one scale (a scalar, from the
-    row of cols' first) B's codes take: the promotion reads it from a register."""
-    tl.static_assert(not (DESC and TWO), "k_loop_fp8: descriptors read one B")
+    first; with TWO, cols_b = cols + BO the next box) from column 32·g·W_BLOCK + c; rows
+    past a group or an expert read what lies there (the caller stores none of it; zeros
+    past the arrays), the same bits. SW_ONE (FP8-block, BC <= 128): `cols` (and cols_b)
+    lie in one 128-block of Wq's rows, whose one scale (a scalar, from the row of cols'
+    first) B's codes take: the promotion reads it from a register."""
     rm = tl.arange(0, BM)
     live = m0 + rm < end
     if not DESC:
@@ -419,20 +425,20 @@ def k_loop_fp8(
         row0 = g * W_ROW + o0
     else:
         w_cols = w_ptr + w_rows[None, :] * W_COLS + 32 * w_block
-        w_rows_b = g.to(tl.int64) * W_ROW + cols_b
-        w_cols_b = w_ptr + w_rows_b[None, :] * W_COLS + 32 * w_block
+        w_cols_b = w_ptr + (g.to(tl.int64) * W_ROW + cols_b)[None, :] * W_COLS + 32 * w_block
     acc = tl.zeros((BM, BO), dtype=tl.float32)
     acc_b = tl.zeros((BM, BO), dtype=tl.float32)
     steps = tl.where(valid, C, 0)
     first = steps > 0
     sa = _scale_codes(sa_ptr, a_scale_rows, 0, 0, SA_STRIDE, live & first, SA_ROWS, BC)
     if SW_ONE:
-        tl.static_assert(not TWO and SW_ROWS == 128 and BC <= 128, "k_loop_fp8: SW_ONE is FP8-block's one B")
+        tl.static_assert(SW_ROWS == 128 and BC <= 128, "k_loop_fp8: SW_ONE is FP8-block's")
+        tl.static_assert(DESC or not TWO, "k_loop_fp8: SW_ONE's two B through descriptors")
         w_row = g.to(tl.int64) * W_ROW + o0
         sb = _scale_code_one(sw_ptr, w_row, w_block, 0, SW_STRIDE, first, SW_ROWS)
     else:
         sb = _scale_codes(sw_ptr, w_rows, w_block, 0, SW_STRIDE, (cols < O) & first, SW_ROWS, BC)
-    if not DESC:
+        w_rows_b = g.to(tl.int64) * W_ROW + cols_b
         sb_b = _scale_codes(sw_ptr, w_rows_b, w_block, 0, SW_STRIDE, (cols_b < O) & first & TWO, SW_ROWS, BC)
     for c in range(0, steps, BC):
         more = c + BC < steps
@@ -452,10 +458,20 @@ def k_loop_fp8(
         else:
             acc = tl.dot_scaled(a, sa, FA, b, sb, FW, acc)
         if TWO:
-            sb_b_next = _scale_codes(sw_ptr, w_rows_b, w_block, c + BC, SW_STRIDE, (cols_b < O) & more, SW_ROWS, BC)
-            b = tl.load(w_cols_b + (c + rc)[:, None], mask=(cols_b < O)[None, :], other=0)
-            acc_b = tl.dot_scaled(a, sa, FA, b, sb_b, FW, acc_b)
-            sb_b = sb_b_next
+            if DESC:
+                b = tl.trans(w_desc.load([row0 + BO, 32 * w_block + c]).to(fw, bitcast=True))
+            else:
+                b = tl.load(w_cols_b + (c + rc)[:, None], mask=(cols_b < O)[None, :], other=0)
+            if SW_ONE:
+                # Loaded in the step, not carried, unmasked (SW_ONE with TWO: O a multiple of
+                # 2·BO): registers fewer, which a 128 x 256 tile's warp-specialized consumer
+                # (232 registers) needs not to spill.
+                sb1 = _scale_code_one(sw_ptr, w_row + BO, w_block, c, SW_STRIDE, True, SW_ROWS)
+                acc_b = tl.dot_scaled(a, sa, FA, b, tl.broadcast_to(sb1, (BO, BC // 32)), FW, acc_b)
+            else:
+                sb_b_next = _scale_codes(sw_ptr, w_rows_b, w_block, c + BC, SW_STRIDE, (cols_b < O) & more, SW_ROWS, BC)
+                acc_b = tl.dot_scaled(a, sa, FA, b, sb_b, FW, acc_b)
+                sb_b = sb_b_next
         sa, sb = sa_next, sb_next
     return acc, acc_b
 

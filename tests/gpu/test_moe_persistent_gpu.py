@@ -115,9 +115,10 @@ def test_tail_tiles(gen, monkeypatch, name, tiles):
         check_rows(dx, *ref.dgrad(host(dy), host(w), s), n, s, "bfloat16", "dx")
 
 
-FP8_CONFIGS = {  # the persistent FP8-block kernel: plain, warp-specialized, ping-pong
+FP8_CONFIGS = {  # the persistent FP8-block kernel: plain, warp-specialized (one or two dots), ping-pong
     "persistent": moe.GemmConfig(128, 128, 128, 8, 3, persistent=True),
     "ws": moe.GemmConfig(128, 128, 128, 8, 4, warp_specialize=1),
+    "ws_two_halves": moe.GemmConfig(128, 256, 128, 8, 3, warp_specialize=1),  # TWO: 2 dots of 128
     "pingpong": moe.GemmConfig(64, 128, 128, 4, 3, warp_specialize=2),
     "pingpong_k64": moe.GemmConfig(64, 128, 64, 4, 4, warp_specialize=2),
 }

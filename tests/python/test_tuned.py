@@ -29,6 +29,8 @@ SOURCES = [
         "h200_2026-12-04_fp8",
         "h200_2026-12-04_fp8_tma",
         "h100_2026-12-05_fp8_dgrad",
+        "h200_2026-12-05_fp8_two",
+        "h100_2026-12-05_fp8_two_qwen_fc1",
     )
 ]
 gg = importlib.import_module("tilefuse.moe.grouped_gemm")

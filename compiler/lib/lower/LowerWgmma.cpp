@@ -104,6 +104,21 @@ Regs Lowering::waitWgmma(const Regs& r, int pending, bool alone) {
   return out;
 }
 
+// `r`'s fp32 registers through an empty asm with side effects: what computes them stays
+// before it, and so before the next wgmma. Without it LLVM sinks a promotion past the
+// next dot's wgmma group (into the loop's latch), and both partial sums stay live.
+Regs Lowering::pinRegs(const Regs& r) {
+  std::vector<llvm::Type*> tys(r.e.size(), b_.getFloatTy());
+  std::string cons;
+  for (size_t i = 0; i < r.e.size(); ++i) cons += "=f,";
+  for (size_t i = 0; i < r.e.size(); ++i) cons += std::to_string(i) + (i + 1 < r.e.size() ? "," : "");
+  auto* ret = llvm::StructType::get(ctx_, tys);
+  auto* call = b_.CreateCall(llvm::InlineAsm::get(llvm::FunctionType::get(ret, tys, false), "", cons, true), r.e);
+  Regs out{{}, r.L};
+  for (unsigned i = 0; i < r.e.size(); ++i) out.e.push_back(b_.CreateExtractValue(call, i));
+  return out;
+}
+
 // Elements 2i and 2i+1 of `r` (f16 values) as the i32 holding them as an f16x2, and back.
 // A pair unpacked from one i32 is that i32: a wgmma result reaches its wait without a
 // move, which ptxas would otherwise guard with a wait of its own (C7517).
@@ -529,7 +544,7 @@ Regs Lowering::issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LV
     }
   }
   if (prevStart >= 0) addChunk(waitWgmma(prev, 0), prevStart);  // the overlap's last chunk
-  if (promote) return sum;
+  if (promote) return pinRegs(sum);
   ptx("wgmma.commit_group.sync.aligned;");
   return f16Acc ? unpackHalves(acc) : acc;
 }

@@ -414,6 +414,7 @@ class Lowering {
   LVal* sharedStage(const Value* buf, const Value* stage);
   void ptx(const std::string& text);
   Regs waitWgmma(const Regs& r, int pending, bool alone = false);
+  Regs pinRegs(const Regs& r);
   // f16 values in pairs as the i32 registers (f16x2) that hold them, and back.
   Regs packHalves(const Regs& r);
   Regs unpackHalves(const Regs& r);

@@ -38,7 +38,8 @@ class GemmConfig(NamedTuple):
     (grouped_gemm_persistent_kernel, grouped_wgrad_persistent_kernel), False one program
     per tile, None lets use_persistent decide (the wgrad: persistent on the GPU). The
     FP8-block forward and dgrad (K steps up to 128): True or warp_specialize runs
-    grouped_gemm_fp8_kernel's PERSISTENT form (FP8-block's default config does).
+    grouped_gemm_fp8_kernel's PERSISTENT form (FP8-block's default config does), whose
+    tiles wider than 128 columns are two dots of half the width.
     warp_specialize (the persistent bf16 and FP8-block forward and dgrad, the persistent
     bf16 wgrad, on sm_90a; implies persistent): True or 1, a producer warpgroup issues
     the TMA copies, num_warps consumer warps the rest (tl.range's warp_specialize); 2,
@@ -63,7 +64,7 @@ def default_config(x) -> GemmConfig:
 # FP8-block on the GPU where no tuned entry covers the call: 128-wide K steps (one scale a
 # row and step, promoted from registers), warp-specialized persistent (bench/RESULTS.md,
 # 2026-12-05: 1.5-1.6x the per-tile kernel on the H100).
-FP8_BLOCK_CONFIG = GemmConfig(128, 128, 128, 8, 4, None, 1)
+FP8_BLOCK_CONFIG = GemmConfig(128, 256, 128, 8, 3, None, 1)
 
 
 def fp8_default_config(x, recipe) -> GemmConfig:
@@ -278,6 +279,11 @@ def tail_tiles(cfg) -> bool:
     return TAIL_TILES and cfg.block_m >= 128 and not cfg.warp_specialize
 
 
+# The persistent fp8 kernel's tiles wider than this run as two halves, one dot each (its TWO):
+# the partial sums of a 256-wide dot would not fit a consumer's registers beside the tile's.
+FP8_WIDEST_DOT = 128
+
+
 def fp8_persistent(rows, cfg, desc) -> bool:
     """Whether the fp8 GEMM runs grouped_gemm_fp8_kernel's PERSISTENT form: asked for
     (config.persistent or warp_specialize; FP8-block's default config asks for both)."""
@@ -461,11 +467,17 @@ def _fp8_gemm(fn, a, w, splits, bias, bias_scale, out, out_dtype, config, dgrad)
         int(w.data.shape[0]),
     )
     meta = dict(FA=a.fmt, FW=w.fmt, SA_ROWS=sa_rows, SW_ROWS=sw_rows, BIAS=bias_kind(bias, bias_scale))
-    # A tile's columns in one 128-block of Wq's rows: B's scale is one value a K step.
-    meta["SW_ONE"] = sw_rows == 128 and block_c <= 128 and cfg.block_n <= 128 and (dgrad or n % 128 == 0)
-    meta |= dict(BM=cfg.block_m, BO=cfg.block_n, BC=block_c, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    if fp8_persistent(rows, cfg, desc):
-        meta |= dict(PERSISTENT=True, GROUP_M=PERSISTENT_GROUP_M, WS=int(cfg.warp_specialize))
+    persistent = fp8_persistent(rows, cfg, desc)
+    two = persistent and cfg.block_n > FP8_WIDEST_DOT
+    bo = cfg.block_n // 2 if two else cfg.block_n
+    # A dot's columns in one 128-block of Wq's rows: B's scale is one value a K step.
+    # Two halves read the second's one scale unmasked: no half past O.
+    meta["SW_ONE"] = (
+        sw_rows == 128 and block_c <= 128 and bo <= 128 and (dgrad or n % 128 == 0) and (not two or o % (2 * bo) == 0)
+    )
+    meta |= dict(BM=cfg.block_m, BO=bo, BC=block_c, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if persistent:
+        meta |= dict(PERSISTENT=True, GROUP_M=PERSISTENT_GROUP_M, WS=int(cfg.warp_specialize), TWO=two)
         K.grouped_gemm_fp8_kernel[(num_programs(like),)](*args, DESC=True, **meta)
     else:
         K.grouped_gemm_fp8_kernel[(sched.slots, cdiv(o, cfg.block_n))](*args, DESC=desc, **meta)

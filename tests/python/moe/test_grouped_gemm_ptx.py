@@ -188,7 +188,7 @@ HOST_CONFIGS = {
     "forward_mxfp8": ("fwd mxfp8", "default"),
     "forward_fp8_block": ("fwd fp8_block", "default"),
     "dgrad_mxfp8": (None, "default"),
-    "dgrad_fp8_block": (None, "default"),
+    "dgrad_fp8_block": ("dgrad fp8_block", "default"),
     "wgrad_mxfp8": (None, "default"),
     "wgrad_fp8_block": (None, "default"),
 }
@@ -196,20 +196,27 @@ HOST_CONFIGS = {
 
 def host_config_cases():
     """(call, config) pairs: each library GEMM at every config the host may pick for it."""
+    import importlib
+
     from tilefuse.moe import tuned
 
+    host = importlib.import_module("tilefuse.moe.grouped_gemm")
     cases = []
     for call, (op, _) in HOST_CONFIGS.items():
-        cfgs = {moe.GemmConfig()}
+        cfgs = {moe.GemmConfig()} | (
+            {host.FP8_BLOCK_CONFIG} if call in ("forward_fp8_block", "dgrad_fp8_block") else set()
+        )
         for e in (tuned.table("sm_90a") or {}).get("entries", []):
             if e["op"] == op:
-                cfgs.add(moe.GemmConfig(*e["config"][:5]))
-        cases += [(call, c) for c in sorted(cfgs)]
+                cfgs.add(moe.GemmConfig(*e["config"]))
+        cases += [(call, c) for c in sorted(cfgs, key=str)]
     return cases
 
 
 def case_id(v):
-    return v if isinstance(v, str) else "x".join(map(str, v[:3]))
+    if isinstance(v, str):
+        return v
+    return "x".join(map(str, v[:3])) + ("", "ws", "pp")[int(v.warp_specialize)] + ("p" if v.persistent else "")
 
 
 def gemm_ptx(monkeypatch, call, cfg):
@@ -226,9 +233,9 @@ def gemm_ptx(monkeypatch, call, cfg):
 @pytest.mark.skipif(not shutil.which("ptxas") and not shutil.os.path.exists(PTXAS), reason="needs ptxas")
 @pytest.mark.parametrize("call,cfg", host_config_cases(), ids=case_id)
 def test_host_configs_do_not_spill(monkeypatch, tmp_path, call, cfg):
-    """No local-memory spills in the library GEMMs at the tiles the host launches (128 x 256
-    fp8 tiles do spill: 128 accumulator and 128 partial-sum slots per thread; neither the
-    default nor the tuned table picks them)."""
+    """No local-memory spills in the library GEMMs at the tiles the host launches (a 128 x 256
+    fp8 dot per tile would spill: 128 accumulator and 128 partial-sum slots per thread; the
+    FP8-block 128 x 256 tiles the host picks are persistent, two dots of 128 columns)."""
     for name, ptx in gemm_ptx(monkeypatch, call, cfg):
         report = assert_assembles(ptx, "sm_90a", tmp_path, verbose=True)
         assert "0 bytes spill stores" in report and "C7514" not in report, (name, report)

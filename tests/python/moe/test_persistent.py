@@ -161,6 +161,30 @@ def test_fp8_block_bitwise_and_float64(rng, name, dgrad, ws):
     assert (got[end:] == SENTINEL).all(), "rows past the sum were written"
 
 
+@pytest.mark.parametrize("half", [32, 128])
+@pytest.mark.parametrize("ws", [0, 1])
+@pytest.mark.parametrize("dgrad", [False, True])
+def test_fp8_block_two_halves(rng, monkeypatch, dgrad, ws, half):
+    """A persistent tile wider than FP8_WIDEST_DOT runs as two halves (TWO): bit for bit
+    the per-tile kernel at the halves' width, float64 on the dequantized operands. Halves
+    of 128: the forward's second half lies past N = 128 (its one B scale, then, per
+    column and masked: the interpreter checks every address)."""
+    monkeypatch.setattr(host, "FP8_WIDEST_DOT", half)
+    rows, k, n, splits, qa, qw, ad, wd = fp8_block_inputs(rng, "many_groups", dgrad)  # the last group has rows
+    wide = moe.GemmConfig(**(FP8_TILES | dict(block_n=2 * half)), persistent=True, warp_specialize=ws)
+    cfgs = [wide, moe.GemmConfig(**(FP8_TILES | dict(block_n=half)))]
+    end = ref.offsets(splits, rows)[-1]
+    call = moe.grouped_gemm_dgrad if dgrad else moe.grouped_gemm
+    o = k if dgrad else n
+    got, want = (call(qa, qw, splits, out=prefilled((rows, o), "float32"), out_dtype="float32", config=c) for c in cfgs)
+    if dgrad:
+        ref.check(got[:end], *ref.dgrad(ad, wd, splits), n, "float32", "dx", recipe="mxfp8")
+    else:
+        ref.check(got[:end], *ref.forward(ad, wd, splits), k, "float32", "y", recipe="mxfp8")
+    same_bits(got, want, "dx" if dgrad else "y")
+    assert (got[end:] == SENTINEL).all(), "rows past the sum were written"
+
+
 def test_fp8_persistent_refusals(rng):
     x, w = rng.standard_normal((64, 128)).astype(BF16), rng.standard_normal((2, 64, 128)).astype(BF16)
     splits = np.array([30, 34], np.int32)
