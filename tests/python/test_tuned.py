@@ -129,12 +129,23 @@ def test_fp8_forward_launches_the_tuned_tiles(recipe):
     with prebuild.recording():
         qx, qw = moe.quantize(x, recipe), moe.quantize(w, recipe, **wkw)
     got = launched(moe.grouped_gemm, qx, qw, splits)
-    key, warps, stages = got["grouped_gemm_fp8_kernel"]
-    assert (key["BM"], key["BO"], key["BC"], warps, stages) == (str(bm), str(bn), str(bk), nw, ns)
-    # with a bias (not measured): the default
-    d = moe.GemmConfig()
-    key, warps, _ = launched(moe.grouped_gemm, qx, qw, splits, torch.empty((groups, e["n"])))["grouped_gemm_fp8_kernel"]
-    assert (key["BM"], key["BO"], key["BC"], warps) == (str(d.block_m), str(d.block_n), str(d.block_k), d.num_warps)
+    launched_tiles(got["grouped_gemm_fp8_kernel"], moe.GemmConfig(*e["config"]))
+    # with a bias (not measured): the recipe's default (FP8-block's own)
+    d = gg.fp8_default_config(x, recipe)
+    launched_tiles(
+        launched(moe.grouped_gemm, qx, qw, splits, torch.empty((groups, e["n"])))["grouped_gemm_fp8_kernel"], d
+    )
+
+
+def launched_tiles(launch, cfg):
+    """The fp8 kernel's launch ran `cfg`'s tiles: a persistent tile wider than FP8_WIDEST_DOT
+    as two dots of half its width (TWO)."""
+    key, warps, stages = launch
+    two = bool(cfg.persistent or cfg.warp_specialize) and cfg.block_n > gg.FP8_WIDEST_DOT
+    assert key.get("TWO", "False") == str(two)
+    bo = cfg.block_n // 2 if two else cfg.block_n
+    want = (str(cfg.block_m), str(bo), str(cfg.block_k), cfg.num_warps, cfg.num_stages)
+    assert (key["BM"], key["BO"], key["BC"], warps, stages) == want
 
 
 def test_interpreter_keeps_its_small_tiles():
