@@ -339,14 +339,15 @@ def grouped_gemm_fp8_kernel(
     # TWO): each dot's partial sums are BO wide, so a 128 x 256 tile fits a consumer's
     # registers (two accumulators and one half's partials); with SW_ONE, O % (2·BO) == 0.
     if PERSISTENT:
-        tiles_o = tl.cdiv(O, BO * (2 if TWO else 1))
+        TILE_O: tl.constexpr = 2 * BO if TWO else BO
+        tiles_o = tl.cdiv(O, TILE_O)
         total = tl.load(tile_start_ptr + G) * tiles_o
         turns = 2 if WS == 2 else 1
         for t in tl.range(
             tl.program_id(0), total, tl.num_programs(0), warp_specialize=WS > 0, num_consumer_groups=turns
         ):
             g, m0, end, pid_o = _persistent_tile(t, offsets_ptr, tile_start_ptr, tiles_ptr, tiles_o, GROUP_M, BM)
-            o0 = pid_o * BO * (2 if TWO else 1)
+            o0 = pid_o * TILE_O
             ro = o0 + tl.arange(0, BO)
             acc, acc_b = k_loop_fp8(
                 a_ptr, sa_ptr, w_ptr, sw_ptr, True, g, m0, end, C, O, ro, ro + BO, W_ROW, W_BLOCK, W_COLS, SA_STRIDE,

@@ -112,7 +112,7 @@ void Lowering::cpAsyncRuns(const StagedCopy& l, const Regs& ptrs, const Regs& ma
   std::map<std::pair<int64_t, int64_t>, LVal*> bases;
   for (int s = 0; s < slots(L); s += static_cast<int>(l.width)) {
     if (!slotOwned(L, s)) continue;
-    int64_t sp = slotPart(L, s), r = sp / n, c = sp % n;
+    int64_t sp = L.slotPart(s), r = sp / n, c = sp % n;
     int64_t tr = l.transposed ? c : r, tc = l.transposed ? r : c;
     LVal*& at = bases[{tc, tr % 8}];
     if (!at) {

@@ -199,7 +199,7 @@ Regs Lowering::exchange(const Regs& r, const Type& t, const Layout& to) {
     }
     std::vector<LVal*> at;
     for (int s = 0; s < slots(l); s += run) {
-      int64_t c = swz(slotPart(l, s) * e), chunk = swz.chunkBits();
+      int64_t c = swz(l.slotPart(s) * e), chunk = swz.chunkBits();
       LVal* off = b_.CreateAdd(c & chunk ? b_.CreateXor(tp, idx(c & chunk)) : tp, idx(c & ~chunk));
       at.push_back(b_.CreateGEP(b_.getInt8Ty(), scratchSpace(), b_.CreateAdd(idx(base), off)));
     }

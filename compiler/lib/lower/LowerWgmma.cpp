@@ -342,7 +342,7 @@ LVal* Lowering::scaleOf(int64_t table, const Type& t, LVal* row, int64_t block) 
 LVal* Lowering::scaleInRegs(const Regs& table, int64_t kb, int64_t line, int64_t block) {
   int64_t want = line * kb + block;
   for (int s = 0; s < slots(table.L); ++s)
-    if (slotPart(table.L, s) == want) return decodeE8M0(table.e[s]);
+    if (table.L.slotPart(s) == want) return decodeE8M0(table.e[s]);
   throw InternalError("lowering: a scale table in registers lacks line " + std::to_string(line));
 }
 
@@ -357,7 +357,7 @@ Lowering::FragmentLines Lowering::fragmentLines(const Layout& l, int64_t n) {
   LVal* colT = b_.CreateAnd(t, idx(n - 1));
   std::map<int64_t, int> rowIdx, colIdx;
   for (int s = 0; s < slots(l); ++s) {
-    int64_t c = slotPart(l, s);
+    int64_t c = l.slotPart(s);
     auto [r, newRow] = rowIdx.try_emplace(c / n, static_cast<int>(f.rows.size()));
     if (newRow) {
       f.rows.push_back(b_.CreateAdd(rowT, idx(c / n)));

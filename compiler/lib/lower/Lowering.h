@@ -152,10 +152,8 @@ class Lowering {
     return it->second;
   }
   Layout typeLayout(const Type& t) const { return detail::typeLayout(t, threads_); }
-  // The slot part of slot s's flat index: the sum of reg[i] over the set bits i of s.
-  static int64_t slotPart(const Layout& l, int s) { return l.slotPart(s); }
   // Flat element index of slot s in this thread.
-  LVal* flatIndex(const Layout& l, int s) { return b_.CreateAdd(threadPart(l), idx(slotPart(l, s)), "", true, true); }
+  LVal* flatIndex(const Layout& l, int s) { return b_.CreateAdd(threadPart(l), idx(l.slotPart(s)), "", true, true); }
   // Whether slot s is the copy that performs side effects (static), and whether this
   // thread holds that copy (dynamic).
   static bool slotOwned(const Layout& l, int s) {
