@@ -105,6 +105,7 @@ void Lowering::beginFunction(llvm::Function* fn) {
   entry_ = llvm::BasicBlock::Create(ctx_, "entry", fn_);
   b_.SetInsertPoint(entry_);
   tid_ = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {}, {});
+  warpgroups_.clear();
   start_ = llvm::BasicBlock::Create(ctx_, "body", fn_);
   b_.SetInsertPoint(start_);
 }

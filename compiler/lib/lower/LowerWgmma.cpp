@@ -377,6 +377,16 @@ Lowering::FragmentLines Lowering::fragmentLines(const Layout& l, int64_t n) {
 // Issues wgmma group `g` (operands at smem bytes aBase and bBase, visible to the async
 // proxy) accumulating into `acc`; returns the new accumulator. `scaled`: the fp8
 // dot_scaled whose scale tables start at shared byte `scales`.
+LVal* Lowering::warpgroupIndex() {
+  LVal*& g = warpgroups_[tid_];
+  if (!g) {
+    IRBuilder<> eb(entry_);  // tid_ is defined there; the entry runs converged
+    g = eb.CreateIntrinsic(llvm::Intrinsic::nvvm_shfl_sync_idx_i32, {},
+                           {eb.getInt32(-1), eb.CreateLShr(tid_, eb.getInt32(7)), eb.getInt32(0), eb.getInt32(31)});
+  }
+  return g;
+}
+
 Regs Lowering::issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LVal* aBase, LVal* bBase,
                           const ScaleTables* scaled, LVal* accumulate) {
   int64_t m = g.m, k = g.k, n = g.n;
@@ -388,19 +398,26 @@ Regs Lowering::issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LV
   if (f16Acc) acc = packHalves(acc);
   auto* i64 = b_.getInt64Ty();
   ptx("wgmma.fence.sync.aligned;");
-  LVal* smemAddr0 = b_.CreatePtrToInt(smem(), i64);
-  LVal* group = b_.CreateLShr(tid_, idx(7));
+  LVal* smem0 = b_.CreateTrunc(b_.CreatePtrToInt(smem(), i64), b_.getInt32Ty());
+  LVal* group = warpgroupIndex();
   LVal* wgm = b_.CreateAnd(group, idx(w.wgM - 1));
   LVal* wgn = b_.CreateLShr(group, idx(__builtin_ctzll(w.wgM)));
   const SharedTile &ta = g.ta, &tb = g.tb;
   int64_t rA = ta.swizzle, rB = tb.swizzle;
   // Descriptor: start >> 4 (bits 0-13), leading byte offset >> 4 (16-29), stride
-  // byte offset >> 4 (32-45), swizzle mode (62-63).
-  auto desc = [&](LVal* byteOff, int64_t lbo, int64_t sbo, int64_t r) {
-    LVal* addr = b_.CreateAdd(smemAddr0, b_.CreateZExt(byteOff, i64));
-    LVal* d = b_.CreateLShr(b_.CreateAnd(addr, b_.getInt64(0x3FFFF)), b_.getInt64(4));
-    uint64_t fixed = (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32) | (uint64_t(swizzleMode(r)) << 62);
-    return b_.CreateOr(d, b_.getInt64(fixed));
+  // byte offset >> 4 (32-45), swizzle mode (62-63). Shared addresses are below 2^18 and
+  // 16-byte aligned, so the descriptor of base + c (c a multiple of 16) is the base's
+  // low word + c / 16: an instruction's descriptors are two 32-bit adds to low words
+  // computed once per group, whose thread-dependent part is warp-uniform (the
+  // warpgroup's band), not per-instruction 64-bit address math.
+  auto descLo = [&](LVal* byteOff, int64_t lbo) {
+    LVal* d = b_.CreateLShr(b_.CreateAnd(b_.CreateAdd(smem0, byteOff), idx(0x3FFFF)), idx(4));
+    return b_.CreateOr(d, idx((lbo >> 4) << 16));
+  };
+  auto desc = [&](LVal* lo, int64_t c, int64_t sbo, int64_t r) {
+    uint64_t hi = uint64_t(sbo >> 4) | (uint64_t(swizzleMode(r)) << 30);
+    LVal* l = c ? b_.CreateAdd(lo, idx(c >> 4)) : lo;
+    return b_.CreateOr(b_.CreateZExt(l, i64), b_.getInt64(hi << 32));
   };
   int64_t nregs = w.instrN / (f16Acc ? 4 : 2);
   // `accumulate` false: D = A B (scale-d off), for a fresh partial sum; `flagged`: the
@@ -488,39 +505,36 @@ Regs Lowering::issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LV
   Regs prev;
   int64_t prevStart = -1;
 
+  // Each operand's offset is a warp-uniform band term plus a constant per instruction.
+  // The band of an M- or N-major operand starts a column block (bands are multiples of
+  // 64 rows, instructions of the block's width), so its block index splits likewise.
   LVal* rowBand = b_.CreateMul(wgm, idx(m / w.wgM));
   LVal* colBand = b_.CreateMul(wgn, idx(n / w.wgN));
+  auto blockOf = [&](LVal* band, int64_t r, int64_t blockBytes) {  // band * eb / r column blocks
+    return b_.CreateMul(b_.CreateLShr(b_.CreateMul(band, idx(eb)), idx(__builtin_ctzll(r))), idx(blockBytes));
+  };
+  LVal* loA = g.mMajor ? descLo(b_.CreateAdd(aBase, blockOf(rowBand, rA, ta.blockBytes())), ta.blockBytes())
+                       : descLo(b_.CreateAdd(aBase, b_.CreateMul(rowBand, idx(rA))), 16);
+  LVal* loB = g.kMajor ? descLo(b_.CreateAdd(bBase, b_.CreateMul(colBand, idx(rB))), 16)
+                       : descLo(b_.CreateAdd(bBase, blockOf(colBand, rB, tb.blockBytes())), tb.blockBytes());
+  if (g.mMajor && (64 * eb) % rA)
+    throw InternalError("wgmma: an M-major A of 64-row instructions within a column block");
+  if (!g.kMajor && (w.instrN * eb) % rB)
+    throw InternalError("wgmma: an N-major B whose instructions start within a column block");
   for (int64_t kk = 0; kk < k; kk += kStep) {
     int64_t kb = kk * eb;  // byte offset along K
     bool chunkStart = (promote && kk % chunk == 0) || (g.fresh && kk == 0);
     for (int64_t rm = 0; rm < w.repM; ++rm) {
-      LVal* row0 = b_.CreateAdd(rowBand, idx(rm * 64));
-      LVal* da;
-      if (g.mMajor) {  // like an N-major B: the instruction's 64 rows are one column block
-        LVal* aOff = b_.CreateAdd(
-            aBase, b_.CreateAdd(b_.CreateMul(b_.CreateLShr(b_.CreateMul(row0, idx(eb)), idx(__builtin_ctzll(rA))),
-                                             idx(ta.blockBytes())),
-                                idx(kk * rA)));
-        da = desc(aOff, ta.blockBytes(), 8 * rA, rA);
-      } else {  // K-major: rows at SBO = 8 rows apart; K steps move within the swizzled row
-        LVal* aOff =
-            b_.CreateAdd(aBase, b_.CreateAdd(idx((kb / rA) * ta.blockBytes() + kb % rA), b_.CreateMul(row0, idx(rA))));
-        da = desc(aOff, 16, 8 * rA, rA);
-      }
+      // M-major: like an N-major B, the instruction's 64 rows one column block;
+      // K-major: rows SBO = 8 rows apart, K steps move within the swizzled row.
+      LVal* da = g.mMajor ? desc(loA, (rm * 64 * eb / rA) * ta.blockBytes() + kk * rA, 8 * rA, rA)
+                          : desc(loA, rm * 64 * rA + (kb / rA) * ta.blockBytes() + kb % rA, 8 * rA, rA);
       for (int64_t rn = 0; rn < w.repN; ++rn) {
-        LVal* col0 = b_.CreateAdd(colBand, idx(rn * w.instrN));
-        LVal* db;
-        if (g.kMajor) {  // like A, with N rows
-          LVal* bOff = b_.CreateAdd(
-              bBase, b_.CreateAdd(idx((kb / rB) * tb.blockBytes() + kb % rB), b_.CreateMul(col0, idx(rB))));
-          db = desc(bOff, 16, 8 * rB, rB);
-        } else {  // N-major: column blocks LBO = k * R bytes apart, 8-row groups SBO = 8 R
-          LVal* bOff = b_.CreateAdd(
-              bBase, b_.CreateAdd(b_.CreateMul(b_.CreateLShr(b_.CreateMul(col0, idx(eb)), idx(__builtin_ctzll(rB))),
-                                               idx(tb.blockBytes())),
-                                  idx(kk * rB)));
-          db = desc(bOff, tb.blockBytes(), 8 * rB, rB);
-        }
+        // K-major: like A, with N rows; N-major: column blocks LBO = k * R bytes apart,
+        // 8-row groups SBO = 8 R.
+        int64_t col = rn * w.instrN;
+        LVal* db = g.kMajor ? desc(loB, col * rB + (kb / rB) * tb.blockBytes() + kb % rB, 8 * rB, rB)
+                            : desc(loB, (col * eb / rB) * tb.blockBytes() + kk * rB, 8 * rB, rB);
         int64_t first = (rn + w.repN * rm) * nregs;
         std::vector<LVal*> args(acc.e.begin() + first, acc.e.begin() + first + nregs);
         if (chunkStart) std::fill(args.begin(), args.end(), llvm::PoisonValue::get(b_.getFloatTy()));

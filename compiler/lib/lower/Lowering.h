@@ -388,6 +388,9 @@ class Lowering {
   LVal* swizzledOffset(LVal* row, LVal* col, const SharedTile& tile);
   // `scaled`: the scale tables of a dot_scaled on fp8; `accumulate`: an i1, false to
   // take D = A B in the group's first K step (restart-accumulators).
+  // tid_ / 128, broadcast from lane 0 in the entry block: warp-uniform to ptxas, so
+  // that what derives from it (wgmma descriptors) lives in uniform registers.
+  LVal* warpgroupIndex();
   Regs issueWgmma(const WgmmaGroup& g, const WgmmaShape& w, Regs acc, LVal* aBase, LVal* bBase,
                   const ScaleTables* scaled = nullptr, LVal* accumulate = nullptr);
   // The GPU-stage ops of staged dots (stage-dot-operands), each from its operands' types.
@@ -488,6 +491,7 @@ class Lowering {
   const Module& module_;
   llvm::Function* fn_ = nullptr;
   LVal* tid_ = nullptr;
+  std::map<LVal*, LVal*> warpgroups_;  // warpgroupIndex() per tid_ (roles rebase it)
   Role role_ = Role::All;
   int producerWarps_ = 0;            // a warp-specialized kernel's producer warps
   bool maxnreg_ = false;             // the kernel caps its registers (launch option)
