@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import tilefuse as tf
 import tilefuse.language as tl
 
+from .quantize import FP8_BLOCK, MX_BLOCK, quant_tile
+
 # --- the activations: forward and derivative, fp32 in, fp32 out ---
 
 
@@ -290,6 +292,7 @@ def scaled_act_fwd_kernel(
     h_ptr,
     s_ptr,
     y_ptr,
+    ys_ptr,
     R,
     N,
     K,
@@ -301,8 +304,12 @@ def scaled_act_fwd_kernel(
     BLOCK_C: tl.constexpr,
     GLU_RUN: tl.constexpr = 1,
     EVEN_ODD: tl.constexpr = False,
+    OUT: tl.constexpr = 0,
 ):
-    """y [R, N] = s[:, None]·f(h): h is [R, N] (unary) or [R, 2N] (GLU, K its interleave)."""
+    """y [R, N] = s[:, None]·f(h): h is [R, N] (unary) or [R, 2N] (GLU, K its interleave).
+    OUT 1 (MXFP8) or 2 (FP8-block 1 x 128): y rounded to h's dtype, as OUT 0 stores it, is
+    quantized along its rows instead (codes at y_ptr, scales at ys_ptr [R, N / block]), bit
+    for bit what quantizing the stored y gives; BLOCK_C is then a multiple of the block."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     c0 = tl.program_id(1) * BLOCK_C
     cols = c0 + tl.arange(0, BLOCK_C)
@@ -316,7 +323,15 @@ def scaled_act_fwd_kernel(
     else:
         x = tl.load(h_ptr + r64 * N + cols[None, :], mask=m, other=0.0).to(tl.float32)
         f = ACT.fwd(x, P0, P1, P2)
-    tl.store(y_ptr + r64 * N + cols[None, :], s[:, None] * f, mask=m)
+    if OUT == 0:
+        tl.store(y_ptr + r64 * N + cols[None, :], s[:, None] * f, mask=m)
+    else:
+        QB: tl.constexpr = MX_BLOCK if OUT == 1 else FP8_BLOCK
+        y = tl.where(m, (s[:, None] * f).to(h_ptr.dtype.element_ty).to(tl.float32), 0.0)
+        codes, scales = quant_tile(y, BLOCK_R, BLOCK_C, OUT)
+        tl.store(y_ptr + r64 * N + cols[None, :], codes, mask=m)
+        sc = c0 // QB + tl.arange(0, BLOCK_C // QB)
+        tl.store(ys_ptr + r64 * (N // QB) + sc[None, :], scales, mask=row_ok & (sc[None, :] < N // QB))
 
 
 @tf.jit

@@ -32,24 +32,16 @@ import tilefuse.language as tl
 
 from .activations import DS_CHUNK, add_in_order, glu_columns, load_glu, run_sums, store_glu
 from .grouped_gemm import _persistent_tile, _tile, _weight, bias_tile, k_loop, k_loop_desc, k_loop_fp8
-from .quantize import fp8_block_encode, mxfp8_encode, nvfp4_encode, rht_step, stochastic_bits, tensor_scale_of
-
-MX_BLOCK = 32  # MXFP8's block
-FP8_BLOCK = 128  # FP8-block's (1 x 128)
-NV_BLOCK = 16  # NVFP4's (1 x 16; the columnwise copy's Hadamard chunks of 16 rows)
-
-
-@tf.jit
-def quant_tile(v, TR: tl.constexpr, TC: tl.constexpr, OUT: tl.constexpr):
-    """(e4m3 codes int8 [TR, TC], scales [TR, TC / block]) of v [TR, TC] fp32 in blocks
-    along its rows: OUT 1 MXFP8 (e8m0 codes int8), 2 FP8-block 1 x 128 (float32)."""
-    if OUT == 1:
-        nb: tl.constexpr = TC // MX_BLOCK
-        codes, scales = mxfp8_encode(tl.reshape(v, [TR * nb, MX_BLOCK]), TR * nb, tl.float8e4nv, 8)
-    else:
-        nb: tl.constexpr = TC // FP8_BLOCK
-        codes, scales = fp8_block_encode(tl.reshape(v, [TR * nb, FP8_BLOCK]), TR * nb, 1)
-    return tl.reshape(codes, [TR, TC]), tl.reshape(scales, [TR, nb])
+from .quantize import (
+    FP8_BLOCK,
+    MX_BLOCK,
+    NV_BLOCK,
+    nvfp4_encode,
+    quant_tile,
+    rht_step,
+    stochastic_bits,
+    tensor_scale_of,
+)
 
 
 @tf.jit

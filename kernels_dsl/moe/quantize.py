@@ -24,6 +24,9 @@ import tilefuse.language as tl
 from .philox import M32, philox4x32_10
 
 FLT_MAX = 3.4028234663852886e38
+MX_BLOCK = 32  # MXFP8's block
+FP8_BLOCK = 128  # FP8-block's (1 x 128)
+NV_BLOCK = 16  # NVFP4's (1 x 16; the columnwise copy's Hadamard chunks of 16 rows)
 # Random Hadamard signs of the NVFP4 columnwise copy (SPEC §3), bit i set where sign i is -1:
 # [1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1].
 RHT_NEGATIVE = 0xD7E8
@@ -88,15 +91,34 @@ def store_view(out_ptr, r, c, v, R, C, TRANS: tl.constexpr):
 
 
 @tf.jit
-def mxfp8_quantize(x_ptr, q_ptr, s_ptr, R, C, s_r, s_c, FMT: tl.constexpr, MAX_EXP: tl.constexpr, TR: tl.constexpr):
-    # q [R, C] codes of FMT (e4m3: MAX_EXP 8, e5m2: 15), s [R, C / 32] e8m0 codes.
+def mxfp8_quantize(
+    x_ptr,
+    q_ptr,
+    s_ptr,
+    R,
+    C,
+    s_r,
+    s_c,
+    FMT: tl.constexpr,
+    MAX_EXP: tl.constexpr,
+    TR: tl.constexpr,
+    TC: tl.constexpr = 32,
+):
+    # q [R, C] codes of FMT (e4m3: MAX_EXP 8, e5m2: 15), s [R, C / 32] e8m0 codes. A program
+    # quantizes TR rows by TC columns (a multiple of 32): columns past C are whole blocks.
     r = rows_of(TR)
-    c = tl.program_id(1) * 32 + tl.arange(0, 32)
-    x = load_view(x_ptr, r, c, R, s_r, s_c)
-    code, b = mxfp8_encode(x, TR, FMT, MAX_EXP)
-    m = (r < R)[:, None]
-    tl.store(q_ptr + r[:, None] * C + c[None, :], code, mask=m)
-    tl.store(s_ptr + r[:, None] * (C // 32) + tl.program_id(1), b, mask=m)
+    c = tl.program_id(1) * TC + tl.arange(0, TC)
+    NB: tl.constexpr = TC // MX_BLOCK
+    m = (r < R)[:, None] & (c < C)[None, :]
+    x = tl.load(x_ptr + r[:, None] * s_r + c.to(tl.int64)[None, :] * s_c, mask=m, other=0.0).to(tl.float32)
+    code, b = mxfp8_encode(tl.reshape(x, [TR * NB, MX_BLOCK]), TR * NB, FMT, MAX_EXP)
+    tl.store(q_ptr + r[:, None] * C + c[None, :], tl.reshape(code, [TR, TC]), mask=m)
+    sc = tl.program_id(1) * NB + tl.arange(0, NB)
+    tl.store(
+        s_ptr + r[:, None] * (C // MX_BLOCK) + sc[None, :],
+        tl.reshape(b, [TR, NB]),
+        mask=(r < R)[:, None] & (sc < C // MX_BLOCK)[None, :],
+    )
 
 
 @tf.jit
@@ -108,6 +130,19 @@ def mxfp8_encode(x, TR: tl.constexpr, FMT: tl.constexpr, MAX_EXP: tl.constexpr):
     b = tl.where(amax.to(tl.int32, bitcast=True) == 0x7F800000, 254, b)
     code = (x * exp2i(127 - b)).to(FMT).to(tl.int8, bitcast=True)
     return tl.where(nan, 0x7F, code), tl.where(nan, 255, b).to(tl.int8)
+
+
+@tf.jit
+def quant_tile(v, TR: tl.constexpr, TC: tl.constexpr, OUT: tl.constexpr):
+    """(e4m3 codes int8 [TR, TC], scales [TR, TC / block]) of v [TR, TC] fp32 in blocks
+    along its rows: OUT 1 MXFP8 (e8m0 codes int8), 2 FP8-block 1 x 128 (float32)."""
+    if OUT == 1:
+        nb: tl.constexpr = TC // MX_BLOCK
+        codes, scales = mxfp8_encode(tl.reshape(v, [TR * nb, MX_BLOCK]), TR * nb, tl.float8e4nv, 8)
+    else:
+        nb: tl.constexpr = TC // FP8_BLOCK
+        codes, scales = fp8_block_encode(tl.reshape(v, [TR * nb, FP8_BLOCK]), TR * nb, 1)
+    return tl.reshape(codes, [TR, TC]), tl.reshape(scales, [TR, nb])
 
 
 @tf.jit

@@ -68,6 +68,31 @@ def gpu_layouts(name):
     return [(0, 320), (32, 320), (1, 320)] if moe.ACTIVATIONS[name].glu else [(0, 333)]
 
 
+# (interleave, n) of the fused quantization on the GPU: several column tiles, the last
+# partial for MXFP8 (n = 352 at 128 columns); the explicit configs vary the tile and warps.
+GPU_QUANT_LAYOUTS = {"mxfp8": [(0, 352), (32, 320), (1, 160)], "fp8_block": [(0, 384), (128, 256), (1, 640)]}
+QUANT_CONFIGS = [None, moe.ActConfig(8, 256, 4), moe.ActConfig(32, 128, 8), moe.ActConfig(16, 512, 8)]
+
+
+@pytest.mark.parametrize("quantize", ["mxfp8", "fp8_block"])
+@pytest.mark.parametrize("dtype", [BF16, np.float32], ids=["bf16", "f32"])
+@pytest.mark.parametrize("name,params", CASES)
+def test_forward_quantized_equals_quantize_of_forward(rng, name, params, dtype, quantize):
+    """scaled_act(quantize=...) on the GPU, one kernel, is bit for bit moe.quantize of the
+    GPU's scaled_act output (y checked against the interpreter and float64 above), at
+    every tile config; NaN and inf inputs included."""
+    layouts = GPU_QUANT_LAYOUTS[quantize] if moe.ACTIVATIONS[name].glu else GPU_QUANT_LAYOUTS[quantize][:1]
+    for interleave, n in layouts:
+        _, a, b, s, _ = make_inputs(rng, name, params, 203, n, dtype)
+        h, sc = cuda(as_h(a, b, interleave, dtype)), cuda(s)
+        ref = moe.quantize(moe.scaled_act(name, h, sc, interleave=interleave, **params), quantize)
+        for cfg in QUANT_CONFIGS:
+            q = moe.scaled_act(name, h, sc, interleave=interleave, quantize=quantize, config=cfg, **params)
+            what = f"{quantize} interleave={interleave} n={n} config={cfg}"
+            assert torch.equal(q.data.view(torch.uint8), ref.data.view(torch.uint8)), what
+            assert torch.equal(q.scale.view(torch.uint8), ref.scale.view(torch.uint8)), what
+
+
 def run_both(name, params, interleave, h, s, g):
     """((y, dh, ds) on the GPU, the same on the interpreter), as numpy arrays."""
     args = dict(interleave=interleave, **params)

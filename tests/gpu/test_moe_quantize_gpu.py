@@ -14,6 +14,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from tilefuse import moe
+from tilefuse.moe import quant
 
 from tests.python.moe.quant_cases import (
     BF16,
@@ -95,6 +96,22 @@ def test_sweep_against_interpreter_and_golden(options, dtype):
         if np.prod(shape) <= 160 * 224:  # the interpreter on the smaller shapes
             q = moe.quantize(x, **options)
             assert_matches(got, observed(q, moe.dequantize(q)), f"GPU vs interpreter {what}")
+
+
+# MXFP8 program tiles (rows, columns) the host may pick: each gives the golden's bits.
+MXFP8_TILES = [(64, 32), (16, 128), (32, 128), (8, 256), (16, 256), (32, 64), (128, 32)]
+
+
+@pytest.mark.parametrize("tile", MXFP8_TILES, ids=lambda t: f"{t[0]}x{t[1]}")
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_mxfp8_tiles_against_golden(tile, axis, monkeypatch):
+    monkeypatch.setattr(quant, "MXFP8_TILE_ALONG", tile)
+    monkeypatch.setattr(quant, "MXFP8_TILE_ACROSS", tile)
+    options = dict(recipe="mxfp8", axis=axis)
+    rng = np.random.default_rng(tile[0] * 1000 + tile[1] + axis)
+    for shape in shapes_for(options):
+        x = random_input(rng, shape, BF16, spread=20)
+        assert_matches(on_gpu(x, options), golden(x, **options), f"GPU tile {tile} vs golden {shape} axis={axis}")
 
 
 @pytest.mark.parametrize("n", [0, 37, 544, 600])

@@ -15,6 +15,8 @@ from kernels_dsl.moe.activations import ACTIVATIONS, REQUIRED, Activation, regis
 from .. import _C, cdiv, next_power_of_2
 from ..arrays import array_arg, is_torch_tensor
 from ..errors import LaunchError
+from . import _arrays
+from . import quant as _quant
 
 _D = _C.ir.DType
 _FLOATS = {_D.bf16: "bf16", _D.f32: "float32"}
@@ -148,24 +150,47 @@ def _prepare(fn, name, h, probs, interleave, config, act_params, backward):
     return act, params, rows, n, k, _check_config(fn, config, n, backward)
 
 
-def scaled_act(name, h, probs, interleave=0, *, config: ActConfig | None = None, **act_params):
+def scaled_act(name, h, probs, interleave=0, *, config: ActConfig | None = None, quantize=None, **act_params):
     """y [R, n] = probs[:, None] · act(h) for h [R, n1] (bf16 or float32; n1 = 2n for a
-    GLU, stored as `interleave` says), in h's dtype: fp32 math, one rounding."""
+    GLU, stored as `interleave` says), in h's dtype: fp32 math, one rounding.
+
+    quantize="mxfp8" or "fp8_block": y is quantized along its rows in the same kernel and
+    returned as a moe.Quantized (e4m3 codes; MXFP8 blocks of 32, FP8-block 1 x 128), bit
+    for bit moe.quantize(y, quantize) of the y above, without y's round trip through memory."""
     fn = "scaled_act"
     act, params, rows, n, k, cfg = _prepare(fn, name, h, probs, interleave, config, act_params, False)
-    y = _empty(h, (rows, n))
+    out = 0 if quantize is None else _quant_out(fn, quantize, n, cfg, config is None)
+    if out:
+        qb = _QUANT_OUT[quantize][1]
+        cfg = cfg._replace(block_cols=max(cfg.block_cols, qb)) if config is None else cfg
+        y = _arrays.empty(h, (rows, n), "e4m3")
+        ys = _arrays.empty(h, (rows, n // qb), "e8m0" if out == 1 else "float32")
+        y_arg, ys_arg = _arrays.as_int8(y), _arrays.as_int8(ys) if out == 1 else ys
+    else:
+        y = ys = y_arg = ys_arg = _empty(h, (rows, n))
     grid = (cdiv(rows, cfg.block_rows), cdiv(n, cfg.block_cols))
-    _k.scaled_act_fwd_kernel[grid](
-        h,
-        probs,
-        y,
-        rows,
-        n,
-        k,
-        *params,
-        **_meta(act, k, cfg),
-    )
-    return y
+    if rows and n:
+        _k.scaled_act_fwd_kernel[grid](h, probs, y_arg, ys_arg, rows, n, k, *params, **_meta(act, k, cfg), OUT=out)
+    if not out:
+        return y
+    block = (1, _QUANT_OUT[quantize][1])
+    return _quant.Quantized(y, ys, quantize, -1, (rows, n), fmt="e4m3", block=block)
+
+
+# scaled_act's quantize: the kernel's OUT and the block along the rows.
+_QUANT_OUT = {"mxfp8": (1, 32), "fp8_block": (2, 128)}
+
+
+def _quant_out(fn, quantize, n, cfg, default):
+    if not isinstance(quantize, str) or quantize not in _QUANT_OUT:
+        raise ValueError(f"{fn}: quantize must be None or one of {sorted(_QUANT_OUT)}, got {quantize!r}")
+    out, qb = _QUANT_OUT[quantize]
+    if n % qb:
+        raise ValueError(f"{fn}: quantize={quantize!r} needs the output width to be a multiple of {qb}, got {n}")
+    if not default and cfg.block_cols % qb:
+        got = cfg.block_cols
+        raise ValueError(f"{fn}: quantize={quantize!r} needs config.block_cols a multiple of {qb}, got {got}")
+    return out
 
 
 def _meta(act, k, cfg):

@@ -23,6 +23,11 @@ RECIPES = ("mxfp8", "nvfp4", "fp8_block")
 INPUT_KINDS = ("float32", "bfloat16", "float16")
 # Rows of V per program (1-D blocks and NVFP4's 16 x 16 tiles); FP8's 128 x 128 blocks take one block row.
 TILE_ROWS = 64
+# MXFP8's (rows, columns) of V per program where V's rows are contiguous (ALONG: wide
+# tiles read whole runs of a row) and where its columns are (ACROSS: the columnwise copy
+# of a row-major x, tall tiles).
+MXFP8_TILE_ALONG = (TILE_ROWS, 32)
+MXFP8_TILE_ACROSS = (TILE_ROWS, 32)
 _MXFP8_FORMATS = {"e4m3": (tl.float8e4nv, 8), "e5m2": (tl.float8e5, 15)}
 _SCALE_PARTIALS_BLOCK = 256
 
@@ -131,9 +136,10 @@ def _mxfp8(x, rows, cols, s_r, s_c, axis, fmt):
     _need_multiple("mxfp8 (blocks of 32)", cols, 32, _axis_names(axis)[0])
     data, scale = _arrays.empty(x, (rows, cols), fmt), _arrays.empty(x, (rows, cols // 32), "e8m0")
     dt, max_exp = _MXFP8_FORMATS[fmt]
-    g = _grid(rows, cols, TILE_ROWS, 32)
+    tr, tc = MXFP8_TILE_ALONG if s_c == 1 else MXFP8_TILE_ACROSS
+    g = (-(-rows // tr), -(-cols // tc))
     q8, s8 = _arrays.as_int8(data), _arrays.as_int8(scale)
-    _launch(K.mxfp8_quantize, g, x, q8, s8, rows, cols, s_r, s_c, FMT=dt, MAX_EXP=max_exp, TR=TILE_ROWS)
+    _launch(K.mxfp8_quantize, g, x, q8, s8, rows, cols, s_r, s_c, FMT=dt, MAX_EXP=max_exp, TR=tr, TC=tc)
     return Quantized(data, scale, "mxfp8", axis, tuple(x.shape), fmt=fmt, block=(1, 32))
 
 

@@ -58,6 +58,51 @@ def test_forward(rng, name, params, dtype):
         check_forward(y, name, a, b, s, p)
 
 
+# (interleave, n) of the fused quantization: whole blocks, a partial last column tile
+# (n = 160 at the default 128 columns), GLU halves, blocks and stride 1.
+QUANT_LAYOUTS = {"mxfp8": [(0, 160), (32, 96), (1, 64)], "fp8_block": [(0, 384), (128, 256), (1, 128)]}
+
+
+def quant_bits(q):
+    return q.data.view(np.uint8), q.scale.view(np.uint8 if q.scale.dtype.itemsize == 1 else np.uint32)
+
+
+@pytest.mark.parametrize("quantize", ["mxfp8", "fp8_block"])
+@pytest.mark.parametrize("dtype", [BF16, np.float32], ids=["bf16", "f32"])
+@pytest.mark.parametrize("name,params", CASES)
+def test_forward_quantized(rng, name, params, dtype, quantize):
+    """scaled_act(quantize=...) in one kernel is bit for bit moe.quantize of scaled_act's y
+    (y itself is checked against float64 above), NaN and inf inputs included."""
+    layouts_q = QUANT_LAYOUTS[quantize] if moe.ACTIVATIONS[name].glu else QUANT_LAYOUTS[quantize][:1]
+    for interleave, n in layouts_q:
+        p, a, b, s, _ = make_inputs(rng, name, params, ROWS, n, dtype)
+        h = as_h(a, b, interleave, dtype)
+        q = moe.scaled_act(name, h, s, interleave=interleave, quantize=quantize, **params)
+        ref = moe.quantize(moe.scaled_act(name, h, s, interleave=interleave, **params), quantize)
+        assert (q.recipe, q.axis, q.shape, q.fmt, q.block) == (ref.recipe, ref.axis, ref.shape, ref.fmt, ref.block)
+        assert q.data.shape == ref.data.shape and q.scale.shape == ref.scale.shape
+        for got, want in zip(quant_bits(q), quant_bits(ref)):
+            np.testing.assert_array_equal(got, want, err_msg=f"{quantize} interleave={interleave} n={n}")
+
+
+def test_forward_quantized_config(rng):
+    """A narrower explicit tile (MXFP8 at 32 columns) gives the same bits; bad requests are
+    refused by name."""
+    p, a, b, s, _ = make_inputs(rng, "swiglu", {}, ROWS, 96, BF16)
+    h = as_h(a, b, 0, BF16)
+    want = quant_bits(moe.quantize(moe.scaled_act("swiglu", h, s), "mxfp8"))
+    got = quant_bits(moe.scaled_act("swiglu", h, s, quantize="mxfp8", config=moe.ActConfig(8, 32)))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    _, a2, b2, _, _ = make_inputs(rng, "swiglu", {}, ROWS, 256, BF16)
+    with pytest.raises(ValueError, match="block_cols a multiple of 128"):
+        moe.scaled_act("swiglu", as_h(a2, b2, 0, BF16), s, quantize="fp8_block", config=moe.ActConfig(16, 64))
+    with pytest.raises(ValueError, match="multiple of 128, got 96"):
+        moe.scaled_act("swiglu", h, s, quantize="fp8_block")
+    with pytest.raises(ValueError, match="quantize must be None or one of"):
+        moe.scaled_act("swiglu", h, s, quantize="nvfp4")
+
+
 @pytest.mark.parametrize(
     "dtypes", [(BF16, BF16), (np.float32, np.float32), (BF16, np.float32)], ids=["bf16", "f32", "bf16-dy_f32"]
 )
@@ -377,11 +422,16 @@ def test_kernels_assemble_for_sm90_with_full_width_accesses(name, tmp_path):
     h, s, dy = np.zeros((32, 2 * n if act.glu else n), BF16), np.zeros(32, np.float32), np.zeros((32, n), BF16)
     for k, run, even_odd in GLU_LAYOUTS if act.glu else [(1, 1, False)]:
         consts = dict(ACT=act, BLOCK_R=16, BLOCK_C=64, GLU_RUN=run, EVEN_ODD=even_odd)
-        for kernel, args in (
-            (kernels.scaled_act_fwd_kernel, (h, s, dy, 32, n, k, 7.0, 1.7, 1.0)),
-            (kernels.scaled_act_bwd_kernel, (h, s, dy, h, s, 32, n, k, 7.0, 1.7, 1.0)),
+        q8, s8, s32 = np.zeros((32, n), np.int8), np.zeros((32, n // 32), np.int8), np.zeros((32, 1), np.float32)
+        for kernel, args, extra in (
+            (kernels.scaled_act_fwd_kernel, (h, s, dy, dy, 32, n, k, 7.0, 1.7, 1.0), {}),
+            (kernels.scaled_act_fwd_kernel, (h, s, q8, s8, 32, n, k, 7.0, 1.7, 1.0), dict(OUT=1)),
+            (kernels.scaled_act_fwd_kernel, (h, s, q8, s32, 32, n, k, 7.0, 1.7, 1.0), dict(OUT=2, BLOCK_C=128)),
+            (kernels.scaled_act_bwd_kernel, (h, s, dy, h, s, 32, n, k, 7.0, 1.7, 1.0), {}),
         ):
-            low = lowered(kernel, args, consts)
+            if extra.get("BLOCK_C") == 128 and run == 64:
+                extra = dict(extra, GLU_RUN=128)
+            low = lowered(kernel, args, consts | extra)
             assert low["hints"] == [], (k, low["hints"])
             assert_assembles(low["ptx"], "sm_90a", tmp_path)
     x, w = np.zeros((64, 32), BF16), np.zeros((2 * n if act.glu else n, 32), BF16)

@@ -7,6 +7,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from tilefuse import moe
+from tilefuse.moe import quant
 
 from tests.python.moe import golden_quant as G
 from tests.python.moe.quant_cases import (
@@ -53,7 +54,12 @@ def check_mxfp8(x, axis, fmt):
 @pytest.mark.parametrize("axis", [-1, 0])
 @pytest.mark.parametrize("dtype", [np.float32, BF16])
 @pytest.mark.parametrize("shape", [(96, 160), (32, 64), (160, 32)])
-def test_mxfp8_random(rng, fmt, axis, dtype, shape):
+@pytest.mark.parametrize("tile", [None, (16, 128), (8, 64)], ids=["default", "16x128", "8x64"])
+def test_mxfp8_random(rng, fmt, axis, dtype, shape, tile, monkeypatch):
+    # Other tiles of the kernel (partial column tiles: 160 = 128 + 32) give the same bits.
+    if tile:
+        monkeypatch.setattr(quant, "MXFP8_TILE_ALONG", tile)
+        monkeypatch.setattr(quant, "MXFP8_TILE_ACROSS", tile)
     x = random_input(rng, shape, dtype)
     q, back = check_mxfp8(x, axis, fmt)
     assert q.data.shape == (shape if axis == -1 else shape[::-1])
