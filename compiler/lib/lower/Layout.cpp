@@ -222,6 +222,43 @@ Layout broadcastSourceLayout(const Layout& l, const std::vector<int64_t>& to, co
   return s;
 }
 
+bool reducedInWarps(const Layout& l, const std::vector<int64_t>& shape, int axis, Layout* out) {
+  std::vector<int64_t> rest;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (static_cast<int>(d) != axis) rest.push_back(shape[d]);
+  bool ok = true;
+  // Returns b's flat index in the reduced shape; `along` when b moves along the axis.
+  auto project = [&](int64_t b, bool* along) -> int64_t {
+    std::vector<int64_t> c(shape.size());
+    for (size_t d = shape.size(); d-- > 0;) {
+      c[d] = b % shape[d];
+      b /= shape[d];
+    }
+    int64_t e = 0;
+    bool other = false;
+    for (size_t d = 0; d < shape.size(); ++d)
+      if (static_cast<int>(d) != axis) {
+        e = e * shape[d] + c[d];
+        other |= c[d] != 0;
+      }
+    *along = c[axis] != 0;
+    if (*along && other) ok = false;
+    return *along ? 0 : e;
+  };
+  Layout r;
+  bool along = false;
+  for (int64_t b : l.reg) {
+    int64_t e = project(b, &along);
+    if (e) r.reg.push_back(e);
+  }
+  for (size_t j = 0; j < l.thr.size(); ++j) {
+    r.thr.push_back(project(l.thr[j], &along));
+    if (along && j >= 5) ok = false;
+  }
+  if (ok && out) *out = r;
+  return ok;
+}
+
 Layout compactLayout(const Layout& l) {
   Layout c{{}, l.thr};
   for (int64_t b : l.reg)
@@ -376,6 +413,34 @@ class Planner {
       case OpKind::Hint:
         plan[o.result()] = of(o.operand(0));
         return;
+      case OpKind::ReduceMax:
+      case OpKind::ReduceMin:
+      case OpKind::ReduceSum: {
+        // Within warps where the operand's layout allows it (Lowering::lowerReduceInWarps);
+        // a float sum keeps its one order through shared memory.
+        Layout r;
+        const Type& in = o.operand(0)->type();
+        bool kind = o.kind() != OpKind::ReduceSum || in.elem == DType::I32;
+        if (in.rank() > 1 && kind && (in.elem == DType::F32 || in.elem == DType::I32) &&
+            reducedInWarps(of(o.operand(0)), in.shape, static_cast<int>(o.intAttr("axis")), &r)) {
+          plan[o.result()] = r;
+          sliced_.insert(o.result());
+        } else {
+          plan[o.result()] = blocked(o.result());
+        }
+        return;
+      }
+      case OpKind::ExpandDims:
+      case OpKind::Reshape:
+        // A reduction's result keeps its layout (the same flat order) on its way back to
+        // a broadcast, which then takes its registers as they are.
+        if (sliced_.count(o.operand(0)) || !(of(o.operand(0)) == blocked(o.operand(0)))) {
+          plan[o.result()] = of(o.operand(0));
+          if (sliced_.count(o.operand(0))) sliced_.insert(o.result());
+        } else {
+          plan[o.result()] = blocked(o.result());
+        }
+        return;
       case OpKind::Load: {  // its pointers' layout, unless a scale table wants its value
         auto it = wanted_.find(o.result());
         plan[o.result()] = deep_.count(o.result()) ? it->second : of(o.operand(0));
@@ -437,6 +502,7 @@ class Planner {
         for (Value* v : o.operands())
           if (v->type().isTile() && !(of(v) == blocked(v))) {
             l = of(v);
+            if (sliced_.count(v)) sliced_.insert(r);
             break;
           }
       plan[r] = l;
@@ -448,6 +514,7 @@ class Planner {
   const AxisAnalysis* axis_;
   std::unordered_map<const Value*, Layout> wanted_;
   std::unordered_set<const Value*> deep_;
+  std::unordered_set<const Value*> sliced_;  // reduced within warps, and what keeps that layout
 };
 
 }  // namespace

@@ -70,6 +70,13 @@ Layout mmaAccLayout(int64_t m, int64_t n, int threads);
 Layout broadcastSourceLayout(const Layout& l, const std::vector<int64_t>& to, const std::vector<int64_t>& from);
 // `l` without its replicating slot bases (the same elements in each thread, once).
 Layout compactLayout(const Layout& l);
+// The layout of a reduction of a tile in layout `l` (shape `shape`) along `axis` that
+// combines each thread's slots and then the lanes that differ along the axis (butterfly
+// shuffles): l's bases projected onto the other dims, the axis' slot bases dropped and
+// its lane bases replicating (each lane of the group ends with the result). False where
+// warps split the axis (their partials would meet in shared memory) or a basis moves
+// along the axis and another dim at once.
+bool reducedInWarps(const Layout& l, const std::vector<int64_t>& shape, int axis, Layout* out);
 // The layout of a dot_scaled scale table [L, kb] (L: the accumulator's rows when `rows`,
 // else its columns; `acc`: the [*, n] accumulator's layout) in which each thread holds
 // the scales of its own accumulator slots, all kb K blocks in registers: the promotion

@@ -67,8 +67,75 @@ bool Lowering::lowerReduceByShuffles(const Op& op) {
   return true;
 }
 
+// A reduction along an axis that each warp holds whole (its layout planned by
+// reducedInWarps: a quantizer's block amax, a row max): each thread combines the slots
+// that differ along the axis, then butterfly shuffles combine the lanes that do, with no
+// shared memory or barrier; every lane of a group ends with the result.
+bool Lowering::lowerReduceInWarps(const Op& op) {
+  const Type& in = op.operand(0)->type();
+  const Layout& want = layoutOf(op.result());
+  const Regs& r = get(op.operand(0));
+  Layout planned;
+  bool sumOk = op.kind() != OpKind::ReduceSum || in.elem == DType::I32;  // as the planner
+  if (in.rank() < 2 || !sumOk || (in.elem != DType::F32 && in.elem != DType::I32) ||
+      !reducedInWarps(r.L, in.shape, static_cast<int>(op.intAttr("axis")), &planned) || !(planned == want))
+    return false;
+  bool f = in.elem == DType::F32, u = isUnsigned(in.elem);
+  llvm::Type* ty = elemType(in.elem);
+  auto combine = [&](LVal* a, LVal* x) -> LVal* {
+    switch (op.kind()) {
+      case OpKind::ReduceSum:
+        return b_.CreateAdd(a, x);  // integers only (the plan keeps float sums in order)
+      case OpKind::ReduceMax:
+        return b_.CreateIntrinsic(f   ? llvm::Intrinsic::maxnum
+                                  : u ? llvm::Intrinsic::umax
+                                      : llvm::Intrinsic::smax,
+                                  {ty}, {a, x});
+      default:
+        return b_.CreateIntrinsic(f   ? llvm::Intrinsic::minnum
+                                  : u ? llvm::Intrinsic::umin
+                                      : llvm::Intrinsic::smin,
+                                  {ty}, {a, x});
+    }
+  };
+  // Slot bits: kept (the result's slot bits, in order), along the axis (combined), or
+  // replicating (a copy: skipped). The result's slot bases are the kept ones in order.
+  Layout one{{}, {}};
+  std::vector<int> keptBit(r.L.reg.size(), -1);
+  int kept = 0, skip = 0;
+  for (size_t i = 0; i < r.L.reg.size(); ++i) {
+    one.reg = {r.L.reg[i]};
+    Layout p;
+    reducedInWarps(one, in.shape, static_cast<int>(op.intAttr("axis")), &p);
+    if (!r.L.reg[i])
+      skip |= 1 << i;
+    else if (!p.reg.empty())
+      keptBit[i] = kept++;
+  }
+  std::vector<LVal*> acc(size_t{1} << kept, nullptr);
+  for (int s = 0; s < slots(r.L); ++s) {
+    if (s & skip) continue;
+    size_t o = 0;
+    for (size_t i = 0; i < keptBit.size(); ++i)
+      if (keptBit[i] >= 0 && (s >> i & 1)) o |= size_t{1} << keptBit[i];
+    acc[o] = acc[o] ? combine(acc[o], r.e[s]) : r.e[s];
+  }
+  LVal* mask = b_.getInt32(-1);
+  for (int j = 0; j < 5; ++j) {
+    if (!r.L.thr[j] || want.thr[j]) continue;  // replicating, or not along the axis
+    for (LVal*& a : acc) {
+      LVal* bits = f ? b_.CreateBitCast(a, b_.getInt32Ty()) : a;
+      LVal* other =
+          b_.CreateIntrinsic(llvm::Intrinsic::nvvm_shfl_sync_bfly_i32, {}, {mask, bits, idx(1 << j), idx(31)});
+      a = combine(a, f ? b_.CreateBitCast(other, ty) : other);
+    }
+  }
+  vals_[op.result()] = Regs{std::move(acc), want};
+  return true;
+}
+
 void Lowering::lowerReduce(const Op& op) {
-  if (lowerReduceByShuffles(op)) return;
+  if (lowerReduceByShuffles(op) || lowerReduceInWarps(op)) return;
   const Type& in = op.operand(0)->type();
   const Type& outT = op.result()->type();
   int axis = static_cast<int>(op.intAttr("axis"));

@@ -716,8 +716,22 @@ void Lowering::lowerOp(const Op& op) {
       return;
     }
     case OpKind::Broadcast: {
-      // Registers of the operand in the sliced layout are already the result's.
-      Regs r = in(op.operand(0), sliceLayout(L, t.shape, op.operand(0)->type().shape));
+      // Registers of the operand in the sliced layout are already the result's; so are
+      // those of its compact form (a reduction's result), each slot once.
+      Layout sl = sliceLayout(L, t.shape, op.operand(0)->type().shape);
+      const Regs& src = get(convertSource(op.operand(0)));
+      if (!src.undef && op.operand(0)->type().isTile() && src.L == compactLayout(sl) && !(src.L == sl)) {
+        Regs r{{}, L};
+        for (int s = 0; s < slots(L); ++s) {
+          int c = 0, bit = 0;
+          for (size_t i = 0; i < sl.reg.size(); ++i)
+            if (sl.reg[i]) c |= (s >> i & 1) << bit++;
+          r.e.push_back(src.e[c]);
+        }
+        vals_[op.result()] = std::move(r);
+        return;
+      }
+      Regs r = in(op.operand(0), sl);
       r.L = L;
       vals_[op.result()] = std::move(r);
       return;

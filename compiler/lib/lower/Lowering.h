@@ -358,6 +358,7 @@ class Lowering {
   void lowerTmaStore(const Op& op, int map);
   void lowerReduce(const Op& op);
   bool lowerReduceByShuffles(const Op& op);
+  bool lowerReduceInWarps(const Op& op);
   void lowerCombine(const Op& op);
   std::vector<LVal*> combineRegion(const Op& op, const std::vector<LVal*>& acc, const std::vector<LVal*>& x);
   void lowerGather(const Op& op);
