@@ -92,6 +92,39 @@ TEST(Layout, BlockedLayoutsGiveRunsOfEightAlongTheLastDim) {
   EXPECT_TRUE(narrow.reg.empty()) << narrow.str();  // 128 elements: one per thread
 }
 
+// A quantizer's block amax: a [64, 64] tile reshaped to [128, 32] and reduced along
+// its rows' 32 elements (flat bits 1..16); a column max of [64, 64] (bits 64..2048).
+TEST(Layout, WarpsMoveOffTheBitsAReductionCombines) {
+  struct Case {
+    Layout l;
+    std::vector<int64_t> shape;
+    int axis;
+  };
+  std::vector<Case> cases = {{blockedLayout({64, 64}, 128, 8, 0), {128, 32}, 1},
+                             {blockedLayout({64, 64}, 128), {64, 64}, 0},
+                             {blockedLayout({32, 128}, 256, 8, 0), {128, 32}, 1},
+                             {blockedLayout({128, 64}, 128), {128, 64}, 0}};
+  for (const Case& c : cases) {
+    int64_t bits = 0, stride = dimStride(c.shape, c.axis);
+    for (int64_t b = stride; b < stride * c.shape[c.axis]; b *= 2) bits |= b;
+    int threads = 1 << c.l.thr.size();
+    Layout moved = warpsOffBits(c.l, bits);
+    expectCovers(moved, numel(c.shape), threads);
+    EXPECT_FALSE(reducedInWarps(c.l, c.shape, c.axis, nullptr)) << c.l.str();
+    Layout r;
+    ASSERT_TRUE(reducedInWarps(moved, c.shape, c.axis, &r)) << moved.str();
+    for (size_t w = 5; w < moved.thr.size(); ++w) EXPECT_EQ(moved.thr[w] & bits, 0) << moved.str();
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(moved.reg[i], c.l.reg[i]) << "the vector run stays: " << moved.str();
+    // What the lowering's broadcast back relies on: the reduced layout is the compact
+    // slice of the operand's.
+    std::vector<int64_t> one = c.shape;
+    one[c.axis] = 1;
+    EXPECT_EQ(compactLayout(broadcastSourceLayout(moved, c.shape, one)), r) << moved.str();
+  }
+  Layout rows = blockedLayout({64, 64}, 128);  // warps already off a row reduction
+  EXPECT_EQ(warpsOffBits(rows, 63), rows);
+}
+
 TEST(Layout, WgmmaAccumulatorMatchesTheFragment) {
   // m64n128 on one warpgroup: thread t = 32 w + l holds rows 16 w + l/4 (+8) and columns
   // 8 j + 2 (l % 4) (+1) in d[4 j + {0, 1, 2, 3}].

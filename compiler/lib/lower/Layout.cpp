@@ -259,6 +259,23 @@ bool reducedInWarps(const Layout& l, const std::vector<int64_t>& shape, int axis
   return ok;
 }
 
+Layout warpsOffBits(const Layout& l, int64_t bits) {
+  Layout out = l;
+  size_t run = 1;  // the first dim's leading run stays in each thread (vector accesses)
+  while (run < out.reg.size() && out.reg[0] && out.reg[run] == out.reg[0] << run) ++run;
+  auto free = [&](int64_t b) { return b && !(b & bits); };
+  for (size_t w = 5; w < out.thr.size(); ++w) {
+    if (!(out.thr[w] & bits)) continue;
+    int64_t* swap = nullptr;
+    for (size_t i = out.reg.size(); i-- > run && !swap;)
+      if (free(out.reg[i])) swap = &out.reg[i];
+    for (size_t j = 5; j-- > 0 && !swap;)
+      if (free(out.thr[j])) swap = &out.thr[j];
+    if (swap) std::swap(*swap, out.thr[w]);
+  }
+  return out;
+}
+
 Layout compactLayout(const Layout& l) {
   Layout c{{}, l.thr};
   for (int64_t b : l.reg)
@@ -320,25 +337,51 @@ class Planner {
       if (o->kind() != OpKind::Load || !axis_ || o->operand(0)->type().rank() < 2) continue;
       const Value* ptr = o->operand(0);
       const Type& pt = ptr->type();
+      Layout l = defaultLayout(pt, threads_);
+      bool chosen = true;
       int64_t eb = std::max(1, bitWidth(pt.elem) / 8), word = 4 / std::min<int64_t>(4, eb);
-      if (vectorRun(defaultLayout(pt, threads_)) < word && pt.shape.back() >= word &&
-          axis_->vectorWidth(ptr, nullptr, 4) >= word) {
-        want(ptr, blockedLayout(pt.shape, threads_, word, -1, word));
-        continue;
-      }
       const std::vector<int64_t>& c = axis_->get(ptr).contiguity;
       size_t last = c.size() - 1;
       int along = -1;
       for (size_t d = 0; d < last; ++d)
         if (c[d] > std::max<int64_t>(1, along < 0 ? c[last] : c[along])) along = static_cast<int>(d);
-      if (along < 0 || c[last] > 1) continue;
-      int64_t run = vectorRun(defaultLayout(ptr->type(), threads_));  // as long as the default layout's
-      want(ptr, blockedLayout(ptr->type().shape, threads_, run, along, run));
+      if (vectorRun(l) < word && pt.shape.back() >= word && axis_->vectorWidth(ptr, nullptr, 4) >= word) {
+        l = blockedLayout(pt.shape, threads_, word, -1, word);
+      } else if (along >= 0 && c[last] <= 1) {
+        int64_t run = vectorRun(l);  // as long as the default layout's
+        l = blockedLayout(pt.shape, threads_, run, along, run);
+      } else {
+        chosen = false;
+      }
+      std::unordered_set<const Value*> seen;
+      Layout moved = warpsOffBits(l, reducedBits(o->result(), seen));
+      if (chosen || !(moved == l)) want(ptr, moved);
     }
   }
   LayoutPlan plan;
 
  private:
+  // The flat-index bits of v's shape that the reductions lowerReduceInWarps can lower
+  // (max, min, integer sums) combine, through the elementwise ops and reshapes between.
+  int64_t reducedBits(const Value* v, std::unordered_set<const Value*>& seen) {
+    if (!seen.insert(v).second || seen.size() > 64) return 0;
+    int64_t bits = 0;
+    for (const Use& u : v->uses()) {
+      const Op* op = u.user;
+      OpKind k = op->kind();
+      const Type& t = v->type();
+      if ((k == OpKind::ReduceMax || k == OpKind::ReduceMin || (k == OpKind::ReduceSum && t.elem == DType::I32)) &&
+          (t.elem == DType::F32 || t.elem == DType::I32)) {
+        int a = static_cast<int>(op->intAttr("axis"));
+        for (int64_t b = dimStride(t.shape, a); b < dimStride(t.shape, a) * t.shape[a]; b *= 2) bits |= b;
+      } else if (op->numResults() == 1 && op->result()->type().isTile() &&
+                 (k == OpKind::Reshape || k == OpKind::Hint ||
+                  (op->has(Elementwise) && op->result()->type().shape == t.shape))) {
+        bits |= reducedBits(op->result(), seen);
+      }
+    }
+    return bits;
+  }
   // `v` and the pointer arithmetic of its shape it is computed from take layout `l`
   // (through a loop's carried value, its initial value and its update too). `deep`
   // (scale tables): also through unit dims, broadcasts (their operand in the slice of
@@ -425,6 +468,7 @@ class Planner {
             reducedInWarps(of(o.operand(0)), in.shape, static_cast<int>(o.intAttr("axis")), &r)) {
           plan[o.result()] = r;
           sliced_.insert(o.result());
+          origin_[o.result()] = {of(o.operand(0)), in.shape};
         } else {
           plan[o.result()] = blocked(o.result());
         }
@@ -436,11 +480,19 @@ class Planner {
         // a broadcast, which then takes its registers as they are.
         if (sliced_.count(o.operand(0)) || !(of(o.operand(0)) == blocked(o.operand(0)))) {
           plan[o.result()] = of(o.operand(0));
-          if (sliced_.count(o.operand(0))) sliced_.insert(o.result());
+          if (sliced_.count(o.operand(0))) keepSliced(o.operand(0), o.result());
         } else {
           plan[o.result()] = blocked(o.result());
         }
         return;
+      case OpKind::Broadcast: {
+        // Back to the shape a reduction within warps started from: its operand's layout,
+        // in which the reduced registers are already each element's (Lowering's broadcast).
+        auto it = origin_.find(o.operand(0));
+        bool back = it != origin_.end() && it->second.second == o.result()->type().shape;
+        plan[o.result()] = back ? it->second.first : blocked(o.result());
+        return;
+      }
       case OpKind::Load: {  // its pointers' layout, unless a scale table wants its value
         auto it = wanted_.find(o.result());
         plan[o.result()] = deep_.count(o.result()) ? it->second : of(o.operand(0));
@@ -502,7 +554,7 @@ class Planner {
         for (Value* v : o.operands())
           if (v->type().isTile() && !(of(v) == blocked(v))) {
             l = of(v);
-            if (sliced_.count(v)) sliced_.insert(r);
+            if (sliced_.count(v)) keepSliced(v, r);
             break;
           }
       plan[r] = l;
@@ -515,6 +567,13 @@ class Planner {
   std::unordered_map<const Value*, Layout> wanted_;
   std::unordered_set<const Value*> deep_;
   std::unordered_set<const Value*> sliced_;  // reduced within warps, and what keeps that layout
+  // Of each sliced_ value: the layout and shape of the reduction's operand.
+  std::unordered_map<const Value*, std::pair<Layout, std::vector<int64_t>>> origin_;
+  void keepSliced(const Value* from, const Value* to) {
+    sliced_.insert(to);
+    auto it = origin_.find(from);
+    if (it != origin_.end()) origin_[to] = it->second;
+  }
 };
 
 }  // namespace
