@@ -358,6 +358,24 @@ class Planner {
       if (chosen || !(moved == l)) want(ptr, moved);
     }
   }
+  // A value loaded only to be broadcast (a per-row scale, expand_dims then broadcast) is
+  // loaded in the broadcast's slice layout, each thread its own rows' elements (copies
+  // among the threads of a row): registers rather than a conversion through shared memory.
+  void broadcastLoads(const Block& b) {
+    for (const auto& o : b.ops()) {
+      for (unsigned r = 0; r < o->numRegions(); ++r) broadcastLoads(o->region(r));
+      if (o->kind() != OpKind::Broadcast || !o->operand(0)->type().isTile() || o->operand(0)->type().shape.back() != 1)
+        continue;  // a row vector ([1, N]) keeps its vector loads
+      const Value* v = o->operand(0);
+      while (v->uses().size() == 1 && v->definingOp() &&
+             (v->definingOp()->kind() == OpKind::ExpandDims || v->definingOp()->kind() == OpKind::Reshape))
+        v = v->definingOp()->operand(0);
+      if (v->uses().size() != 1 || !v->definingOp() || v->definingOp()->kind() != OpKind::Load) continue;
+      const Value* r = o->result();
+      const auto& from = o->operand(0)->type().shape;
+      want(o->operand(0), compactLayout(broadcastSourceLayout(blocked(r), r->type().shape, from)), true);
+    }
+  }
   LayoutPlan plan;
 
  private:
@@ -583,6 +601,7 @@ LayoutPlan planLayouts(const Op& func, const std::string& arch, int threads, con
   for (Value* a : func.region(0).args()) p.plan[a] = defaultLayout(a->type(), threads);
   p.scaleTables(func.region(0));
   p.coalesce(func.region(0));
+  p.broadcastLoads(func.region(0));
   p.block(func.region(0));
   return std::move(p.plan);
 }
