@@ -175,9 +175,11 @@ void Lowering::lowerMemory(const Op& op) {
   bool hints = hasHints(op);
   if ((load || op.kind() == OpKind::Store) && d != DType::I1) {
     const Value* m = mask ? op.operand(maskIdx) : nullptr;
-    int64_t width = accessWidth(op.operand(0), m);
     int rd = runDim(L, pt.shape);
     int64_t best = rd < 0 ? 1 : std::min<int64_t>(16 / elemBytes, vectorRun(L, dimStride(pt.shape, rd)));
+    // In the layout the access runs in (the pointers' own, or the value's they recompute
+    // in): a vector never spans more slots than that layout's run.
+    int64_t width = rd < 0 ? 1 : std::min(best, axis_->vectorWidth(op.operand(0), m, 16, rd));
     if (pt.rank() > 0 && width < best)
       hint(op, std::string(load ? "load" : "store") + " of " + std::to_string(width * elemBytes) +
                    "-byte accesses where " + std::to_string(best * elemBytes) +

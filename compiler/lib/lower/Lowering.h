@@ -324,9 +324,8 @@ class Lowering {
     for (int i = 0; i < n; ++i) v = b_.CreateInsertElement(v, r.e[s + i], b_.getInt32(i));
     return v;
   }
-  // Elements per vector access through pointer tile `ptr`, and what the axis analysis
-  // knows of it for a hint (PipelinePlan.h).
-  int64_t accessWidth(const Value* ptr, const Value* mask) { return detail::accessWidth(*axis_, ptr, mask, threads_); }
+  // What the axis analysis knows of the accesses through pointer tile `ptr`, for a hint
+  // (PipelinePlan.h).
   std::string accessReason(const Value* ptr, const Value* mask) {
     return detail::accessReason(*axis_, ptr, mask, threads_);
   }
@@ -360,6 +359,7 @@ class Lowering {
   void lowerReduce(const Op& op);
   bool lowerReduceByShuffles(const Op& op);
   bool lowerReduceInWarps(const Op& op);
+  LVal* reduceCombine(OpKind k, DType d, LVal* a, LVal* x);
   void lowerCombine(const Op& op);
   std::vector<LVal*> combineRegion(const Op& op, const std::vector<LVal*>& acc, const std::vector<LVal*>& x);
   void lowerGather(const Op& op);
