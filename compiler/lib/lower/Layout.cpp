@@ -259,6 +259,11 @@ bool reducedInWarps(const Layout& l, const std::vector<int64_t>& shape, int axis
   return ok;
 }
 
+bool reducibleInWarps(OpKind k, DType d) {
+  bool kind = k == OpKind::ReduceMax || k == OpKind::ReduceMin || (k == OpKind::ReduceSum && d == DType::I32);
+  return kind && (d == DType::F32 || d == DType::I32);
+}
+
 Layout warpsOffBits(const Layout& l, int64_t bits) {
   Layout out = l;
   size_t run = 1;  // the first dim's leading run stays in each thread (vector accesses)
@@ -388,8 +393,7 @@ class Planner {
       const Op* op = u.user;
       OpKind k = op->kind();
       const Type& t = v->type();
-      if ((k == OpKind::ReduceMax || k == OpKind::ReduceMin || (k == OpKind::ReduceSum && t.elem == DType::I32)) &&
-          (t.elem == DType::F32 || t.elem == DType::I32)) {
+      if (reducibleInWarps(k, t.elem)) {
         int a = static_cast<int>(op->intAttr("axis"));
         for (int64_t b = dimStride(t.shape, a); b < dimStride(t.shape, a) * t.shape[a]; b *= 2) bits |= b;
       } else if (op->numResults() == 1 && op->result()->type().isTile() &&
@@ -477,12 +481,10 @@ class Planner {
       case OpKind::ReduceMax:
       case OpKind::ReduceMin:
       case OpKind::ReduceSum: {
-        // Within warps where the operand's layout allows it (Lowering::lowerReduceInWarps);
-        // a float sum keeps its one order through shared memory.
+        // Within warps where the operand's layout allows it (Lowering::lowerReduceInWarps).
         Layout r;
         const Type& in = o.operand(0)->type();
-        bool kind = o.kind() != OpKind::ReduceSum || in.elem == DType::I32;
-        if (in.rank() > 1 && kind && (in.elem == DType::F32 || in.elem == DType::I32) &&
+        if (in.rank() > 1 && reducibleInWarps(o.kind(), in.elem) &&
             reducedInWarps(of(o.operand(0)), in.shape, static_cast<int>(o.intAttr("axis")), &r)) {
           plan[o.result()] = r;
           sliced_.insert(o.result());

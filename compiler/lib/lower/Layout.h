@@ -81,6 +81,10 @@ Layout compactLayout(const Layout& l);
 // warps split the axis (their partials would meet in shared memory) or a basis moves
 // along the axis and another dim at once.
 bool reducedInWarps(const Layout& l, const std::vector<int64_t>& shape, int axis, Layout* out);
+// Whether a reduction of kind `k` over elements of `d` may combine within warps
+// (Lowering::lowerReduceInWarps): max and min of f32 / i32, and i32 sums (a float sum
+// keeps its one order through shared memory).
+bool reducibleInWarps(OpKind k, DType d);
 // The layout of a dot_scaled scale table [L, kb] (L: the accumulator's rows when `rows`,
 // else its columns; `acc`: the [*, n] accumulator's layout) in which each thread holds
 // the scales of its own accumulator slots, all kb K blocks in registers: the promotion

@@ -3,6 +3,20 @@
 
 namespace tilefuse::lower::detail {
 
+// a + x, max(a, x) or min(a, x) for a reduce_sum / _max / _min over elements of `d`.
+LVal* Lowering::reduceCombine(OpKind k, DType d, LVal* a, LVal* x) {
+  bool f = isFloat(d), u = isUnsigned(d);
+  if (k == OpKind::ReduceSum) return f ? b_.CreateFAdd(a, x) : b_.CreateAdd(a, x);
+  using I = llvm::Intrinsic::ID;
+  I id = k == OpKind::ReduceMax ? (f   ? I(llvm::Intrinsic::maxnum)
+                                   : u ? I(llvm::Intrinsic::umax)
+                                       : I(llvm::Intrinsic::smax))
+                                : (f   ? I(llvm::Intrinsic::minnum)
+                                   : u ? I(llvm::Intrinsic::umin)
+                                       : I(llvm::Intrinsic::smin));
+  return b_.CreateIntrinsic(id, {a->getType()}, {a, x});
+}
+
 // A whole rank-1 tile of f32 or i32 reduced to a scalar (softmax, layernorm rows):
 // each thread combines its slots, warps combine through butterfly shuffles, and
 // the per-warp partials meet in shared memory, so every thread ends with the result.
@@ -11,16 +25,7 @@ bool Lowering::lowerReduceByShuffles(const Op& op) {
   if (in.rank() != 1 || op.kind() == OpKind::Argmax || (in.elem != DType::F32 && in.elem != DType::I32)) return false;
   bool f = in.elem == DType::F32;
   llvm::Type* ty = elemType(in.elem);
-  auto combine = [&](LVal* a, LVal* x) -> LVal* {
-    switch (op.kind()) {
-      case OpKind::ReduceSum:
-        return f ? b_.CreateFAdd(a, x) : b_.CreateAdd(a, x);
-      case OpKind::ReduceMax:
-        return b_.CreateIntrinsic(f ? llvm::Intrinsic::maxnum : llvm::Intrinsic::smax, {ty}, {a, x});
-      default:
-        return b_.CreateIntrinsic(f ? llvm::Intrinsic::minnum : llvm::Intrinsic::smin, {ty}, {a, x});
-    }
-  };
+  auto combine = [&](LVal* a, LVal* x) { return reduceCombine(op.kind(), in.elem, a, x); };
   // The identity stands in for the duplicates that threads past N hold.
   LVal* identity;
   if (op.kind() == OpKind::ReduceSum)
@@ -76,28 +81,12 @@ bool Lowering::lowerReduceInWarps(const Op& op) {
   const Layout& want = layoutOf(op.result());
   const Regs& r = get(op.operand(0));
   Layout planned;
-  bool sumOk = op.kind() != OpKind::ReduceSum || in.elem == DType::I32;  // as the planner
-  if (in.rank() < 2 || !sumOk || (in.elem != DType::F32 && in.elem != DType::I32) ||
+  if (in.rank() < 2 || !reducibleInWarps(op.kind(), in.elem) ||
       !reducedInWarps(r.L, in.shape, static_cast<int>(op.intAttr("axis")), &planned) || !(planned == want))
     return false;
-  bool f = in.elem == DType::F32, u = isUnsigned(in.elem);
+  bool f = in.elem == DType::F32;
   llvm::Type* ty = elemType(in.elem);
-  auto combine = [&](LVal* a, LVal* x) -> LVal* {
-    switch (op.kind()) {
-      case OpKind::ReduceSum:
-        return b_.CreateAdd(a, x);  // integers only (the plan keeps float sums in order)
-      case OpKind::ReduceMax:
-        return b_.CreateIntrinsic(f   ? llvm::Intrinsic::maxnum
-                                  : u ? llvm::Intrinsic::umax
-                                      : llvm::Intrinsic::smax,
-                                  {ty}, {a, x});
-      default:
-        return b_.CreateIntrinsic(f   ? llvm::Intrinsic::minnum
-                                  : u ? llvm::Intrinsic::umin
-                                      : llvm::Intrinsic::smin,
-                                  {ty}, {a, x});
-    }
-  };
+  auto combine = [&](LVal* a, LVal* x) { return reduceCombine(op.kind(), in.elem, a, x); };
   // Slot bits: kept (the result's slot bits, in order), along the axis (combined), or
   // replicating (a copy: skipped). The result's slot bases are the kept ones in order.
   Layout one{{}, {}};
@@ -144,8 +133,6 @@ void Lowering::lowerReduce(const Op& op) {
   toSmem(get(op.operand(0)), in, 0);
   barrier();
   bool f = isFloat(in.elem), u = isUnsigned(in.elem);
-  auto maxI = u ? llvm::Intrinsic::umax : llvm::Intrinsic::smax,
-       minI = u ? llvm::Intrinsic::umin : llvm::Intrinsic::smin;
   const Layout& L = layoutOf(op.result());
   Regs out{{}, L};
   for (int s = 0; s < slots(L); ++s) {
@@ -164,21 +151,9 @@ void Lowering::lowerReduce(const Op& op) {
     if (len > 1) {
       auto fin = countedLoop(1, len, {acc, best}, [&](LVal* k, const std::vector<LVal*>& cur) -> std::vector<LVal*> {
         LVal* x = at(k);
-        llvm::Type* ty = x->getType();
-        switch (op.kind()) {
-          case OpKind::ReduceSum:
-            return {f ? b_.CreateFAdd(cur[0], x) : b_.CreateAdd(cur[0], x), cur[1]};
-          case OpKind::ReduceMax:
-            return {b_.CreateIntrinsic(f ? llvm::Intrinsic::maxnum : maxI, {ty}, {cur[0], x}), cur[1]};
-          case OpKind::ReduceMin:
-            return {b_.CreateIntrinsic(f ? llvm::Intrinsic::minnum : minI, {ty}, {cur[0], x}), cur[1]};
-          default: {
-            LVal* better = f   ? b_.CreateFCmpOGT(x, cur[0])
-                           : u ? b_.CreateICmpUGT(x, cur[0])
-                               : b_.CreateICmpSGT(x, cur[0]);
-            return {b_.CreateSelect(better, x, cur[0]), b_.CreateSelect(better, k, cur[1])};
-          }
-        }
+        if (op.kind() != OpKind::Argmax) return {reduceCombine(op.kind(), in.elem, cur[0], x), cur[1]};
+        LVal* better = f ? b_.CreateFCmpOGT(x, cur[0]) : u ? b_.CreateICmpUGT(x, cur[0]) : b_.CreateICmpSGT(x, cur[0]);
+        return {b_.CreateSelect(better, x, cur[0]), b_.CreateSelect(better, k, cur[1])};
       });
       acc = fin[0];
       best = fin[1];
