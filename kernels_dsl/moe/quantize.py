@@ -241,15 +241,45 @@ def nvfp4_view_block(x_ptr, r, cb, R, s_r, s_c, RHT: tl.constexpr):
 
 
 @tf.jit
-def nvfp4_amax(x_ptr, part_ptr, R, C, s_r, s_c, n_ptr, RHT: tl.constexpr, TR: tl.constexpr, BOUNDED: tl.constexpr):
-    # One partial amax (NaNs ignored) per program into part[pid0 * (C / 16) + pid1]; BOUNDED:
-    # over V's first n_ptr[0] rows only (the MoE MLP's rows past the splits' sum).
+def nvfp4_view_blocks(x_ptr, r, cb, R, C, s_r, s_c, RHT: tl.constexpr, NB: tl.constexpr):
+    """nvfp4_view_block of the NB block columns cb..cb + NB - 1 (those past C read 0): ev, od
+    [TR * NB, 8], row i * NB + b the block (r[i], cb + b)."""
+    TR: tl.constexpr = r.shape[0]
+    if NB == 1:
+        return nvfp4_view_block(x_ptr, r, cb, R, s_r, s_c, RHT)
+    b = cb + tl.arange(0, NB)
+    if RHT:
+        m = (r < R)[:, None] & (b < C // 16)[None, :]
+        ev = tl.zeros((TR * NB, 8), tl.float32)
+        od = tl.zeros((TR * NB, 8), tl.float32)
+        for i in tl.static_range(16):
+            p = x_ptr + r[:, None] * s_r + (b * 16 + i).to(tl.int64)[None, :] * s_c
+            v = tl.load(p, mask=m, other=0.0).to(tl.float32)
+            ev, od = rht_step(ev, od, tl.reshape(v, (TR * NB,)), i)
+        ev, od = ev * 0.25, od * 0.25
+    else:
+        c = cb * 16 + tl.arange(0, 16 * NB)
+        m = (r < R)[:, None] & (c < C)[None, :]
+        x = tl.load(x_ptr + r[:, None] * s_r + c.to(tl.int64)[None, :] * s_c, mask=m, other=0.0).to(tl.float32)
+        ev, od = tl.split(tl.reshape(x, (TR * NB, 8, 2)))
+    return ev, od
+
+
+@tf.jit
+def nvfp4_amax(
+    x_ptr, part_ptr, R, C, s_r, s_c, n_ptr,
+    RHT: tl.constexpr, TR: tl.constexpr, BOUNDED: tl.constexpr, NB: tl.constexpr = 1,
+):  # fmt: skip
+    # One partial amax (NaNs ignored) per program into part[pid0 * nc + pid1] (nc programs
+    # along the columns, NB block columns each); BOUNDED: over V's first n_ptr[0] rows only
+    # (the MoE MLP's rows past the splits' sum).
     r = rows_of(TR)
     if BOUNDED:
         R = tl.minimum(R, tl.load(n_ptr))
-    ev, od = nvfp4_view_block(x_ptr, r, tl.program_id(1), R, s_r, s_c, RHT)
+    ev, od = nvfp4_view_blocks(x_ptr, r, tl.program_id(1) * NB, R, C, s_r, s_c, RHT, NB)
     a = tl.maximum(tl.where(ev != ev, 0.0, tl.abs(ev)), tl.where(od != od, 0.0, tl.abs(od)))
-    tl.store(part_ptr + tl.program_id(0) * (C // 16) + tl.program_id(1), tl.max(tl.max(a, axis=1), axis=0))
+    nc = (C // 16 + NB - 1) // NB
+    tl.store(part_ptr + tl.program_id(0) * nc + tl.program_id(1), tl.max(tl.max(a, axis=1), axis=0))
 
 
 @tf.jit
@@ -314,20 +344,41 @@ def nvfp4_quantize(
     RHT: tl.constexpr,
     STOCHASTIC: tl.constexpr,
     TR: tl.constexpr,
+    NB: tl.constexpr = 1,
 ):
     # q [R, C / 2] E2M1 pairs (even element in the low nibble), s [R, C / 16] e4m3 codes,
-    # replicated over the BR rows of a 16 x 16 tile (BR = 16) or per row (BR = 1).
+    # replicated over the BR rows of a 16 x 16 tile (BR = 16) or per row (BR = 1). A program
+    # encodes TR rows by NB block columns (NB = 1 for 16 x 16 tiles).
     r = rows_of(TR)
-    cb = tl.program_id(1)
-    ev, od = nvfp4_view_block(x_ptr, r, cb, R, s_r, s_c, RHT)
+    cb = tl.program_id(1) * NB
+    ev, od = nvfp4_view_blocks(x_ptr, r, cb, R, C, s_r, s_c, RHT, NB)
+    if NB == 1:
+        rb, bb = r, cb
+    else:
+        rb = tl.reshape(tl.broadcast_to(r[:, None], (TR, NB)), (TR * NB,))
+        bb = tl.reshape(tl.broadcast_to((cb + tl.arange(0, NB))[None, :], (TR, NB)), (TR * NB,))
     if STOCHASTIC:
-        rev, rod = stochastic_bits(r, cb, C, seed_lo, seed_hi)
+        rev, rod = stochastic_bits(rb, bb, C, seed_lo, seed_hi)
     else:
         rev, rod = 0, 0
-    packed, sb = nvfp4_encode(ev, od, tl.load(ts_ptr), rev, rod, TR, BR, STOCHASTIC)
-    m = (r < R)[:, None]
-    tl.store(q_ptr + r[:, None] * (C // 2) + cb * 8 + tl.arange(0, 8)[None, :], packed, mask=m)
-    tl.store(s_ptr + r[:, None] * (C // 16) + cb, sb, mask=m)
+    packed, sb = nvfp4_encode(ev, od, tl.load(ts_ptr), rev, rod, TR * NB, BR, STOCHASTIC)
+    if NB == 1:
+        m = (r < R)[:, None]
+        tl.store(q_ptr + r[:, None] * (C // 2) + cb * 8 + tl.arange(0, 8)[None, :], packed, mask=m)
+        tl.store(s_ptr + r[:, None] * (C // 16) + cb, sb, mask=m)
+    else:
+        q = cb * 8 + tl.arange(0, NB * 8)
+        tl.store(
+            q_ptr + r[:, None] * (C // 2) + q[None, :],
+            tl.reshape(packed, (TR, NB * 8)),
+            mask=(r < R)[:, None] & (q < C // 2)[None, :],
+        )
+        b = cb + tl.arange(0, NB)
+        tl.store(
+            s_ptr + r[:, None] * (C // 16) + b[None, :],
+            tl.reshape(sb, (TR, NB)),
+            mask=(r < R)[:, None] & (b < C // 16)[None, :],
+        )
 
 
 @tf.jit

@@ -114,6 +114,23 @@ def test_mxfp8_tiles_against_golden(tile, axis, monkeypatch):
         assert_matches(on_gpu(x, options), golden(x, **options), f"GPU tile {tile} vs golden {shape} axis={axis}")
 
 
+# NVFP4 program tiles (rows, 16-element blocks) of the 1 x 16 copies: each gives the golden's bits.
+NVFP4_TILES = [(64, 1), (64, 8), (32, 4), (16, 16), (128, 2)]
+
+
+@pytest.mark.parametrize("tile", NVFP4_TILES, ids=lambda t: f"{t[0]}x{t[1]}")
+@pytest.mark.parametrize(
+    "extra", [dict(), dict(axis=0, rht=True), dict(stochastic=True, seed=99)], ids=["rows", "rht", "stochastic"]
+)
+def test_nvfp4_tiles_against_golden(tile, extra, monkeypatch):
+    monkeypatch.setattr(quant, "NVFP4_TILE", tile)
+    options = dict(recipe="nvfp4", **extra)
+    rng = np.random.default_rng(tile[0] * 100 + tile[1] + len(extra))
+    for shape in shapes_for(options):
+        x = random_input(rng, shape, BF16, spread=20)
+        assert_matches(on_gpu(x, options), golden(x, **options), f"GPU tile {tile} vs golden {shape} {extra}")
+
+
 @pytest.mark.parametrize("n", [0, 37, 544, 600])
 def test_nvfp4_rows_used_against_interpreter(n):
     """rows_used read on the device: the tensor scale, codes and scales bit for bit the

@@ -28,6 +28,9 @@ TILE_ROWS = 64
 # of a row-major x, tall tiles).
 MXFP8_TILE_ALONG = (TILE_ROWS, 32)
 MXFP8_TILE_ACROSS = (TILE_ROWS, 32)
+# NVFP4's (rows, 16-element blocks along them) of V per program, 1 x 16 blocks (16 x 16
+# tiles take one block column).
+NVFP4_TILE = (TILE_ROWS, 8)
 _MXFP8_FORMATS = {"e4m3": (tl.float8e4nv, 8), "e5m2": (tl.float8e5, 15)}
 _SCALE_PARTIALS_BLOCK = 256
 
@@ -175,18 +178,19 @@ def _nvfp4(x, rows, cols, s_r, s_c, axis, tile2d, rht, stochastic, seed, rows_us
     br = 16 if tile2d else 1
     if tile2d:
         _need_multiple("nvfp4 16 x 16 tiles", rows, 16, col_name)
-    g = _grid(rows, cols, TILE_ROWS, 16)
+    tr, nb = (TILE_ROWS, 1) if tile2d else NVFP4_TILE
+    g = (-(-rows // tr), -(-cols // (16 * nb)))
     partials = _arrays.empty(x, (max(g[0] * g[1], 1),), "float32")
     tensor_scale = _arrays.empty(x, (1,), "float32")
     data = _arrays.empty(x, (rows, cols // 2), "int8")
     scale = _arrays.empty(x, (rows, cols // 16), "e4m3")
     bounded = rows_used is not None
     n_ptr = rows_used if bounded else partials  # not read unless BOUNDED
-    _launch(K.nvfp4_amax, g, x, partials, rows, cols, s_r, s_c, n_ptr, RHT=rht, TR=TILE_ROWS, BOUNDED=bounded)
+    _launch(K.nvfp4_amax, g, x, partials, rows, cols, s_r, s_c, n_ptr, RHT=rht, TR=tr, BOUNDED=bounded, NB=nb)
     n = g[0] * g[1]
     _launch(K.nvfp4_tensor_scale, (1, 1), partials, n, tensor_scale, BLOCK=_SCALE_PARTIALS_BLOCK)
     seeds = (np.int64(seed & 0xFFFFFFFF), np.int64(seed >> 32))  # one type whatever the seed
-    meta = dict(BR=br, RHT=rht, STOCHASTIC=stochastic, TR=TILE_ROWS)
+    meta = dict(BR=br, RHT=rht, STOCHASTIC=stochastic, TR=tr, NB=nb)
     _launch(K.nvfp4_quantize, g, x, tensor_scale, data, _arrays.as_int8(scale), rows, cols, s_r, s_c, *seeds, **meta)
     return Quantized(
         data,

@@ -146,7 +146,11 @@ def check_nvfp4(x, **options):
 @pytest.mark.parametrize("tile2d", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, BF16])
 @pytest.mark.parametrize("shape", [(96, 80), (16, 32), (80, 144)])
-def test_nvfp4_random(rng, axis, tile2d, dtype, shape):
+@pytest.mark.parametrize("tile", [None, (64, 1), (16, 4)], ids=["default", "64x1", "16x4"])
+def test_nvfp4_random(rng, axis, tile2d, dtype, shape, tile, monkeypatch):
+    # Other program tiles (partial block columns: 9 blocks = 4 + 4 + 1) give the same bits.
+    if tile:
+        monkeypatch.setattr(quant, "NVFP4_TILE", tile)
     x = random_input(rng, shape, dtype, spread=3)
     q = check_nvfp4(x, axis=axis, tile2d=tile2d)
     if tile2d:  # one scale per 16 x 16 tile, replicated over its rows
@@ -156,7 +160,10 @@ def test_nvfp4_random(rng, axis, tile2d, dtype, shape):
 
 @pytest.mark.parametrize("dtype", [np.float32, BF16])
 @pytest.mark.parametrize("shape", [(96, 48), (32, 16)])
-def test_nvfp4_rht(rng, dtype, shape):
+@pytest.mark.parametrize("tile", [None, (64, 1), (16, 4)], ids=["default", "64x1", "16x4"])
+def test_nvfp4_rht(rng, dtype, shape, tile, monkeypatch):
+    if tile:
+        monkeypatch.setattr(quant, "NVFP4_TILE", tile)
     x = random_input(rng, shape, dtype, spread=3)
     check_nvfp4(x, axis=0, rht=True)
     x[5, 7] = np.nan  # poisons its column's chunk of 16 tokens only
@@ -209,7 +216,10 @@ def test_nvfp4_special_blocks():
 
 
 @pytest.mark.parametrize("rht", [False, True])
-def test_nvfp4_stochastic_rounding_stream(rng, rht):
+@pytest.mark.parametrize("tile", [None, (64, 1), (16, 4)], ids=["default", "64x1", "16x4"])
+def test_nvfp4_stochastic_rounding_stream(rng, rht, tile, monkeypatch):
+    if tile:
+        monkeypatch.setattr(quant, "NVFP4_TILE", tile)
     x = random_input(rng, (96, 48), spread=2)
     q1 = check_nvfp4(x, axis=0, rht=rht, stochastic=True, seed=12345)
     q2 = check_nvfp4(x, axis=0, rht=rht, stochastic=True, seed=(7 << 32) | 99)
