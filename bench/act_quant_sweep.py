@@ -63,6 +63,18 @@ def main():
             )
         nb = 2 * src.numel() + src.numel() // 2 + src.numel() // 16
         print(f"quantize nvfp4 axis={axis}:", gbps(nb, moe.quantize, src, "nvfp4", axis=axis))
+    # NVFP4 (two passes over x: the amax, then the codes) over program tiles, rowwise and
+    # the columnwise RHT copy, each checked against the default tile's bits.
+    default = quant.NVFP4_TILE
+    for axis, src, extra in ((-1, y, {}), (0, yt, {"rht": True})):
+        nb = 2 * 2 * src.numel() + src.numel() // 2 + src.numel() // 16
+        want = moe.quantize(src, "nvfp4", axis=axis, **extra)
+        for tile in [(64, 1), (64, 8), (32, 8), (16, 16), (32, 4), (128, 4)]:
+            quant.NVFP4_TILE = tile
+            ok = same(moe.quantize(src, "nvfp4", axis=axis, **extra), want)
+            rate = gbps(nb, moe.quantize, src, "nvfp4", axis=axis, **extra)
+            print(f"quantize nvfp4 axis={axis} {extra} {tile}: {rate} (equal {ok})")
+        quant.NVFP4_TILE = default
 
 
 if __name__ == "__main__":
