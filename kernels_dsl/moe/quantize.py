@@ -241,15 +241,15 @@ def nvfp4_view_block(x_ptr, r, cb, R, s_r, s_c, RHT: tl.constexpr):
 
 
 @tf.jit
-def nvfp4_view_blocks(x_ptr, r, cb, R, C, s_r, s_c, RHT: tl.constexpr, NB: tl.constexpr):
-    """nvfp4_view_block of the NB block columns cb..cb + NB - 1 (those past C read 0): ev, od
-    [TR * NB, 8], row i * NB + b the block (r[i], cb + b)."""
+def nvfp4_view_blocks(x_ptr, r, cb, R, s_r, s_c, RHT: tl.constexpr, NB: tl.constexpr):
+    """nvfp4_view_block of the NB block columns cb..cb + NB - 1: ev, od [TR * NB, 8], row
+    i * NB + b the block (r[i], cb + b)."""
     TR: tl.constexpr = r.shape[0]
     if NB == 1:
         return nvfp4_view_block(x_ptr, r, cb, R, s_r, s_c, RHT)
     b = cb + tl.arange(0, NB)
+    m = (r < R)[:, None]
     if RHT:
-        m = (r < R)[:, None] & (b < C // 16)[None, :]
         ev = tl.zeros((TR * NB, 8), tl.float32)
         od = tl.zeros((TR * NB, 8), tl.float32)
         for i in tl.static_range(16):
@@ -259,7 +259,6 @@ def nvfp4_view_blocks(x_ptr, r, cb, R, C, s_r, s_c, RHT: tl.constexpr, NB: tl.co
         ev, od = ev * 0.25, od * 0.25
     else:
         c = cb * 16 + tl.arange(0, 16 * NB)
-        m = (r < R)[:, None] & (c < C)[None, :]
         x = tl.load(x_ptr + r[:, None] * s_r + c.to(tl.int64)[None, :] * s_c, mask=m, other=0.0).to(tl.float32)
         ev, od = tl.split(tl.reshape(x, (TR * NB, 8, 2)))
     return ev, od
@@ -271,14 +270,14 @@ def nvfp4_amax(
     RHT: tl.constexpr, TR: tl.constexpr, BOUNDED: tl.constexpr, NB: tl.constexpr = 1,
 ):  # fmt: skip
     # One partial amax (NaNs ignored) per program into part[pid0 * nc + pid1] (nc programs
-    # along the columns, NB block columns each); BOUNDED: over V's first n_ptr[0] rows only
-    # (the MoE MLP's rows past the splits' sum).
+    # along the columns, NB block columns each: NB divides C / 16); BOUNDED: over V's first
+    # n_ptr[0] rows only (the MoE MLP's rows past the splits' sum).
     r = rows_of(TR)
     if BOUNDED:
         R = tl.minimum(R, tl.load(n_ptr))
-    ev, od = nvfp4_view_blocks(x_ptr, r, tl.program_id(1) * NB, R, C, s_r, s_c, RHT, NB)
+    ev, od = nvfp4_view_blocks(x_ptr, r, tl.program_id(1) * NB, R, s_r, s_c, RHT, NB)
     a = tl.maximum(tl.where(ev != ev, 0.0, tl.abs(ev)), tl.where(od != od, 0.0, tl.abs(od)))
-    nc = (C // 16 + NB - 1) // NB
+    nc = C // 16 // NB
     tl.store(part_ptr + tl.program_id(0) * nc + tl.program_id(1), tl.max(tl.max(a, axis=1), axis=0))
 
 
@@ -348,10 +347,10 @@ def nvfp4_quantize(
 ):
     # q [R, C / 2] E2M1 pairs (even element in the low nibble), s [R, C / 16] e4m3 codes,
     # replicated over the BR rows of a 16 x 16 tile (BR = 16) or per row (BR = 1). A program
-    # encodes TR rows by NB block columns (NB = 1 for 16 x 16 tiles).
+    # encodes TR rows by NB block columns (NB divides C / 16; 1 for 16 x 16 tiles).
     r = rows_of(TR)
     cb = tl.program_id(1) * NB
-    ev, od = nvfp4_view_blocks(x_ptr, r, cb, R, C, s_r, s_c, RHT, NB)
+    ev, od = nvfp4_view_blocks(x_ptr, r, cb, R, s_r, s_c, RHT, NB)
     if NB == 1:
         rb, bb = r, cb
     else:
@@ -367,18 +366,12 @@ def nvfp4_quantize(
         tl.store(q_ptr + r[:, None] * (C // 2) + cb * 8 + tl.arange(0, 8)[None, :], packed, mask=m)
         tl.store(s_ptr + r[:, None] * (C // 16) + cb, sb, mask=m)
     else:
+        nbc = tl.multiple_of(C // 16, NB)  # blocks per row of V
+        m = (r < R)[:, None]
         q = cb * 8 + tl.arange(0, NB * 8)
-        tl.store(
-            q_ptr + r[:, None] * (C // 2) + q[None, :],
-            tl.reshape(packed, (TR, NB * 8)),
-            mask=(r < R)[:, None] & (q < C // 2)[None, :],
-        )
+        tl.store(q_ptr + r[:, None] * (nbc * 8) + q[None, :], tl.reshape(packed, (TR, NB * 8)), mask=m)
         b = cb + tl.arange(0, NB)
-        tl.store(
-            s_ptr + r[:, None] * (C // 16) + b[None, :],
-            tl.reshape(sb, (TR, NB)),
-            mask=(r < R)[:, None] & (b < C // 16)[None, :],
-        )
+        tl.store(s_ptr + r[:, None] * nbc + b[None, :], tl.reshape(sb, (TR, NB)), mask=m)
 
 
 @tf.jit

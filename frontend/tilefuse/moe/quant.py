@@ -29,10 +29,11 @@ TILE_ROWS = 64
 MXFP8_TILE_ALONG = (TILE_ROWS, 32)
 MXFP8_TILE_ACROSS = (TILE_ROWS, 32)
 # NVFP4's (rows, 16-element blocks along them) of V per program, 1 x 16 blocks (16 x 16
-# tiles take one block column).
+# tiles take one block column); the blocks halve until they divide V's row.
 NVFP4_TILE = (TILE_ROWS, 8)
 _MXFP8_FORMATS = {"e4m3": (tl.float8e4nv, 8), "e5m2": (tl.float8e5, 15)}
-_SCALE_PARTIALS_BLOCK = 256
+# One partial per thread of the one program (4 warps): no vector access the mask cannot prove.
+_SCALE_PARTIALS_BLOCK = 128
 
 
 @dataclass
@@ -179,7 +180,9 @@ def _nvfp4(x, rows, cols, s_r, s_c, axis, tile2d, rht, stochastic, seed, rows_us
     if tile2d:
         _need_multiple("nvfp4 16 x 16 tiles", rows, 16, col_name)
     tr, nb = (TILE_ROWS, 1) if tile2d else NVFP4_TILE
-    g = (-(-rows // tr), -(-cols // (16 * nb)))
+    while (cols // 16) % nb:  # whole block columns per program: no column masks
+        nb //= 2
+    g = _grid(rows, cols, tr, 16 * nb)
     partials = _arrays.empty(x, (max(g[0] * g[1], 1),), "float32")
     tensor_scale = _arrays.empty(x, (1,), "float32")
     data = _arrays.empty(x, (rows, cols // 2), "int8")
