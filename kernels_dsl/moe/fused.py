@@ -517,6 +517,7 @@ def fc2_dgrad_kernel(
     BM: tl.constexpr,
     BO: tl.constexpr,
     BC: tl.constexpr,
+    HALVES: tl.constexpr = False,
 ):
     # dy [R, D]; w2 [G, D, N] (bf16, or with FP8 its columnwise copy of [G·D, N], stored
     # [N, G·D], as in grouped_gemm_fp8_kernel's dgrad); C [R, N1] bf16; dh: store_out of
@@ -540,6 +541,7 @@ def fc2_dgrad_kernel(
         acc.to(tl.bfloat16).to(tl.float32), c_ptr, probs_ptr, dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, parts_ptr, y_ptr,
         yt_ptr, yts_ptr, offsets_ptr, padded_ptr, g, m0, end, c0, N, K, RP, NSD, RPS, PARTS, P0, P1, P2, probs_ptr,
         probs_ptr, probs_ptr, probs_ptr, 0, 0, 0, 0, ACT, OUT, RECOMPUTE, GLU_RUN, EVEN_ODD, PAIRS, BM, BO, 1, False,
+        HALVES,
     )  # fmt: skip
 
 
@@ -583,6 +585,7 @@ def fc2_dgrad_persistent_kernel(
     BO: tl.constexpr,
     BC: tl.constexpr,
     GROUP_M: tl.constexpr,
+    HALVES: tl.constexpr = False,
 ):
     # fc2_dgrad_kernel's bf16 product and epilogue, persistent (fc1_persistent_kernel's
     # loop): dy [R, D], w2 [G, D, N] as [G·D, N] read [BC, BO] at row g·D + c; the K
@@ -599,7 +602,7 @@ def fc2_dgrad_persistent_kernel(
             acc.to(tl.bfloat16).to(tl.float32), c_ptr, probs_ptr, dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, parts_ptr,
             y_ptr, yt_ptr, yts_ptr, offsets_ptr, padded_ptr, g, m0, end, c0, N, K, RP, NSD, RPS, PARTS, P0, P1, P2,
             probs_ptr, probs_ptr, probs_ptr, probs_ptr, 0, 0, 0, 0, ACT, OUT, RECOMPUTE, GLU_RUN, EVEN_ODD, PAIRS, BM,
-            BO, 1, False,
+            BO, 1, False, HALVES,
         )  # fmt: skip
 
 
@@ -710,10 +713,81 @@ def dgrad_epilogue(
     BO: tl.constexpr,
     PASS: tl.constexpr,
     STOCH: tl.constexpr,
+    HALVES: tl.constexpr = False,
+):
+    """dgrad_part of gr [BM, BO], or with HALVES of its column halves one after the other:
+    half the epilogue's tiles live at once (the fused FC2 dgrad at 128 columns spilled)."""
+    if HALVES:
+        H: tl.constexpr = BO // 2
+        g0, g1 = tl.split(tl.permute(tl.reshape(gr, [BM, 2, H]), (0, 2, 1)))
+        dgrad_part(
+            g0, c_ptr, probs_ptr, dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, parts_ptr, y_ptr, yt_ptr, yts_ptr, offsets_ptr,
+            padded_ptr, g, m0, end, c0, N, K, RP, NSD, RPS, PARTS, P0, P1, P2, ts_ptr, tsc_ptr, tsy_ptr, amax_ptr,
+            k0, k1, k2, k3, ACT, OUT, RECOMPUTE, GLU_RUN, EVEN_ODD, PAIRS, BM, H, PASS, STOCH,
+        )  # fmt: skip
+        dgrad_part(
+            g1, c_ptr, probs_ptr, dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, parts_ptr, y_ptr, yt_ptr, yts_ptr, offsets_ptr,
+            padded_ptr, g, m0, end, c0 + H, N, K, RP, NSD, RPS, PARTS, P0, P1, P2, ts_ptr, tsc_ptr, tsy_ptr,
+            amax_ptr, k0, k1, k2, k3, ACT, OUT, RECOMPUTE, GLU_RUN, EVEN_ODD, PAIRS, BM, H, PASS, STOCH,
+        )  # fmt: skip
+    else:
+        dgrad_part(
+            gr, c_ptr, probs_ptr, dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, parts_ptr, y_ptr, yt_ptr, yts_ptr, offsets_ptr,
+            padded_ptr, g, m0, end, c0, N, K, RP, NSD, RPS, PARTS, P0, P1, P2, ts_ptr, tsc_ptr, tsy_ptr, amax_ptr,
+            k0, k1, k2, k3, ACT, OUT, RECOMPUTE, GLU_RUN, EVEN_ODD, PAIRS, BM, BO, PASS, STOCH,
+        )  # fmt: skip
+
+
+@tf.jit
+def dgrad_part(
+    gr,
+    c_ptr,
+    probs_ptr,
+    dh_ptr,
+    dhs_ptr,
+    dht_ptr,
+    dhts_ptr,
+    parts_ptr,
+    y_ptr,
+    yt_ptr,
+    yts_ptr,
+    offsets_ptr,
+    padded_ptr,
+    g,
+    m0,
+    end,
+    c0,
+    N,
+    K,
+    RP,
+    NSD,
+    RPS,
+    PARTS,
+    P0,
+    P1,
+    P2,
+    ts_ptr,
+    tsc_ptr,
+    tsy_ptr,
+    amax_ptr,
+    k0,
+    k1,
+    k2,
+    k3,
+    ACT: tl.constexpr,
+    OUT: tl.constexpr,
+    RECOMPUTE: tl.constexpr,
+    GLU_RUN: tl.constexpr,
+    EVEN_ODD: tl.constexpr,
+    PAIRS: tl.constexpr,
+    BM: tl.constexpr,
+    BO: tl.constexpr,
+    PASS: tl.constexpr,
+    STOCH: tl.constexpr,
 ):
     """From g = gr [BM, BO] (the dgrad's bf16-rounded output) and the saved C: dh, the
     dprobs run sums (PASS 1) and with RECOMPUTE y (see fc2_dgrad_kernel); OUT 3's
-    buffers (ts_ptr .. amax_ptr) and keys: fc2_nvfp4_kernel's."""
+    buffers (ts_ptr .. amax_ptr) and keys: fc2_nvfp4_kernel's. dgrad_epilogue's part."""
     cols = c0 + tl.arange(0, BO)
     rm, row_ok, r64 = tile_rows(m0, end, BM)
     m = row_ok[:, None] & (cols < N)[None, :]

@@ -92,16 +92,28 @@ def _persistent(fn, cfg, like, recipe, w, rows, d, split_runs, cross) -> bool:
     return bool(cfg.persistent) or (not isinstance(like, np.ndarray) and d % 16 == 0)
 
 
-def _glu_meta(act, k, cfg, block, fn):
+def _glu_meta(act, k, cfg, block, fn, width=None):
     """GLU_RUN and EVEN_ODD (kernels_dsl.moe.activations.load_glu) for interleave k, and
-    PAIRS (fused.store_glu_grad: k divides the column tile); block: a quantized dh's (or 1)."""
-    pairs = cfg.block_n % k == 0
+    PAIRS (fused.store_glu_grad: k divides the column tile, `width` or config.block_n);
+    block: a quantized dh's (or 1)."""
+    width = width or cfg.block_n
+    pairs = width % k == 0
     if act.glu and not pairs and k % block:
         raise ValueError(
             f"{fn}: a quantized dh needs the interleave ({k}) to divide config.block_n ({cfg.block_n}) or to be a "
             f"multiple of {block} (its blocks run along C's columns)"
         )
-    return dict(GLU_RUN=math.gcd(k, cfg.block_n), EVEN_ODD=act.glu and k == 1, PAIRS=pairs)
+    return dict(GLU_RUN=math.gcd(k, width), EVEN_ODD=act.glu and k == 1, PAIRS=pairs)
+
+
+def _dgrad_halves(act, k, cfg, recipe, block):
+    """Whether the FC2 dgrad's epilogue runs on its tile's column halves (fused.dgrad_epilogue's
+    HALVES: at 128 columns and more the whole tile's epilogue spilled): the halves hold whole
+    dprobs runs (32) and dh blocks (not FP8-block's 128), and a GLU's pairs or blocks fit them."""
+    half = cfg.block_n // 2
+    if cfg.block_n < 128 or recipe == "fp8_block":
+        return False
+    return not act.glu or half % k == 0 or k % block == 0
 
 
 def _operands(fn, recipe, a, w, name, wname, dgrad):
@@ -334,6 +346,9 @@ def fc2_dgrad(
         raise ValueError(f"{fn}: {recipe} outputs need n to be a multiple of {block}, got {n}")
     cfg = _fused_config(fn, config, like, recipe, quantized)
     glu = _glu_meta(act, k, cfg, block if quantized else 1, fn)
+    halves = recipe != "nvfp4" and _dgrad_halves(act, k, cfg, recipe, block if quantized else 1)
+    if halves:
+        glu = _glu_meta(act, k, cfg, block if quantized else 1, fn, cfg.block_n // 2)
     # The run sums' row: every column tile's runs, rounded up to 16 (aligned rows).
     n_runs, tile_runs = cdiv(n, K.DS_CHUNK), cfg.block_n // K.DS_CHUNK
     parts_width = cdiv(cdiv(n_runs, tile_runs) * tile_runs, 16) * 16
@@ -356,7 +371,7 @@ def fc2_dgrad(
         ys = (y_col, y_col, y_col)
     outs = (c, probs, *dhs, parts, *ys, sched.offsets, sched.padded, sched.tile_start, sched.tiles)
     tail = (n, k, rp, n1 // block, rp // block, parts_width)
-    meta = dict(ACT=act, OUT=OUT[recipe], RECOMPUTE=bool(recompute), **glu)
+    meta = dict(ACT=act, OUT=OUT[recipe], RECOMPUTE=bool(recompute), HALVES=halves, **glu)
     if _persistent(fn, cfg, like, recipe, w, rows, d, False, d % cfg.block_k):
         K.fc2_dgrad_persistent_kernel[(num_programs(like),)](
             dy, w.ptr, *outs, groups, rows, d, *tail, *params, **meta, BM=cfg.block_m, BO=cfg.block_n,
