@@ -272,12 +272,14 @@ def main(argv=None):
     ap.add_argument("--fp8-pointers", action="store_true", help="FP8_DESCRIPTORS off: the fp8 codes by cp.async")
     ap.add_argument("--per-tile-fused", action="store_true", help="the fused FC1 / FC2-dgrad per tile (A/B)")
     ap.add_argument("--tail-tiles", action="store_true", help="TAIL_TILES on: a group's last tile at half height")
+    ap.add_argument("--whole-dgrad-epilogue", action="store_true", help="DGRAD_HALVES off: the FC2 dgrad's whole tile")
     args = ap.parse_args(argv)
     args.shapes = args.shapes and args.shapes.split(",")
     if args.per_tile_fused:
         fused = importlib.import_module("tilefuse.moe.fused")
         default = fused.default_config
         fused.default_config = lambda x, recipe="bf16": default(x, recipe)._replace(persistent=False)
+    importlib.import_module("tilefuse.moe.fused").DGRAD_HALVES = not args.whole_dgrad_epilogue
     host = importlib.import_module("tilefuse.moe.grouped_gemm")
     host.PERSISTENT_GROUP_M = args.group_m or host.PERSISTENT_GROUP_M
     host.FP8_DESCRIPTORS = not args.fp8_pointers

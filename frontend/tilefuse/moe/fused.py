@@ -106,12 +106,16 @@ def _glu_meta(act, k, cfg, block, fn, width=None):
     return dict(GLU_RUN=math.gcd(k, width), EVEN_ODD=act.glu and k == 1, PAIRS=pairs)
 
 
+# The FC2 dgrad's epilogue on column halves where they fit (_dgrad_halves); off: the whole tile (A/B).
+DGRAD_HALVES = True
+
+
 def _dgrad_halves(act, k, cfg, recipe, block):
     """Whether the FC2 dgrad's epilogue runs on its tile's column halves (fused.dgrad_epilogue's
     HALVES: at 128 columns and more the whole tile's epilogue spilled): the halves hold whole
     dprobs runs (32) and dh blocks (not FP8-block's 128), and a GLU's pairs or blocks fit them."""
     half = cfg.block_n // 2
-    if cfg.block_n < 128 or recipe == "fp8_block":
+    if not DGRAD_HALVES or cfg.block_n < 128 or recipe == "fp8_block":
         return False
     return not act.glu or half % k == 0 or k % block == 0
 
