@@ -50,15 +50,8 @@ def pow2_ceil_exp(amax, MAX_EXP: tl.constexpr):
 
 @tf.jit
 def block_max(v, TR: tl.constexpr, TC: tl.constexpr, BR: tl.constexpr):
-    """The max of v [TR, TC] over each group of BR rows (all TC columns), as [TR, 1].
-    Rows first, then groups of rows: one reduction over BR * TC elements would leave a
-    single output per group and serialize its loop (128 x 128 FP8 blocks)."""
-    if BR == 1:
-        return tl.max(v, axis=1, keep_dims=True)
-    rows = tl.max(v, axis=1)
-    if BR == TR:
-        return tl.zeros((TR, 1), v.dtype) + tl.max(rows, axis=0)
-    g = tl.max(tl.reshape(rows, (TR // BR, BR)), axis=1, keep_dims=True)
+    """The max of v [TR, TC] over each group of BR rows (all TC columns), as [TR, 1]."""
+    g = tl.max(tl.reshape(v, (TR // BR, BR * TC)), axis=1, keep_dims=True)
     return tl.reshape(tl.broadcast_to(g, (TR // BR, BR)), (TR, 1))
 
 

@@ -92,39 +92,6 @@ TEST(Layout, BlockedLayoutsGiveRunsOfEightAlongTheLastDim) {
   EXPECT_TRUE(narrow.reg.empty()) << narrow.str();  // 128 elements: one per thread
 }
 
-// A quantizer's block amax: a [64, 64] tile reshaped to [128, 32] and reduced along
-// its rows' 32 elements (flat bits 1..16); a column max of [64, 64] (bits 64..2048).
-TEST(Layout, WarpsMoveOffTheBitsAReductionCombines) {
-  struct Case {
-    Layout l;
-    std::vector<int64_t> shape;
-    int axis;
-  };
-  std::vector<Case> cases = {{blockedLayout({64, 64}, 128, 8, 0), {128, 32}, 1},
-                             {blockedLayout({64, 64}, 128), {64, 64}, 0},
-                             {blockedLayout({32, 128}, 256, 8, 0), {128, 32}, 1},
-                             {blockedLayout({128, 64}, 128), {128, 64}, 0}};
-  for (const Case& c : cases) {
-    int64_t bits = 0, stride = dimStride(c.shape, c.axis);
-    for (int64_t b = stride; b < stride * c.shape[c.axis]; b *= 2) bits |= b;
-    int threads = 1 << c.l.thr.size();
-    Layout moved = warpsOffBits(c.l, bits);
-    expectCovers(moved, numel(c.shape), threads);
-    EXPECT_FALSE(reducedInWarps(c.l, c.shape, c.axis, nullptr)) << c.l.str();
-    Layout r;
-    ASSERT_TRUE(reducedInWarps(moved, c.shape, c.axis, &r)) << moved.str();
-    for (size_t w = 5; w < moved.thr.size(); ++w) EXPECT_EQ(moved.thr[w] & bits, 0) << moved.str();
-    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(moved.reg[i], c.l.reg[i]) << "the vector run stays: " << moved.str();
-    // What the lowering's broadcast back relies on: the reduced layout is the compact
-    // slice of the operand's.
-    std::vector<int64_t> one = c.shape;
-    one[c.axis] = 1;
-    EXPECT_EQ(compactLayout(broadcastSourceLayout(moved, c.shape, one)), r) << moved.str();
-  }
-  Layout rows = blockedLayout({64, 64}, 128);  // warps already off a row reduction
-  EXPECT_EQ(warpsOffBits(rows, 63), rows);
-}
-
 TEST(Layout, WgmmaAccumulatorMatchesTheFragment) {
   // m64n128 on one warpgroup: thread t = 32 w + l holds rows 16 w + l/4 (+8) and columns
   // 8 j + 2 (l % 4) (+1) in d[4 j + {0, 1, 2, 3}].
@@ -312,51 +279,6 @@ TEST(LayoutPlan, LoadsContiguousAlongAnotherDimAreCoalescedAlongIt) {
   for (const char* v : {"pb", "pb_2", "pb_3", "b"}) EXPECT_EQ(p[v], alongK) << v;
   Layout blocked = blockedLayout({64, 64}, 128);
   for (const char* v : {"pa", "pa_2", "a", "pc"}) EXPECT_EQ(p[v], blocked) << v;
-}
-
-// x [64, 64] stored column-major (runs along rows), each row's max subtracted and the
-// difference scaled by a per-row s: y = (x - max_c x) * s.
-const char* kRowMax = R"(
-func @rowmax(%x_ptr: ptr<f32>, %s_ptr: ptr<f32>, %y_ptr: ptr<f32>) {aligned16 = [0, 1, 2], kernel = true} {
-  %r = arange {end = 64, start = 0} : tile<64xi32>
-  %0 = expand_dims %r {axis = 1} : tile<64x1xi32>
-  %1 = expand_dims %r {axis = 0} : tile<1x64xi32>
-  %2 = constant {value = 64} : tile<1x64xi32>
-  %3 = mul %1, %2 : tile<1x64xi32>
-  %4 = broadcast %0 : tile<64x64xi32>
-  %5 = broadcast %3 : tile<64x64xi32>
-  %offs = add %4, %5 : tile<64x64xi32>
-  %6 = splat %x_ptr : tile<64x64xptr<f32>>
-  %px = ptr_add %6, %offs : tile<64x64xptr<f32>>
-  %x = load %px : tile<64x64xf32>
-  %m = reduce_max %x {axis = 1} : tile<64xf32>
-  %me = expand_dims %m {axis = 1} : tile<64x1xf32>
-  %mb = broadcast %me : tile<64x64xf32>
-  %7 = splat %s_ptr : tile<64xptr<f32>>
-  %ps = ptr_add %7, %r : tile<64xptr<f32>>
-  %s = load %ps : tile<64xf32>
-  %se = expand_dims %s {axis = 1} : tile<64x1xf32>
-  %sb = broadcast %se : tile<64x64xf32>
-  %d = sub %x, %mb : tile<64x64xf32>
-  %y = mul %d, %sb : tile<64x64xf32>
-  %8 = splat %y_ptr : tile<64x64xptr<f32>>
-  %py = ptr_add %8, %offs : tile<64x64xptr<f32>>
-  store %py, %y
-  return
-}
-)";
-
-TEST(LayoutPlan, ReductionsAndBroadcastsStayInRegisters) {
-  Planned p(kRowMax, "sm_90a", 128);
-  const Layout& x = p["x"];
-  EXPECT_EQ(runDim(x, {64, 64}), 0) << "coalesced along the rows: " << x.str();
-  for (size_t w = 5; w < x.thr.size(); ++w) EXPECT_EQ(x.thr[w] & 63, 0) << "a warp splits the rows: " << x.str();
-  Layout reduced;
-  ASSERT_TRUE(reducedInWarps(x, {64, 64}, 1, &reduced)) << x.str();
-  EXPECT_EQ(p["m"], reduced);
-  EXPECT_EQ(p["mb"], x);  // the broadcast back: the reduction operand's layout
-  // s is loaded in the slice of its broadcast's layout, each thread its own rows.
-  EXPECT_EQ(p["s"], compactLayout(broadcastSourceLayout(p["sb"], {64, 64}, {64, 1})));
 }
 
 TEST(LayoutPlan, WithoutWgmmaAccumulatorsStayInTheMmaLayout) {

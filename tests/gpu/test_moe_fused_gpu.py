@@ -91,6 +91,20 @@ def test_fused_equals_unfused_and_float64(rng, name, recipe, case, config):
         F.check_against_float64(Cuda, p, outputs, F.operands(Cuda, p)[1], cfg)
 
 
+@pytest.mark.parametrize("case", ["skewed", "g1"])
+@pytest.mark.parametrize("recipe", ["bf16", "mxfp8"])
+@pytest.mark.parametrize("name", F.NAMES)
+def test_dgrad_epilogue_in_column_halves(rng, name, recipe, case, monkeypatch):
+    """fused.DGRAD_HALVES on (off by default until this passes): the same bits as the
+    unfused composition and float64, per tile and (bf16, by default) persistent."""
+    monkeypatch.setattr(F.host_fused, "DGRAD_HALVES", True)
+    rows, splits = CASES[case]
+    for interleave, n in layouts(name, recipe):
+        p = F.make_problem(rng, name, recipe, rows, splits, interleave, n, d=D[recipe])
+        outputs = F.check_against_unfused(Cuda, p, DEFAULT)
+        F.check_against_float64(Cuda, p, outputs, F.operands(Cuda, p)[1], DEFAULT)
+
+
 PERSISTENT = [DEFAULT, moe.GemmConfig(128, 64, 64, 4, 4), moe.GemmConfig(64, 128, 64, 4, 3)]
 
 

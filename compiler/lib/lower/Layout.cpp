@@ -264,23 +264,6 @@ bool reducibleInWarps(OpKind k, DType d) {
   return kind && (d == DType::F32 || d == DType::I32);
 }
 
-Layout warpsOffBits(const Layout& l, int64_t bits) {
-  Layout out = l;
-  size_t run = 1;  // the first dim's leading run stays in each thread (vector accesses)
-  while (run < out.reg.size() && out.reg[0] && out.reg[run] == out.reg[0] << run) ++run;
-  auto free = [&](int64_t b) { return b && !(b & bits); };
-  for (size_t w = 5; w < out.thr.size(); ++w) {
-    if (!(out.thr[w] & bits)) continue;
-    int64_t* swap = nullptr;
-    for (size_t i = out.reg.size(); i-- > run && !swap;)
-      if (free(out.reg[i])) swap = &out.reg[i];
-    for (size_t j = 5; j-- > 0 && !swap;)
-      if (free(out.thr[j])) swap = &out.thr[j];
-    if (swap) std::swap(*swap, out.thr[w]);
-  }
-  return out;
-}
-
 Layout compactLayout(const Layout& l) {
   Layout c{{}, l.thr};
   for (int64_t b : l.reg)
@@ -342,68 +325,25 @@ class Planner {
       if (o->kind() != OpKind::Load || !axis_ || o->operand(0)->type().rank() < 2) continue;
       const Value* ptr = o->operand(0);
       const Type& pt = ptr->type();
-      Layout l = defaultLayout(pt, threads_);
-      bool chosen = true;
       int64_t eb = std::max(1, bitWidth(pt.elem) / 8), word = 4 / std::min<int64_t>(4, eb);
+      if (vectorRun(defaultLayout(pt, threads_)) < word && pt.shape.back() >= word &&
+          axis_->vectorWidth(ptr, nullptr, 4) >= word) {
+        want(ptr, blockedLayout(pt.shape, threads_, word, -1, word));
+        continue;
+      }
       const std::vector<int64_t>& c = axis_->get(ptr).contiguity;
       size_t last = c.size() - 1;
       int along = -1;
       for (size_t d = 0; d < last; ++d)
         if (c[d] > std::max<int64_t>(1, along < 0 ? c[last] : c[along])) along = static_cast<int>(d);
-      if (vectorRun(l) < word && pt.shape.back() >= word && axis_->vectorWidth(ptr, nullptr, 4) >= word) {
-        l = blockedLayout(pt.shape, threads_, word, -1, word);
-      } else if (along >= 0 && c[last] <= 1) {
-        int64_t run = vectorRun(l);  // as long as the default layout's
-        l = blockedLayout(pt.shape, threads_, run, along, run);
-      } else {
-        chosen = false;
-      }
-      std::unordered_set<const Value*> seen;
-      Layout moved = warpsOffBits(l, reducedBits(o->result(), seen));
-      if (chosen || !(moved == l)) want(ptr, moved);
-    }
-  }
-  // A value loaded only to be broadcast (a per-row scale, expand_dims then broadcast) is
-  // loaded in the broadcast's slice layout, each thread its own rows' elements (copies
-  // among the threads of a row): registers rather than a conversion through shared memory.
-  void broadcastLoads(const Block& b) {
-    for (const auto& o : b.ops()) {
-      for (unsigned r = 0; r < o->numRegions(); ++r) broadcastLoads(o->region(r));
-      if (o->kind() != OpKind::Broadcast || !o->operand(0)->type().isTile() || o->operand(0)->type().shape.back() != 1)
-        continue;  // a row vector ([1, N]) keeps its vector loads
-      const Value* v = o->operand(0);
-      while (v->uses().size() == 1 && v->definingOp() &&
-             (v->definingOp()->kind() == OpKind::ExpandDims || v->definingOp()->kind() == OpKind::Reshape))
-        v = v->definingOp()->operand(0);
-      if (v->uses().size() != 1 || !v->definingOp() || v->definingOp()->kind() != OpKind::Load) continue;
-      const Value* r = o->result();
-      const auto& from = o->operand(0)->type().shape;
-      want(o->operand(0), compactLayout(broadcastSourceLayout(blocked(r), r->type().shape, from)), true);
+      if (along < 0 || c[last] > 1) continue;
+      int64_t run = vectorRun(defaultLayout(ptr->type(), threads_));  // as long as the default layout's
+      want(ptr, blockedLayout(ptr->type().shape, threads_, run, along, run));
     }
   }
   LayoutPlan plan;
 
  private:
-  // The flat-index bits of v's shape that the reductions lowerReduceInWarps can lower
-  // (max, min, integer sums) combine, through the elementwise ops and reshapes between.
-  int64_t reducedBits(const Value* v, std::unordered_set<const Value*>& seen) {
-    if (!seen.insert(v).second || seen.size() > 64) return 0;
-    int64_t bits = 0;
-    for (const Use& u : v->uses()) {
-      const Op* op = u.user;
-      OpKind k = op->kind();
-      const Type& t = v->type();
-      if (reducibleInWarps(k, t.elem)) {
-        int a = static_cast<int>(op->intAttr("axis"));
-        for (int64_t b = dimStride(t.shape, a); b < dimStride(t.shape, a) * t.shape[a]; b *= 2) bits |= b;
-      } else if (op->numResults() == 1 && op->result()->type().isTile() &&
-                 (k == OpKind::Reshape || k == OpKind::Hint ||
-                  (op->has(Elementwise) && op->result()->type().shape == t.shape))) {
-        bits |= reducedBits(op->result(), seen);
-      }
-    }
-    return bits;
-  }
   // `v` and the pointer arithmetic of its shape it is computed from take layout `l`
   // (through a loop's carried value, its initial value and its update too). `deep`
   // (scale tables): also through unit dims, broadcasts (their operand in the slice of
@@ -488,7 +428,6 @@ class Planner {
             reducedInWarps(of(o.operand(0)), in.shape, static_cast<int>(o.intAttr("axis")), &r)) {
           plan[o.result()] = r;
           sliced_.insert(o.result());
-          origin_[o.result()] = {of(o.operand(0)), in.shape};
         } else {
           plan[o.result()] = blocked(o.result());
         }
@@ -500,19 +439,11 @@ class Planner {
         // a broadcast, which then takes its registers as they are.
         if (sliced_.count(o.operand(0)) || !(of(o.operand(0)) == blocked(o.operand(0)))) {
           plan[o.result()] = of(o.operand(0));
-          if (sliced_.count(o.operand(0))) keepSliced(o.operand(0), o.result());
+          if (sliced_.count(o.operand(0))) sliced_.insert(o.result());
         } else {
           plan[o.result()] = blocked(o.result());
         }
         return;
-      case OpKind::Broadcast: {
-        // Back to the shape a reduction within warps started from: its operand's layout,
-        // in which the reduced registers are already each element's (Lowering's broadcast).
-        auto it = origin_.find(o.operand(0));
-        bool back = it != origin_.end() && it->second.second == o.result()->type().shape;
-        plan[o.result()] = back ? it->second.first : blocked(o.result());
-        return;
-      }
       case OpKind::Load: {  // its pointers' layout, unless a scale table wants its value
         auto it = wanted_.find(o.result());
         plan[o.result()] = deep_.count(o.result()) ? it->second : of(o.operand(0));
@@ -574,7 +505,7 @@ class Planner {
         for (Value* v : o.operands())
           if (v->type().isTile() && !(of(v) == blocked(v))) {
             l = of(v);
-            if (sliced_.count(v)) keepSliced(v, r);
+            if (sliced_.count(v)) sliced_.insert(r);
             break;
           }
       plan[r] = l;
@@ -587,13 +518,6 @@ class Planner {
   std::unordered_map<const Value*, Layout> wanted_;
   std::unordered_set<const Value*> deep_;
   std::unordered_set<const Value*> sliced_;  // reduced within warps, and what keeps that layout
-  // Of each sliced_ value: the layout and shape of the reduction's operand.
-  std::unordered_map<const Value*, std::pair<Layout, std::vector<int64_t>>> origin_;
-  void keepSliced(const Value* from, const Value* to) {
-    sliced_.insert(to);
-    auto it = origin_.find(from);
-    if (it != origin_.end()) origin_[to] = it->second;
-  }
 };
 
 }  // namespace
@@ -603,7 +527,6 @@ LayoutPlan planLayouts(const Op& func, const std::string& arch, int threads, con
   for (Value* a : func.region(0).args()) p.plan[a] = defaultLayout(a->type(), threads);
   p.scaleTables(func.region(0));
   p.coalesce(func.region(0));
-  p.broadcastLoads(func.region(0));
   p.block(func.region(0));
   return std::move(p.plan);
 }

@@ -68,10 +68,6 @@ Layout mmaAccLayout(int64_t m, int64_t n, int threads);
 // the registers of the result elements (layout l, shape `to`) it is broadcast to; the
 // dims broadcast along become replicating (0) bases.
 Layout broadcastSourceLayout(const Layout& l, const std::vector<int64_t>& to, const std::vector<int64_t>& from);
-// `l` with each warp basis on one of the flat-index `bits` (what a reduction combines)
-// swapped for a slot or lane basis off them, so that the reduction stays within warps; the
-// leading run of slots (vector accesses) stays, and lanes are taken last, the outermost first.
-Layout warpsOffBits(const Layout& l, int64_t bits);
 // `l` without its replicating slot bases (the same elements in each thread, once).
 Layout compactLayout(const Layout& l);
 // The layout of a reduction of a tile in layout `l` (shape `shape`) along `axis` that

@@ -128,22 +128,6 @@ LVal* Lowering::ptxAtomic(const Op& op, DType d, LVal* ptr, LVal* v, LVal* cmp) 
   return isFloat(d) ? b_.CreateBitCast(old, elemType(d)) : old;
 }
 
-// A store writes in its value's layout where its pointers (index math) recompute in it
-// and its accesses stay as wide: runs as long as the pointers' along the same dim, or,
-// for bytes (a quantizer's codes), 8 of them. The value then skips shared memory.
-bool Lowering::storesInValueLayout(const Op& op, const Layout& ptrs) {
-  const Regs& v = get(op.operand(1));
-  const Type& pt = op.operand(0)->type();
-  if (v.undef || v.L == ptrs) return false;
-  int rd = runDim(ptrs, pt.shape), vd = runDim(v.L, pt.shape);
-  int64_t pr = rd < 0 ? 1 : vectorRun(ptrs, dimStride(pt.shape, rd));
-  int64_t vr = vd < 0 ? 1 : vectorRun(v.L, dimStride(pt.shape, vd));
-  bool wide = (pr == 1 && vr == 1) || (vd == rd && (vr >= pr || (bitWidth(pt.elem) == 8 && vr >= 8)));
-  int budget = 24;
-  return wide && rematerializable(op.operand(0), budget) &&
-         (op.numOperands() < 3 || rematerializable(op.operand(2), budget = 24));
-}
-
 void Lowering::lowerMemory(const Op& op) {
   const Type& pt = op.operand(0)->type();
   DType d = pt.elem;
@@ -158,8 +142,6 @@ void Lowering::lowerMemory(const Op& op) {
     int budget = 24;
     if (rematerializable(op.operand(0), budget)) p = in(op.operand(0), layoutOf(op.result()));
   }
-  if (op.kind() == OpKind::Store && pt.isTile() && storesInValueLayout(op, p.L))
-    p = in(op.operand(0), get(op.operand(1)).L);
   const Layout& L = p.L;
   bool cas = op.kind() == OpKind::AtomicCas;
   unsigned maskIdx = load ? 1 : cas ? 3 : 2;

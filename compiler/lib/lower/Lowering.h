@@ -355,7 +355,6 @@ class Lowering {
   std::vector<LVal*> descCoords(const Op& op, unsigned first);
   void lowerTmaLoad(const Op& op, int map);
   void lowerTmaStore(const Op& op, int map);
-  bool storesInValueLayout(const Op& op, const Layout& ptrs);
   void lowerReduce(const Op& op);
   bool lowerReduceByShuffles(const Op& op);
   bool lowerReduceInWarps(const Op& op);

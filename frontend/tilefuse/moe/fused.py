@@ -106,8 +106,9 @@ def _glu_meta(act, k, cfg, block, fn, width=None):
     return dict(GLU_RUN=math.gcd(k, width), EVEN_ODD=act.glu and k == 1, PAIRS=pairs)
 
 
-# The FC2 dgrad's epilogue on column halves where they fit (_dgrad_halves); off: the whole tile (A/B).
-DGRAD_HALVES = True
+# The FC2 dgrad's epilogue on column halves where they fit (_dgrad_halves), else the whole
+# tile. Off until a GPU run verifies it (interpreter-tested; bench/RESULTS.md).
+DGRAD_HALVES = False
 
 
 def _dgrad_halves(act, k, cfg, recipe, block):

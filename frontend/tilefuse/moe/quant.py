@@ -30,10 +30,9 @@ MXFP8_TILE_ALONG = (TILE_ROWS, 32)
 MXFP8_TILE_ACROSS = (TILE_ROWS, 32)
 # NVFP4's (rows, 16-element blocks along them) of V per program, 1 x 16 blocks (16 x 16
 # tiles take one block column); the blocks halve until they divide V's row.
-NVFP4_TILE = (TILE_ROWS, 8)
+NVFP4_TILE = (TILE_ROWS, 1)  # wider tiles: interpreter-tested, not yet run on a GPU
 _MXFP8_FORMATS = {"e4m3": (tl.float8e4nv, 8), "e5m2": (tl.float8e5, 15)}
-# One partial per thread of the one program (4 warps): no vector access the mask cannot prove.
-_SCALE_PARTIALS_BLOCK = 128
+_SCALE_PARTIALS_BLOCK = 256
 
 
 @dataclass

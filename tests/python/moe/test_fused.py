@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 from tilefuse import moe
+from tilefuse.moe import fused as host_fused
 
 from tests.python.moe import act_reference as act_ref
 from tests.python.moe import gemm_reference as ref
@@ -519,3 +520,21 @@ def test_bad_mxfp8_input(rng):
     for call, err, text in bad:
         with pytest.raises(err, match=text):
             call()
+
+
+@pytest.mark.parametrize("recipe", ["bf16", "mxfp8"])
+@pytest.mark.parametrize("name", NAMES)
+def test_dgrad_epilogue_in_column_halves(rng, name, recipe, monkeypatch):
+    """fused.DGRAD_HALVES (the FC2 dgrad's epilogue on its 128-column tile's halves, one
+    after the other): the same bits as the unfused composition, per tile and (bf16)
+    persistent, 192 columns (a partial second tile)."""
+    monkeypatch.setattr(host_fused, "DGRAD_HALVES", True)
+    wide = moe.GemmConfig(64, 128, 32, 4, 2)
+    act = moe.ACTIVATIONS[name]
+    for interleave, _ in layouts(name, recipe):
+        _, k = host_fused._layout("test", act, 2 * 192 if act.glu else 192, interleave)
+        assert host_fused._dgrad_halves(act, k, wide, recipe, 1 if recipe == "bf16" else BLOCK[recipe])
+        p = make_problem(rng, name, recipe, *CASES["several"], interleave, 192, d=96)
+        persistent = recipe == "bf16" and interleave in (0, 1)
+        for config in [wide] + ([wide._replace(persistent=True)] if persistent else []):
+            check_against_unfused(Numpy, p, config)
