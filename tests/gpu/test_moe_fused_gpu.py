@@ -95,7 +95,7 @@ def test_fused_equals_unfused_and_float64(rng, name, recipe, case, config):
 @pytest.mark.parametrize("recipe", ["bf16", "mxfp8"])
 @pytest.mark.parametrize("name", F.NAMES)
 def test_dgrad_epilogue_in_column_halves(rng, name, recipe, case, monkeypatch):
-    """fused.DGRAD_HALVES on (off by default until this passes): the same bits as the
+    """fused.DGRAD_HALVES (the default): the same bits as the
     unfused composition and float64, per tile and (bf16, by default) persistent."""
     monkeypatch.setattr(F.host_fused, "DGRAD_HALVES", True)
     rows, splits = CASES[case]

@@ -107,8 +107,8 @@ def _glu_meta(act, k, cfg, block, fn, width=None):
 
 
 # The FC2 dgrad's epilogue on column halves where they fit (_dgrad_halves), else the whole
-# tile. Off until a GPU run verifies it (interpreter-tested; bench/RESULTS.md).
-DGRAD_HALVES = False
+# tile (off: A/B, moe_bench.py --whole-dgrad-epilogue).
+DGRAD_HALVES = True
 
 
 def _dgrad_halves(act, k, cfg, recipe, block):
