@@ -717,24 +717,20 @@ def dgrad_epilogue(
 ):
     """dgrad_part of gr [BM, BO], or with HALVES of its column halves one after the other:
     half the epilogue's tiles live at once (the fused FC2 dgrad at 128 columns spilled)."""
+    SPLITS: tl.constexpr = 2 if HALVES else 1
+    W: tl.constexpr = BO // SPLITS
     if HALVES:
-        H: tl.constexpr = BO // 2
-        g0, g1 = tl.split(tl.permute(tl.reshape(gr, [BM, 2, H]), (0, 2, 1)))
+        g0, g1 = tl.split(tl.permute(tl.reshape(gr, [BM, 2, W]), (0, 2, 1)))
+    for h in tl.static_range(SPLITS):
+        part = gr
+        if HALVES:
+            part = g0
+            if h == 1:
+                part = g1
         dgrad_part(
-            g0, c_ptr, probs_ptr, dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, parts_ptr, y_ptr, yt_ptr, yts_ptr, offsets_ptr,
-            padded_ptr, g, m0, end, c0, N, K, RP, NSD, RPS, PARTS, P0, P1, P2, ts_ptr, tsc_ptr, tsy_ptr, amax_ptr,
-            k0, k1, k2, k3, ACT, OUT, RECOMPUTE, GLU_RUN, EVEN_ODD, PAIRS, BM, H, PASS, STOCH,
-        )  # fmt: skip
-        dgrad_part(
-            g1, c_ptr, probs_ptr, dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, parts_ptr, y_ptr, yt_ptr, yts_ptr, offsets_ptr,
-            padded_ptr, g, m0, end, c0 + H, N, K, RP, NSD, RPS, PARTS, P0, P1, P2, ts_ptr, tsc_ptr, tsy_ptr,
-            amax_ptr, k0, k1, k2, k3, ACT, OUT, RECOMPUTE, GLU_RUN, EVEN_ODD, PAIRS, BM, H, PASS, STOCH,
-        )  # fmt: skip
-    else:
-        dgrad_part(
-            gr, c_ptr, probs_ptr, dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, parts_ptr, y_ptr, yt_ptr, yts_ptr, offsets_ptr,
-            padded_ptr, g, m0, end, c0, N, K, RP, NSD, RPS, PARTS, P0, P1, P2, ts_ptr, tsc_ptr, tsy_ptr, amax_ptr,
-            k0, k1, k2, k3, ACT, OUT, RECOMPUTE, GLU_RUN, EVEN_ODD, PAIRS, BM, BO, PASS, STOCH,
+            part, c_ptr, probs_ptr, dh_ptr, dhs_ptr, dht_ptr, dhts_ptr, parts_ptr, y_ptr, yt_ptr, yts_ptr,
+            offsets_ptr, padded_ptr, g, m0, end, c0 + h * W, N, K, RP, NSD, RPS, PARTS, P0, P1, P2, ts_ptr, tsc_ptr,
+            tsy_ptr, amax_ptr, k0, k1, k2, k3, ACT, OUT, RECOMPUTE, GLU_RUN, EVEN_ODD, PAIRS, BM, W, PASS, STOCH,
         )  # fmt: skip
 
 

@@ -114,9 +114,10 @@ DGRAD_HALVES = True
 def _dgrad_halves(act, k, cfg, recipe, block):
     """Whether the FC2 dgrad's epilogue runs on its tile's column halves (fused.dgrad_epilogue's
     HALVES: at 128 columns and more the whole tile's epilogue spilled): the halves hold whole
-    dprobs runs (32) and dh blocks (not FP8-block's 128), and a GLU's pairs or blocks fit them."""
+    dprobs runs (32) and dh blocks (not FP8-block's 128; NVFP4's epilogue is its own kernel), and a
+    GLU's pairs or blocks fit them."""
     half = cfg.block_n // 2
-    if not DGRAD_HALVES or cfg.block_n < 128 or recipe == "fp8_block":
+    if not DGRAD_HALVES or cfg.block_n < 128 or recipe in ("fp8_block", "nvfp4"):
         return False
     return not act.glu or half % k == 0 or k % block == 0
 
@@ -350,10 +351,9 @@ def fc2_dgrad(
     if quantized and n % block:
         raise ValueError(f"{fn}: {recipe} outputs need n to be a multiple of {block}, got {n}")
     cfg = _fused_config(fn, config, like, recipe, quantized)
-    glu = _glu_meta(act, k, cfg, block if quantized else 1, fn)
-    halves = recipe != "nvfp4" and _dgrad_halves(act, k, cfg, recipe, block if quantized else 1)
-    if halves:
-        glu = _glu_meta(act, k, cfg, block if quantized else 1, fn, cfg.block_n // 2)
+    dh_block = block if quantized else 1
+    halves = _dgrad_halves(act, k, cfg, recipe, dh_block)
+    glu = _glu_meta(act, k, cfg, dh_block, fn, cfg.block_n // 2 if halves else None)
     # The run sums' row: every column tile's runs, rounded up to 16 (aligned rows).
     n_runs, tile_runs = cdiv(n, K.DS_CHUNK), cfg.block_n // K.DS_CHUNK
     parts_width = cdiv(cdiv(n_runs, tile_runs) * tile_runs, 16) * 16
