@@ -339,6 +339,48 @@ def test_whole_tile_reductions(n, num_warps):
 
 
 @tf.jit
+def axis_reduce_kernel(x_ptr, i_ptr, out_mx, out_mn, out_i, R: tl.constexpr, C: tl.constexpr, AXIS: tl.constexpr):
+    # AXIS 0 / 1 reduces along that axis, 2 over the whole tile as [1, R * C] (a quantizer's
+    # block amax); each result broadcasts back over x.
+    offs = tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :]
+    x = tl.load(x_ptr + offs)
+    i = tl.load(i_ptr + offs)
+    if AXIS == 2:
+        mx = tl.reshape(tl.broadcast_to(tl.max(tl.reshape(x, (1, R * C)), axis=1, keep_dims=True), (1, R)), (R, 1))
+        mn = tl.reshape(tl.broadcast_to(tl.min(tl.reshape(x, (1, R * C)), axis=1, keep_dims=True), (1, R)), (R, 1))
+        s = tl.reshape(tl.broadcast_to(tl.sum(tl.reshape(i, (1, R * C)), axis=1, keep_dims=True), (1, R)), (R, 1))
+        im = tl.reshape(tl.broadcast_to(tl.max(tl.reshape(i, (1, R * C)), axis=1, keep_dims=True), (1, R)), (R, 1))
+    else:
+        mx = tl.max(x, axis=AXIS, keep_dims=True)
+        mn = tl.min(x, axis=AXIS, keep_dims=True)
+        s = tl.sum(i, axis=AXIS, keep_dims=True)
+        im = tl.max(i, axis=AXIS, keep_dims=True)
+    tl.store(out_mx + offs, x - mx)
+    tl.store(out_mn + offs, x - mn)
+    tl.store(out_i + offs, s - im + i)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+@pytest.mark.parametrize("num_warps", [1, 4, 8])
+@pytest.mark.parametrize("shape", [(4, 1024), (64, 256), (128, 128), (256, 8)])
+def test_reductions_whose_axis_the_warps_split(shape, num_warps, axis):
+    # Max, min and int32 sums combine across lanes and then warps (one shared-memory
+    # exchange): exact, so bit for bit numpy's.
+    r, c = shape
+    x = torch.randn(r, c, device="cuda")
+    i = torch.randint(-1000, 1000, (r, c), device="cuda", dtype=torch.int32)
+    outs = [torch.full_like(x, float("nan")), torch.full_like(x, float("nan")), torch.full_like(i, -7)]
+    axis_reduce_kernel[(1,)](x, i, *outs, R=r, C=c, AXIS=axis, num_warps=num_warps)
+    torch.cuda.synchronize()
+    xn, inn = x.cpu().numpy(), i.cpu().numpy().astype(np.int64)
+    ax = None if axis == 2 else axis
+    want_i = inn.sum(axis=ax, keepdims=True) - inn.max(axis=ax, keepdims=True) + inn
+    np.testing.assert_array_equal(outs[0].cpu().numpy(), xn - xn.max(axis=ax, keepdims=True))
+    np.testing.assert_array_equal(outs[1].cpu().numpy(), xn - xn.min(axis=ax, keepdims=True))
+    np.testing.assert_array_equal(outs[2].cpu().numpy(), want_i.astype(np.int32))
+
+
+@tf.jit
 def print_kernel(x_ptr, BLOCK: tl.constexpr):
     tl.device_print("x=", tl.load(x_ptr + tl.arange(0, BLOCK)))
 

@@ -222,7 +222,7 @@ Layout broadcastSourceLayout(const Layout& l, const std::vector<int64_t>& to, co
   return s;
 }
 
-bool reducedInWarps(const Layout& l, const std::vector<int64_t>& shape, int axis, Layout* out) {
+bool reducedInWarps(const Layout& l, const std::vector<int64_t>& shape, int axis, Layout* out, bool acrossWarps) {
   std::vector<int64_t> rest;
   for (size_t d = 0; d < shape.size(); ++d)
     if (static_cast<int>(d) != axis) rest.push_back(shape[d]);
@@ -253,7 +253,7 @@ bool reducedInWarps(const Layout& l, const std::vector<int64_t>& shape, int axis
   }
   for (size_t j = 0; j < l.thr.size(); ++j) {
     r.thr.push_back(project(l.thr[j], &along));
-    if (along && j >= 5) ok = false;
+    if (along && j >= 5 && !acrossWarps) ok = false;
   }
   if (ok && out) *out = r;
   return ok;
@@ -421,11 +421,12 @@ class Planner {
       case OpKind::ReduceMax:
       case OpKind::ReduceMin:
       case OpKind::ReduceSum: {
-        // Within warps where the operand's layout allows it (Lowering::lowerReduceInWarps).
+        // Within warps (and then across them) where the operand's layout allows it
+        // (Lowering::lowerReduceInWarps).
         Layout r;
         const Type& in = o.operand(0)->type();
         if (in.rank() > 1 && reducibleInWarps(o.kind(), in.elem) &&
-            reducedInWarps(of(o.operand(0)), in.shape, static_cast<int>(o.intAttr("axis")), &r)) {
+            reducedInWarps(of(o.operand(0)), in.shape, static_cast<int>(o.intAttr("axis")), &r, true)) {
           plan[o.result()] = r;
           sliced_.insert(o.result());
         } else {

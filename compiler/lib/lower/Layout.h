@@ -74,9 +74,11 @@ Layout compactLayout(const Layout& l);
 // combines each thread's slots and then the lanes that differ along the axis (butterfly
 // shuffles): l's bases projected onto the other dims, the axis' slot bases dropped and
 // its lane bases replicating (each lane of the group ends with the result). False where
-// warps split the axis (their partials would meet in shared memory) or a basis moves
-// along the axis and another dim at once.
-bool reducedInWarps(const Layout& l, const std::vector<int64_t>& shape, int axis, Layout* out);
+// a basis moves along the axis and another dim at once, or where warps split the axis
+// unless `acrossWarps` (their partials then meet in shared memory: the axis' warp bases
+// replicate too).
+bool reducedInWarps(const Layout& l, const std::vector<int64_t>& shape, int axis, Layout* out,
+                    bool acrossWarps = false);
 // Whether a reduction of kind `k` over elements of `d` may combine within warps
 // (Lowering::lowerReduceInWarps): max and min of f32 / i32, and i32 sums (a float sum
 // keeps its one order through shared memory).

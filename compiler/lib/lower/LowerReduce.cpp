@@ -72,17 +72,18 @@ bool Lowering::lowerReduceByShuffles(const Op& op) {
   return true;
 }
 
-// A reduction along an axis that each warp holds whole (its layout planned by
+// A reduction of max / min / i32 sum along an axis (its layout planned by
 // reducedInWarps: a quantizer's block amax, a row max): each thread combines the slots
-// that differ along the axis, then butterfly shuffles combine the lanes that do, with no
-// shared memory or barrier; every lane of a group ends with the result.
+// that differ along the axis, then butterfly shuffles combine the lanes that do; where
+// warps split the axis too, their partials meet in shared memory (one exchange, not a
+// loop over the axis). Every thread of a group ends with the result.
 bool Lowering::lowerReduceInWarps(const Op& op) {
   const Type& in = op.operand(0)->type();
   const Layout& want = layoutOf(op.result());
   const Regs& r = get(op.operand(0));
   Layout planned;
   if (in.rank() < 2 || !reducibleInWarps(op.kind(), in.elem) ||
-      !reducedInWarps(r.L, in.shape, static_cast<int>(op.intAttr("axis")), &planned) || !(planned == want))
+      !reducedInWarps(r.L, in.shape, static_cast<int>(op.intAttr("axis")), &planned, true) || !(planned == want))
     return false;
   bool f = in.elem == DType::F32;
   llvm::Type* ty = elemType(in.elem);
@@ -119,8 +120,42 @@ bool Lowering::lowerReduceInWarps(const Op& op) {
       a = combine(a, f ? b_.CreateBitCast(other, ty) : other);
     }
   }
+  acrossWarps(op, r.L, want, acc);
   vals_[op.result()] = Regs{std::move(acc), want};
   return true;
+}
+
+// The warps that split a reduction's axis (warp bits of `in` along it, replicating in
+// `want`) combine their partials `acc` (slots of `want`) through shared memory: the
+// partial of warp combination w for output element e at scratch[w * numel + e], equal
+// values from the copies, then each thread folds the partials of its elements.
+void Lowering::acrossWarps(const Op& op, const Layout& in, const Layout& want, std::vector<LVal*>& acc) {
+  const Type& out = op.result()->type();
+  std::vector<int> split;
+  for (size_t j = 5; j < in.thr.size(); ++j)
+    if (in.thr[j] && !want.thr[j]) split.push_back(static_cast<int>(j));
+  if (split.empty()) return;
+  int64_t n = numel(out), parts = int64_t{1} << split.size();
+  Type scratch = Type::tile(out.elem, {parts * n});
+  LVal* w = idx(0);
+  for (size_t i = 0; i < split.size(); ++i)
+    w = b_.CreateOr(w, b_.CreateShl(b_.CreateAnd(b_.CreateLShr(tid_, idx(split[i])), idx(1)), idx(i)));
+  barrier();
+  smemBytes_ = std::max<uint64_t>(smemBytes_, scratchBase() + parts * n * storeBytes(scratch));
+  LVal* base = b_.CreateMul(w, idx(n));
+  for (size_t o = 0; o < acc.size(); ++o) {
+    LVal* e = out.isTile() ? flatIndex(want, static_cast<int>(o)) : idx(0);
+    b_.CreateStore(acc[o], smemAddr(0, b_.CreateAdd(base, e), scratch));
+  }
+  barrier();
+  for (size_t o = 0; o < acc.size(); ++o) {
+    LVal* e = out.isTile() ? flatIndex(want, static_cast<int>(o)) : idx(0);
+    LVal* a = fromSmem(0, e, scratch);
+    for (int64_t p = 1; p < parts; ++p)
+      a = reduceCombine(op.kind(), out.elem, a, fromSmem(0, b_.CreateAdd(idx(p * n), e), scratch));
+    acc[o] = a;
+  }
+  barrier();
 }
 
 void Lowering::lowerReduce(const Op& op) {

@@ -359,6 +359,7 @@ class Lowering {
   bool lowerReduceByShuffles(const Op& op);
   bool lowerReduceInWarps(const Op& op);
   LVal* reduceCombine(OpKind k, DType d, LVal* a, LVal* x);
+  void acrossWarps(const Op& op, const Layout& in, const Layout& want, std::vector<LVal*>& acc);
   void lowerCombine(const Op& op);
   std::vector<LVal*> combineRegion(const Op& op, const std::vector<LVal*>& acc, const std::vector<LVal*>& x);
   void lowerGather(const Op& op);
